@@ -1,0 +1,124 @@
+/* common/buf.c — growable byte buffer (see buf.h). Grows by doubling. */
+#include "common/buf.h"
+
+#include "common/alloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kb_buf_init(kb_buf_t *b) {
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+void kb_buf_fini(kb_buf_t *b) {
+    free(b->data);
+    kb_buf_init(b);
+}
+
+void kb_buf_reset(kb_buf_t *b) {
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+void kb_buf_reserve(kb_buf_t *b, size_t extra) {
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    b->data = kb_realloc(b->data, cap);
+    b->cap = cap;
+}
+
+void kb_buf_append(kb_buf_t *b, const void *p, size_t n) {
+    kb_buf_reserve(b, n);
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void kb_buf_append_str(kb_buf_t *b, const char *s) {
+    kb_buf_append(b, s, strlen(s));
+}
+
+void kb_buf_append_char(kb_buf_t *b, char c) {
+    kb_buf_reserve(b, 1);
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+}
+
+void kb_buf_vappendf(kb_buf_t *b, const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    char small[256];
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    if (n < 0) {
+        va_end(ap2);
+        return;
+    }
+    if ((size_t)n < sizeof(small)) {
+        kb_buf_append(b, small, (size_t)n);
+    } else {
+        kb_buf_reserve(b, (size_t)n);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
+        b->len += (size_t)n;
+    }
+    va_end(ap2);
+}
+
+void kb_buf_appendf(kb_buf_t *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    kb_buf_vappendf(b, fmt, ap);
+    va_end(ap);
+}
+
+void kb_buf_append_json_str(kb_buf_t *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    kb_buf_reserve(b, n + 2);
+    b->data[b->len++] = '"';
+    size_t run = 0; /* start of the pending run of plain bytes */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        kb_buf_append(b, s + run, i - run);
+        run = i + 1;
+        switch (c) {
+        case '"': kb_buf_append(b, "\\\"", 2); break;
+        case '\\': kb_buf_append(b, "\\\\", 2); break;
+        case '\n': kb_buf_append(b, "\\n", 2); break;
+        case '\r': kb_buf_append(b, "\\r", 2); break;
+        case '\t': kb_buf_append(b, "\\t", 2); break;
+        default: {
+            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            kb_buf_append(b, esc, 6);
+        }
+        }
+    }
+    kb_buf_append(b, s + run, n - run);
+    kb_buf_append_char(b, '"');
+}
+
+void kb_buf_consume(kb_buf_t *b, size_t n) {
+    if (n >= b->len) {
+        kb_buf_reset(b);
+        return;
+    }
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+    b->data[b->len] = '\0';
+}
+
+char *kb_buf_steal(kb_buf_t *b, size_t *len) {
+    char *p = b->data;
+    if (len)
+        *len = b->len;
+    kb_buf_init(b);
+    return p;
+}

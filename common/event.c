@@ -1,0 +1,187 @@
+/* common/event.c — immutable, refcounted change events (see event.h).
+ *
+ * Layout: the struct, then key\0 ns\0 name\0 uid\0 rv\0 obj\0 in one block,
+ * so an event is one malloc and one free, and its size is known exactly.
+ */
+#include "common/event.h"
+
+#include "common/alloc.h"
+#include "common/hash.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kb_ev_names[KB_EV_TYPE_COUNT] = {"ADDED", "MODIFIED", "DELETED", "SYNC",
+                                                          "SNAPSHOT"};
+static const char *const kb_ev_lower[KB_EV_TYPE_COUNT] = {"added", "modified", "deleted", "sync",
+                                                          "snapshot"};
+
+const char *kb_event_type_name(kb_event_type_t type) {
+    return (unsigned)type < KB_EV_TYPE_COUNT ? kb_ev_names[type] : "UNKNOWN";
+}
+
+const char *kb_event_type_lower(kb_event_type_t type) {
+    return (unsigned)type < KB_EV_TYPE_COUNT ? kb_ev_lower[type] : "unknown";
+}
+
+int kb_event_type_parse(const char *s, size_t n) {
+    for (int i = 0; i < KB_EV_TYPE_COUNT; i++)
+        if (strlen(kb_ev_names[i]) == n && !memcmp(kb_ev_names[i], s, n))
+            return i;
+    return -1;
+}
+
+kb_resource_t *kb_resource_new(const char *cluster, const char *informer, const char *group,
+                               const char *version, const char *resource) {
+    kb_resource_t *res = kb_calloc(1, sizeof(*res));
+    atomic_init(&res->refcnt, 1);
+    res->cluster = kb_strdup(cluster ? cluster : "");
+    res->informer = kb_strdup(informer ? informer : "");
+    res->group = kb_strdup(group ? group : "");
+    res->version = kb_strdup(version ? version : "");
+    res->resource = kb_strdup(resource ? resource : "");
+    size_t glen = strlen(res->group);
+    size_t vlen = strlen(res->version);
+    res->api_version = kb_malloc(glen + vlen + 2);
+    if (glen) {
+        memcpy(res->api_version, res->group, glen);
+        res->api_version[glen] = '/';
+        memcpy(res->api_version + glen + 1, res->version, vlen + 1);
+    } else {
+        memcpy(res->api_version, res->version, vlen + 1);
+    }
+    atomic_init(&res->kind, NULL);
+    return res;
+}
+
+kb_resource_t *kb_resource_ref(kb_resource_t *res) {
+    atomic_fetch_add_explicit(&res->refcnt, 1, memory_order_relaxed);
+    return res;
+}
+
+void kb_resource_unref(kb_resource_t *res) {
+    if (!res || atomic_fetch_sub_explicit(&res->refcnt, 1, memory_order_acq_rel) != 1)
+        return;
+    free(res->cluster);
+    free(res->informer);
+    free(res->group);
+    free(res->version);
+    free(res->resource);
+    free(res->api_version);
+    free(atomic_load(&res->kind));
+    free(res);
+}
+
+void kb_resource_set_kind(kb_resource_t *res, const char *kind, size_t len) {
+    if (atomic_load(&res->kind))
+        return;
+    char *k = kb_strndup(kind, len);
+    char *expected = NULL;
+    if (!atomic_compare_exchange_strong(&res->kind, &expected, k))
+        free(k);
+}
+
+const char *kb_resource_kind(const kb_resource_t *res) {
+    const char *k = atomic_load(&((kb_resource_t *)res)->kind);
+    return k ? k : "";
+}
+
+uint64_t kb_rv_parse(const char *rv, size_t len) {
+    if (len == 0 || len > 19)
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (rv[i] < '0' || rv[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(rv[i] - '0');
+    }
+    return v;
+}
+
+static char *kb_put(char *p, const char *s, size_t n) {
+    if (n)
+        memcpy(p, s, n);
+    p[n] = '\0';
+    return p + n + 1;
+}
+
+kb_event_t *kb_event_new(const kb_event_init_t *in) {
+    size_t key_len = in->ns_len ? in->ns_len + 1 + in->name_len : in->name_len;
+    size_t strs = key_len + 1 + in->ns_len + 1 + in->name_len + 1 + in->uid_len + 1 + in->rv_len + 1 +
+                  in->obj_len + 1;
+    kb_event_t *ev = kb_malloc(sizeof(*ev) + strs);
+    memset(ev, 0, sizeof(*ev));
+    atomic_init(&ev->refcnt, 1);
+    ev->type = in->type;
+    ev->final_state_unknown = in->final_state_unknown;
+    ev->res = kb_resource_ref(in->res);
+    char *p = (char *)(ev + 1);
+
+    ev->key = p;
+    if (in->ns_len) {
+        memcpy(p, in->ns, in->ns_len);
+        p[in->ns_len] = '/';
+        p = kb_put(p + in->ns_len + 1, in->name, in->name_len);
+    } else {
+        p = kb_put(p, in->name, in->name_len);
+    }
+    ev->key_len = key_len;
+    ev->ns = p;
+    p = kb_put(p, in->ns, in->ns_len);
+    ev->ns_len = in->ns_len;
+    ev->name = p;
+    p = kb_put(p, in->name, in->name_len);
+    ev->name_len = in->name_len;
+    ev->uid = p;
+    p = kb_put(p, in->uid, in->uid_len);
+    ev->uid_len = in->uid_len;
+    ev->rv = p;
+    p = kb_put(p, in->rv, in->rv_len);
+    ev->rv_len = in->rv_len;
+    ev->obj = p;
+    kb_put(p, in->obj, in->obj_len);
+    ev->obj_len = in->obj_len;
+
+    ev->labels_off = in->labels_off;
+    ev->labels_len = in->labels_len;
+    ev->rv_num = kb_rv_parse(in->rv, in->rv_len);
+    ev->key_hash = kb_fnv1a64(ev->key, key_len);
+    ev->observed_ns = in->observed_ns;
+    ev->read_mono_ns = in->read_mono_ns;
+    return ev;
+}
+
+kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool final_state_unknown) {
+    kb_event_init_t in = {
+        .type = type,
+        .final_state_unknown = final_state_unknown,
+        .res = ev->res,
+        .ns = ev->ns, .ns_len = ev->ns_len,
+        .name = ev->name, .name_len = ev->name_len,
+        .uid = ev->uid, .uid_len = ev->uid_len,
+        .rv = ev->rv, .rv_len = ev->rv_len,
+        .obj = ev->obj, .obj_len = ev->obj_len,
+        .labels_off = ev->labels_off, .labels_len = ev->labels_len,
+        .observed_ns = ev->observed_ns,
+        .read_mono_ns = ev->read_mono_ns,
+    };
+    kb_event_t *copy = kb_event_new(&in);
+    copy->seq = ev->seq;
+    return copy;
+}
+
+kb_event_t *kb_event_ref(kb_event_t *ev) {
+    atomic_fetch_add_explicit(&ev->refcnt, 1, memory_order_relaxed);
+    return ev;
+}
+
+void kb_event_unref(kb_event_t *ev) {
+    if (!ev || atomic_fetch_sub_explicit(&ev->refcnt, 1, memory_order_acq_rel) != 1)
+        return;
+    kb_resource_unref(ev->res);
+    free(ev);
+}
+
+size_t kb_event_size(const kb_event_t *ev) {
+    return sizeof(*ev) + ev->key_len + ev->ns_len + ev->name_len + ev->uid_len + ev->rv_len + ev->obj_len + 6;
+}

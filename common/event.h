@@ -1,0 +1,110 @@
+/* common/event.h — one change of one Kubernetes object: the unit that flows
+ * from the informer to the sinks.
+ *
+ * An event is immutable after kb_event_new() and reference-counted; it is
+ * created by the informer's reflector thread and shared by the DeltaFIFO,
+ * the indexer (the cached state of a key is the last event for it) and the
+ * sinks. Any thread may ref/unref. All strings and the object bytes live in
+ * the same allocation as the struct.
+ *
+ * The object bytes are compact JSON, already shaped for output: kind and
+ * apiVersion filled in, drop_fields removed, redact_fields masked. Sinks
+ * hand them on without parsing them again.
+ *
+ * kb_resource_t is the identity of what an informer watches (cluster, GVR,
+ * kind); every event holds a reference to it, so a sink may outlive the
+ * informer that produced its queued events (hot reload).
+ */
+#ifndef KB_COMMON_EVENT_H
+#define KB_COMMON_EVENT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    KB_EV_ADDED = 0,
+    KB_EV_MODIFIED = 1,
+    KB_EV_DELETED = 2,
+    KB_EV_SYNC = 3,
+    KB_EV_SNAPSHOT = 4,
+} kb_event_type_t;
+
+#define KB_EV_TYPE_COUNT 5
+#define KB_EV_TYPE_MASK_ALL ((1u << KB_EV_TYPE_COUNT) - 1)
+
+/* "ADDED", … "SNAPSHOT". */
+const char *kb_event_type_name(kb_event_type_t type);
+/* "added", … for CloudEvents types. */
+const char *kb_event_type_lower(kb_event_type_t type);
+/* Parse an upper-case type name; -1 if unknown. */
+int kb_event_type_parse(const char *s, size_t n);
+
+typedef struct kb_resource {
+    _Atomic unsigned refcnt;
+    char *cluster;     /* cluster.name */
+    char *informer;    /* informer name from the config */
+    char *group;       /* "" for the core group */
+    char *version;     /* "v1" */
+    char *resource;    /* plural, "pods" */
+    char *api_version; /* "v1" or "apps/v1" */
+    _Atomic(char *) kind; /* "Pod": learned from the server; NULL until the first list. Set once. */
+} kb_resource_t;
+
+kb_resource_t *kb_resource_new(const char *cluster, const char *informer, const char *group,
+                               const char *version, const char *resource);
+kb_resource_t *kb_resource_ref(kb_resource_t *res);
+void kb_resource_unref(kb_resource_t *res);
+/* Set the kind once (later calls with a different kind are ignored). Thread-safe. */
+void kb_resource_set_kind(kb_resource_t *res, const char *kind, size_t len);
+/* The kind, or "" while unknown. The pointer stays valid for the resource's life. */
+const char *kb_resource_kind(const kb_resource_t *res);
+
+typedef struct kb_event {
+    _Atomic unsigned refcnt;
+    kb_event_type_t type;
+    bool final_state_unknown; /* DELETED synthesized by a relist/restart diff */
+    kb_resource_t *res;       /* reference held */
+    const char *key;          /* "namespace/name", or "name" when cluster-scoped */
+    const char *ns;           /* "" when cluster-scoped */
+    const char *name;
+    const char *uid;
+    const char *rv;           /* resourceVersion as the server sent it (opaque) */
+    size_t key_len, ns_len, name_len, uid_len, rv_len;
+    uint64_t rv_num;          /* rv as a number if it is decimal, else 0 (only to refuse going back) */
+    uint64_t key_hash;        /* kb_fnv1a64 of key */
+    int64_t observed_ns;      /* CLOCK_REALTIME when the change was read */
+    int64_t read_mono_ns;     /* CLOCK_MONOTONIC when the bytes came off the wire (latency) */
+    uint64_t seq;             /* per-informer sequence, set by the informer before enqueue */
+    const char *obj;          /* compact JSON object; NUL-terminated */
+    size_t obj_len;
+    size_t labels_off, labels_len; /* span of metadata.labels' JSON object in obj; len 0 if none */
+} kb_event_t;
+
+typedef struct kb_event_init {
+    kb_event_type_t type;
+    bool final_state_unknown;
+    kb_resource_t *res; /* borrowed; the event takes its own reference */
+    const char *ns; size_t ns_len;
+    const char *name; size_t name_len;
+    const char *uid; size_t uid_len;
+    const char *rv; size_t rv_len;
+    const char *obj; size_t obj_len;
+    size_t labels_off, labels_len;
+    int64_t observed_ns, read_mono_ns;
+} kb_event_init_t;
+
+/* Copy everything into one allocation; refcount 1. */
+kb_event_t *kb_event_new(const kb_event_init_t *init);
+/* A copy of ev with another type (and finalStateUnknown flag); refcount 1. */
+kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool final_state_unknown);
+kb_event_t *kb_event_ref(kb_event_t *ev);
+void kb_event_unref(kb_event_t *ev); /* NULL is a no-op */
+/* Bytes this event occupies in memory (for queue and cache accounting). */
+size_t kb_event_size(const kb_event_t *ev);
+
+/* "123" → 123; anything not a plain decimal fitting in 64 bits → 0. */
+uint64_t kb_rv_parse(const char *rv, size_t len);
+
+#endif

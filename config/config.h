@@ -1,0 +1,140 @@
+/* config/config.h — the loaded configuration: immutable once returned.
+ *
+ * kb_config_load() reads a libconfig file, applies defaults, and validates
+ * everything that can be validated without touching the network: unknown
+ * keys, types, ranges, enum values, duplicate names, routes that name an
+ * unknown informer or sink, bad templates. On error it returns NULL and
+ * writes "FILE:LINE: what is wrong" (naming the key or value) to errstr.
+ *
+ * One table (config/table.c) lists every key with its type, default, range
+ * and doc string; it drives loading, validation, `kbridge --help-config` and
+ * docs/configuration.md. The result is passed down explicitly, never global.
+ * Thread: any; the struct is read-only after load, so readers need no lock.
+ */
+#ifndef KB_CONFIG_CONFIG_H
+#define KB_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { KB_COMPACTION_NONE = 0, KB_COMPACTION_LATEST = 1 } kb_compaction_t;
+typedef enum { KB_SINK_FILE = 0, KB_SINK_KAFKA = 1, KB_SINK_MQTT = 2 } kb_sink_type_t;
+typedef enum { KB_FORMAT_JSON = 0, KB_FORMAT_CE_STRUCTURED = 1, KB_FORMAT_CE_BINARY = 2 } kb_format_t;
+typedef enum { KB_MODE_EVENTS = 0, KB_MODE_STATE = 1 } kb_mode_t;
+
+typedef struct kb_strlist {
+    char **v;   /* n strings, owned */
+    size_t n;
+} kb_strlist_t;
+
+typedef struct kb_kv {
+    char *key;
+    char *value; /* numbers and booleans are kept in their text form ("5", "true") */
+    int line;
+} kb_kv_t;
+
+typedef struct kb_config_cluster {
+    char *name;          /* "default" */
+    char *server;        /* "" = use kubeconfig / in-cluster */
+    char *kubeconfig;    /* "" */
+    char *context;       /* "" = current-context */
+    bool in_cluster;
+    char *token_file;
+    char *ca_file, *client_cert, *client_key;
+    bool insecure_skip_tls_verify;
+    double qps;          /* 50.0 */
+    int burst;           /* 100 */
+} kb_config_cluster_t;
+
+typedef struct kb_config_informer {
+    char *name;
+    char *group;         /* "" = core */
+    char *version;       /* "v1" */
+    char *resource;      /* required */
+    kb_strlist_t namespaces;      /* empty = all */
+    char *label_selector, *field_selector;
+    int page_size;       /* 500, 1..100000 */
+    int resync_seconds;  /* 0 = off */
+    int shards;          /* 4, 1..256 */
+    kb_compaction_t compaction;
+    kb_strlist_t drop_fields;     /* default [ "metadata.managedFields" ] */
+    kb_strlist_t redact_fields;   /* default [] */
+    bool redact_fields_set;       /* the key was present in the file */
+    int64_t queue_bytes;          /* 64 MiB: the bound over all shards' queues */
+    int line;                     /* where the informer's group starts */
+} kb_config_informer_t;
+
+typedef struct kb_config_sink {
+    char *name;
+    kb_sink_type_t type;
+    int line;
+    /* file */
+    char *path;          /* "-" = stdout */
+    /* kafka */
+    char *brokers;
+    kb_kv_t *properties; size_t n_properties; /* passed to librdkafka as-is */
+    bool transactional;
+    char *checkpoint_topic; /* "__kbridge_checkpoints" */
+    /* mqtt */
+    char *uri;
+    char *client_id;
+    int qos;             /* 1 */
+    int version;         /* 5, or 3 for MQTT 3.1.1 */
+    char *username, *password_file;
+    char *ca_file, *cert_file, *key_file;
+    int keepalive;       /* seconds, 30 */
+    int max_inflight;    /* 1000 */
+} kb_config_sink_t;
+
+#define KB_ROUTE_TYPES_ALL 0x1fu /* bit (1 << kb_event_type_t) */
+
+typedef struct kb_config_route {
+    char *name;          /* default "<informer>-<sink>-<index>" */
+    char *informer, *sink;
+    char *topic;         /* "" = the sink type's default */
+    char *key;           /* "{namespace}/{name}" */
+    uint32_t types;      /* bit mask over kb_event_type_t; default ADDED|MODIFIED|DELETED|SYNC|SNAPSHOT */
+    kb_strlist_t namespaces;
+    char *label_selector;
+    kb_format_t format;
+    kb_mode_t mode;
+    int line;
+} kb_config_route_t;
+
+typedef struct kb_config {
+    char *path;                    /* the file it came from */
+    kb_config_cluster_t cluster;
+    char *state_dir;               /* "" = memory only */
+    int shutdown_timeout;          /* seconds, 10 */
+    char *log_level;               /* "info" */
+    char *log_format;              /* "text" | "json" */
+    char *http_listen;             /* "127.0.0.1:9464"; "" = off */
+    char *http_token_file;
+    int sharding_replicas;         /* 1 */
+    int sharding_index;            /* 0; -1 = from $HOSTNAME's StatefulSet ordinal (resolved at load) */
+    kb_config_informer_t *informers; size_t n_informers;
+    kb_config_sink_t *sinks; size_t n_sinks;
+    kb_config_route_t *routes; size_t n_routes;
+} kb_config_t;
+
+/* Load and validate. NULL on error with "FILE:LINE: message" in errstr. */
+kb_config_t *kb_config_load(const char *path, char *errstr, size_t errstr_size);
+/* Same, from text in memory (path is only used in messages). */
+kb_config_t *kb_config_load_string(const char *text, const char *path, char *errstr, size_t errstr_size);
+void kb_config_free(kb_config_t *cfg); /* NULL is a no-op */
+
+/* Human summary for --check: cluster, informers, sinks, routes. */
+void kb_config_summary(const kb_config_t *cfg, FILE *out);
+/* Every key with type, default and doc (for --help-config); markdown when md. */
+void kb_config_print_reference(FILE *out, bool md);
+
+const kb_config_informer_t *kb_config_find_informer(const kb_config_t *cfg, const char *name);
+const kb_config_sink_t *kb_config_find_sink(const kb_config_t *cfg, const char *name);
+
+const char *kb_sink_type_name(kb_sink_type_t t);
+const char *kb_format_name(kb_format_t f);
+const char *kb_mode_name(kb_mode_t m);
+
+#endif

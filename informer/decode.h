@@ -1,0 +1,113 @@
+/* informer/decode.h — from API-server bytes to what an event needs.
+ *
+ * Three shapes arrive from the API server: a watch frame
+ * {"type":"MODIFIED","object":{…}}, a list page
+ * {"kind":"PodList","metadata":{"resourceVersion":…,"continue":…},"items":[…]},
+ * and a Status (errors). The first two are on the hot path and are decoded
+ * with the raw scanner of json.h; Status is rare and may use jansson.
+ *
+ * kb_decode_object() reads one object's identity (namespace, name, uid,
+ * resourceVersion, kind, apiVersion, labels) and writes its output form into
+ * a buffer in the same pass: compact (insignificant whitespace removed),
+ * kind and apiVersion inserted first when missing (list items lack them),
+ * drop paths removed, redact paths' values replaced by "<redacted>".
+ *
+ * Paths: dot-separated member names; a segment in brackets is taken whole,
+ * so a key with dots can be named:
+ *   metadata.managedFields
+ *   metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]
+ *   data                        (every member of a Secret's data)
+ * When a path reaches an array, the rest of the path applies to each element
+ * (spec.containers.env drops env from every container).
+ *
+ * Thread-safety: a kb_transform_t is immutable after kb_transform_new() and
+ * may be shared by threads. Everything else works on caller memory.
+ */
+#ifndef KB_INFORMER_DECODE_H
+#define KB_INFORMER_DECODE_H
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "informer/json.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kb_transform kb_transform_t;
+
+/* Compile drop and redact paths. NULL on a bad path, with the reason in errstr. */
+kb_transform_t *kb_transform_new(const char *const *drop, size_t n_drop, const char *const *redact,
+                                 size_t n_redact, char *errstr, size_t errstr_size);
+void kb_transform_free(kb_transform_t *tf);
+/* Check one path's syntax (used by the config loader). */
+bool kb_transform_path_valid(const char *path, char *errstr, size_t errstr_size);
+
+/* Identity of one object; spans are offsets into the OUTPUT buffer of
+ * kb_decode_object() (so they stay valid when it is reallocated). */
+typedef struct kb_objmeta {
+    kb_span_t ns, name, uid, rv;  /* string contents, quotes excluded; escapes
+                                     never occur in these fields in practice and
+                                     are refused (KB_ERR_PARSE) */
+    kb_span_t kind, api_version;  /* string contents in the output */
+    kb_span_t labels;             /* the metadata.labels object, braces included; len 0 if none */
+    bool had_kind;                /* kind and apiVersion were present in the input */
+} kb_objmeta_t;
+
+/* Decode obj[0..len) (one JSON object) and append its output form to out.
+ * kind/api_version are inserted when the input lacks them (pass NULL to
+ * insert nothing). Spans in *meta are offsets from the start of out.
+ * KB_ERR_PARSE with a reason in errstr if it is not a valid object or its
+ * metadata.name is missing. */
+kb_err_t kb_decode_object(const kb_transform_t *tf, const char *obj, size_t len, const char *kind,
+                          const char *api_version, kb_buf_t *out, kb_objmeta_t *meta, char *errstr,
+                          size_t errstr_size);
+
+typedef enum {
+    KB_WATCH_ADDED,
+    KB_WATCH_MODIFIED,
+    KB_WATCH_DELETED,
+    KB_WATCH_BOOKMARK,
+    KB_WATCH_ERROR,
+} kb_watch_type_t;
+
+typedef struct kb_watch_frame {
+    kb_watch_type_t type;
+    kb_span_t object; /* the "object" value, braces included, offsets into the frame */
+} kb_watch_frame_t;
+
+/* Split one watch frame (a JSON object). KB_ERR_PARSE for invalid JSON, a
+ * missing/unknown type or a missing object. */
+kb_err_t kb_decode_watch_frame(const char *frame, size_t len, kb_watch_frame_t *out, char *errstr,
+                               size_t errstr_size);
+
+/* The resourceVersion of a bookmark object (or any object): its
+ * metadata.resourceVersion contents. False if absent. */
+bool kb_decode_object_rv(const char *obj, size_t len, kb_span_t *rv);
+
+typedef struct kb_list_page {
+    kb_span_t kind;      /* "PodList" (contents) */
+    kb_span_t rv;        /* metadata.resourceVersion (contents) */
+    kb_span_t cont;      /* metadata.continue (contents); len 0 if none/empty */
+    kb_span_t *items;    /* each item object, braces included; malloc'd, free with kb_list_page_fini */
+    size_t n_items;
+    size_t cap_items;
+} kb_list_page_t;
+
+/* Decode a list response body. Offsets refer to body. */
+kb_err_t kb_decode_list(const char *body, size_t len, kb_list_page_t *page, char *errstr, size_t errstr_size);
+void kb_list_page_fini(kb_list_page_t *page);
+
+/* A Kubernetes Status (error body or ERROR event object). */
+typedef struct kb_status {
+    int code;             /* "code", 0 if absent */
+    char reason[64];      /* "Expired", "Gone", "Timeout", … ("" if absent) */
+    char message[512];
+    char cause_reason[64];/* details.causes[0].reason ("ResourceVersionTooLarge") */
+    int retry_after;      /* details.retryAfterSeconds, 0 if absent */
+} kb_status_t;
+
+/* Parse a Status; fields absent are left empty. KB_ERR_PARSE if not JSON. */
+kb_err_t kb_decode_status(const char *buf, size_t len, kb_status_t *st);
+
+#endif

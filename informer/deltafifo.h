@@ -1,0 +1,83 @@
+/* informer/deltafifo.h — one shard's queue of pending changes, per key.
+ *
+ * Keys wait in FIFO order; each key holds the list of its pending events
+ * (deltas), oldest first. A key keeps its queue slot while more deltas
+ * arrive for it; pop hands out all pending deltas of the oldest key at once,
+ * so one key is never processed by two pops at the same time and per-key
+ * order holds by construction.
+ *
+ * Compaction (SPEC §6), applied on push to the deltas still queued:
+ *   NONE:   every event is kept.
+ *   LATEST: Added + Modified…   → Added(latest)
+ *           Modified + Modified → Modified(latest)
+ *           Sync/Snapshot + X   → X
+ *           …+ Deleted          → Deleted (latest object); an Added still
+ *                                 queued and then Deleted vanishes entirely
+ *                                 (the key leaves the queue if nothing remains)
+ *           Deleted + Added     → both kept (a new uid is a new object)
+ *
+ * Bounded in bytes (kb_event_size): push blocks while the queue holds more
+ * than max_bytes, which stops the reflector reading its socket (TCP
+ * backpressure). An event is always accepted into an empty queue, however
+ * large, so a huge object cannot wedge it.
+ *
+ * Threads: any number of pushers, one popper (the shard's worker).
+ * Locks: one mutex per fifo (fifo->mtx), never held while calling out.
+ */
+#ifndef KB_INFORMER_DELTAFIFO_H
+#define KB_INFORMER_DELTAFIFO_H
+
+#include "common/err.h"
+#include "common/event.h"
+#include "config/config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kb_deltafifo kb_deltafifo_t;
+
+typedef struct kb_deltas {
+    kb_event_t **ev; /* n events of one key, oldest first; references owned */
+    size_t n;
+    size_t cap;
+} kb_deltas_t;
+
+void kb_deltas_init(kb_deltas_t *d);
+void kb_deltas_fini(kb_deltas_t *d); /* unrefs the events */
+
+kb_deltafifo_t *kb_deltafifo_new(kb_compaction_t mode, size_t max_bytes);
+/* Frees whatever is still queued. NULL is a no-op. */
+void kb_deltafifo_destroy(kb_deltafifo_t *fifo);
+
+/* Queue ev (always consumes the reference, also on error). Waits up to
+ * timeout_ms (-1 forever) while the queue is over its byte bound. Returns
+ * KB_OK, KB_ERR_TIMEDOUT (ev dropped — the caller decides), or KB_ERR_CLOSED.
+ * Thread: any. Locks: fifo->mtx. */
+kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms);
+
+/* Move all pending deltas of the oldest key into *out (which must be empty;
+ * reuse it after kb_deltas_fini). Waits up to timeout_ms (-1 forever).
+ * Returns KB_OK, KB_ERR_TIMEDOUT, or KB_ERR_CLOSED once closed and empty.
+ * Thread: the shard's worker. Locks: fifo->mtx. */
+kb_err_t kb_deltafifo_pop(kb_deltafifo_t *fifo, kb_deltas_t *out, int timeout_ms);
+
+/* True if key has deltas waiting (resync skips such keys). Thread: any. */
+bool kb_deltafifo_has_pending(kb_deltafifo_t *fifo, const char *key, size_t len, uint64_t hash);
+
+/* Wake all waiters; pushes fail with KB_ERR_CLOSED; pops drain what is left
+ * and then return KB_ERR_CLOSED. Thread: any. */
+void kb_deltafifo_close(kb_deltafifo_t *fifo);
+
+typedef struct kb_deltafifo_stats {
+    size_t keys;        /* keys waiting */
+    size_t deltas;      /* events waiting */
+    size_t bytes;       /* kb_event_size sum of events waiting */
+    uint64_t pushed;    /* events accepted */
+    uint64_t compacted; /* events merged away by LATEST */
+    uint64_t full_waits;/* pushes that had to wait for room */
+} kb_deltafifo_stats_t;
+
+void kb_deltafifo_stats(kb_deltafifo_t *fifo, kb_deltafifo_stats_t *st);
+
+#endif

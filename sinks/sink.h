@@ -1,0 +1,94 @@
+/* sinks/sink.h — the one interface every sink implements (file, Kafka, MQTT).
+ *
+ * A sink is an ops table plus opaque state. The bridge creates each
+ * configured sink once, hands it messages from the shard workers, and
+ * destroys it at shutdown (after kb_sink_stop has flushed it).
+ *
+ * Delivery contract (the checkpoint rests on it):
+ *   - produce() returns KB_OK once the sink has taken responsibility for the
+ *     message; its ack callback is then called EXACTLY once, with KB_OK when
+ *     the destination acknowledged it (fsync'd write / Kafka delivery report
+ *     / PUBACK or PUBCOMP), or with an error when the sink gave up for good.
+ *     The ack may run before produce() returns, on any thread.
+ *   - produce() returning an error means the ack will never be called.
+ *   - Messages of one topic+key are acknowledged in the order produced.
+ *   - produce() may block up to timeout_ms when the sink's own bounded
+ *     buffer is full (backpressure); then it returns KB_ERR_FULL.
+ *
+ * Threads: produce() is called concurrently by the shard workers; sinks lock
+ * internally. stop/destroy are called by the bridge's main thread only.
+ */
+#ifndef KB_SINKS_SINK_H
+#define KB_SINKS_SINK_H
+
+#include "common/err.h"
+#include "common/event.h"
+#include "config/config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*kb_ack_fn)(void *opaque, kb_err_t err);
+
+typedef struct kb_msg {
+    kb_event_t *ev;         /* borrowed for the call; a sink that keeps it takes kb_event_ref */
+    const char *topic;      /* rendered topic (NUL-terminated; "" for the file sink) */
+    size_t topic_len;
+    const char *key;        /* rendered key (NUL-terminated) */
+    size_t key_len;
+    kb_format_t format;
+    kb_mode_t mode;
+    const char *route;      /* route name, for logs and metrics */
+    kb_ack_fn ack;
+    void *ack_opaque;
+} kb_msg_t;
+
+typedef struct kb_sink_stats {
+    uint64_t produced;   /* messages accepted by produce() */
+    uint64_t acked;      /* acks with KB_OK */
+    uint64_t failed;     /* acks with an error */
+    uint64_t retries;    /* re-sends after a transient failure */
+    uint64_t queue_bytes;/* bytes waiting inside the sink */
+    bool connected;
+} kb_sink_stats_t;
+
+typedef struct kb_sink_ops {
+    const char *type; /* "file", "kafka", "mqtt" */
+    /* Check a sink's settings without connecting anywhere (used by --check
+     * and before start). Errors as "FILE:LINE: key: reason". */
+    kb_err_t (*validate)(const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr,
+                         size_t errstr_size);
+    kb_err_t (*create)(const kb_config_sink_t *conf, const kb_config_t *cfg, void **state, char *errstr,
+                       size_t errstr_size);
+    kb_err_t (*produce)(void *state, const kb_msg_t *msg, int timeout_ms);
+    /* Wait until everything produced is acked or timeout; KB_ERR_TIMEDOUT if not. */
+    kb_err_t (*flush)(void *state, int timeout_ms);
+    void (*stats)(void *state, kb_sink_stats_t *st);
+    void (*destroy)(void *state); /* after flush; must not block long */
+} kb_sink_ops_t;
+
+typedef struct kb_sink {
+    const kb_sink_ops_t *ops;
+    void *state;
+    char *name;
+    const kb_config_sink_t *conf; /* borrowed from the config that created it */
+} kb_sink_t;
+
+/* The ops table for a type, or NULL. */
+const kb_sink_ops_t *kb_sink_ops_for(kb_sink_type_t type);
+
+kb_err_t kb_sink_validate(const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr, size_t errstr_size);
+kb_sink_t *kb_sink_create(const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr, size_t errstr_size);
+static inline kb_err_t kb_sink_produce(kb_sink_t *sink, const kb_msg_t *msg, int timeout_ms) {
+    return sink->ops->produce(sink->state, msg, timeout_ms);
+}
+/* Flush up to timeout_ms, then destroy. NULL is a no-op. */
+kb_err_t kb_sink_stop(kb_sink_t *sink, int timeout_ms);
+void kb_sink_destroy(kb_sink_t *sink);
+
+extern const kb_sink_ops_t kb_sink_file_ops;
+extern const kb_sink_ops_t kb_sink_kafka_ops;
+extern const kb_sink_ops_t kb_sink_mqtt_ops;
+
+#endif
