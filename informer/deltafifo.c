@@ -1,0 +1,365 @@
+/* informer/deltafifo.c — per-key delta queue with compaction and a byte bound
+ * (see deltafifo.h).
+ *
+ * Design: a strmap key → node, and the nodes linked in an intrusive doubly
+ * linked list in queue order. A node holds one key's pending deltas, so
+ * push (lookup + append or link at the tail), pop (unlink the head) and
+ * "drop a key whose deltas all compacted away" (unlink from the middle) are
+ * all O(1) apart from the per-key merge, which only looks at the last delta.
+ *
+ * Invariants, all under fifo->mtx:
+ *   - a key is in the map iff its node is in the list iff it has ≥1 delta;
+ *   - a key keeps its place in the list while deltas arrive for it; a key
+ *     that is popped, or compacted down to nothing, goes to the tail when it
+ *     comes back (client-go's DeltaFIFO: no line-jumping back);
+ *   - bytes and deltas are the sums over all nodes.
+ * Events are immutable, so a merge builds its replacement with
+ * kb_event_retype() and releases the events it replaces.
+ *
+ * Threads: pushers (reflector, resync) block on room_cv while the queue is
+ * over its byte bound; the single popper blocks on data_cv while it is empty.
+ * Both condition variables run on CLOCK_MONOTONIC so timeouts survive wall
+ * clock jumps. Nothing is called out under the lock except kb_event_* (plain
+ * memory operations).
+ */
+#include "informer/deltafifo.h"
+
+#include "common/alloc.h"
+#include "common/strmap.h"
+#include "common/time.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kb_dfnode {
+    struct kb_dfnode *prev, *next; /* queue order; head is the oldest key */
+    kb_deltas_t deltas;            /* ≥1 pending event of this key, oldest first */
+    size_t bytes;                  /* kb_event_size sum of deltas */
+    uint64_t hash;                 /* kb_fnv1a64 of key */
+    size_t key_len;
+    char key[];                    /* the key, NUL-terminated (the map holds its own copy) */
+} kb_dfnode_t;
+
+struct kb_deltafifo {
+    pthread_mutex_t mtx;      /* guards everything below */
+    pthread_cond_t data_cv;   /* signalled when a key is queued or on close (the popper waits) */
+    pthread_cond_t room_cv;   /* broadcast when bytes fall to max_bytes or on close (pushers wait) */
+    kb_strmap_t *keys;        /* key → kb_dfnode_t*, owned nodes */
+    kb_dfnode_t *head, *tail; /* queue of keys */
+    kb_compaction_t mode;     /* fixed at creation */
+    size_t max_bytes;         /* push waits while bytes > max_bytes */
+    size_t bytes;             /* kb_event_size sum of all queued events */
+    size_t deltas;            /* queued events */
+    unsigned room_waiters;    /* pushers inside a wait on room_cv */
+    bool closed;              /* set once by close; never cleared */
+    uint64_t pushed, compacted, full_waits; /* counters for stats */
+};
+
+void kb_deltas_init(kb_deltas_t *d) {
+    d->ev = NULL;
+    d->n = 0;
+    d->cap = 0;
+}
+
+void kb_deltas_fini(kb_deltas_t *d) {
+    for (size_t i = 0; i < d->n; i++)
+        kb_event_unref(d->ev[i]);
+    free(d->ev);
+    kb_deltas_init(d);
+}
+
+static void kb_cond_init_monotonic(pthread_cond_t *cv) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+kb_deltafifo_t *kb_deltafifo_new(kb_compaction_t mode, size_t max_bytes) {
+    kb_deltafifo_t *fifo = kb_calloc(1, sizeof(*fifo));
+    pthread_mutex_init(&fifo->mtx, NULL);
+    kb_cond_init_monotonic(&fifo->data_cv);
+    kb_cond_init_monotonic(&fifo->room_cv);
+    fifo->keys = kb_strmap_new(64);
+    fifo->mode = mode;
+    fifo->max_bytes = max_bytes;
+    return fifo;
+}
+
+static void kb_dfnode_free(kb_dfnode_t *node) {
+    kb_deltas_fini(&node->deltas);
+    free(node);
+}
+
+void kb_deltafifo_destroy(kb_deltafifo_t *fifo) {
+    if (!fifo)
+        return;
+    for (kb_dfnode_t *node = fifo->head, *next; node; node = next) {
+        next = node->next;
+        kb_dfnode_free(node);
+    }
+    kb_strmap_destroy(fifo->keys);
+    pthread_cond_destroy(&fifo->data_cv);
+    pthread_cond_destroy(&fifo->room_cv);
+    pthread_mutex_destroy(&fifo->mtx);
+    free(fifo);
+}
+
+/* --- one key's deltas (fifo->mtx held) ----------------------------------- */
+
+static void kb_df_append(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev) {
+    kb_deltas_t *d = &node->deltas;
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 2;
+        d->ev = kb_realloc(d->ev, d->cap * sizeof(*d->ev));
+    }
+    d->ev[d->n++] = ev;
+    size_t sz = kb_event_size(ev);
+    node->bytes += sz;
+    fifo->bytes += sz;
+    fifo->deltas++;
+}
+
+static void kb_df_drop_last(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
+    kb_event_t *ev = node->deltas.ev[--node->deltas.n];
+    size_t sz = kb_event_size(ev);
+    node->bytes -= sz;
+    fifo->bytes -= sz;
+    fifo->deltas--;
+    kb_event_unref(ev);
+}
+
+/* Replace the last delta with ev retyped as type (consumes ev). */
+static void kb_df_replace_last(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev, kb_event_type_t type) {
+    kb_df_drop_last(fifo, node);
+    if (ev->type != type) {
+        kb_event_t *copy = kb_event_retype(ev, type, ev->final_state_unknown);
+        kb_event_unref(ev);
+        ev = copy;
+    }
+    kb_df_append(fifo, node, ev);
+}
+
+static bool kb_same_uid(const kb_event_t *a, const kb_event_t *b) {
+    return a->uid_len == b->uid_len && !memcmp(a->uid, b->uid, a->uid_len);
+}
+
+/* LATEST: fold ev into the key's pending deltas, looking at the newest one
+ * (consumes ev). The loop runs again only after a delta was dropped, so it
+ * ends after at most n + 1 rounds. */
+static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev) {
+    kb_deltas_t *d = &node->deltas;
+    for (;;) {
+        if (d->n == 0) {
+            kb_df_append(fifo, node, ev);
+            return;
+        }
+        kb_event_t *last = d->ev[d->n - 1];
+        if (last->type == KB_EV_SYNC || last->type == KB_EV_SNAPSHOT) {
+            /* Sync/Snapshot + X → X. */
+            kb_df_drop_last(fifo, node);
+            continue;
+        }
+        switch (ev->type) {
+        case KB_EV_SYNC:
+        case KB_EV_SNAPSHOT:
+            /* A pending Added/Modified already delivers the state. */
+            if (last->type != KB_EV_DELETED) {
+                kb_event_unref(ev);
+                return;
+            }
+            break;
+        case KB_EV_MODIFIED:
+            /* Added + Modified → Added(latest); Modified + Modified → Modified(latest). */
+            if (last->type != KB_EV_DELETED) {
+                kb_df_replace_last(fifo, node, ev, last->type);
+                return;
+            }
+            break;
+        case KB_EV_ADDED:
+            /* Deleted + Added stays two; so does another uid without a delete between. */
+            if (last->type != KB_EV_DELETED && kb_same_uid(last, ev)) {
+                kb_df_replace_last(fifo, node, ev, last->type);
+                return;
+            }
+            break;
+        case KB_EV_DELETED:
+            if (last->type == KB_EV_ADDED) {
+                /* Never delivered, now gone: both vanish. Anything older that
+                 * is not itself a delete still needs this Deleted. */
+                kb_df_drop_last(fifo, node);
+                if (d->n > 0 && d->ev[d->n - 1]->type != KB_EV_DELETED)
+                    continue;
+                kb_event_unref(ev);
+                return;
+            }
+            if (last->type == KB_EV_MODIFIED) {
+                kb_df_drop_last(fifo, node);
+                continue;
+            }
+            /* Deleted + Deleted → one; a real delete beats a relist tombstone. */
+            if (ev->final_state_unknown && !last->final_state_unknown)
+                kb_event_unref(ev);
+            else
+                kb_df_replace_last(fifo, node, ev, KB_EV_DELETED);
+            return;
+        }
+        kb_df_append(fifo, node, ev);
+        return;
+    }
+}
+
+/* --- the queue of keys (fifo->mtx held) ---------------------------------- */
+
+static void kb_df_link_tail(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
+    node->next = NULL;
+    node->prev = fifo->tail;
+    if (fifo->tail)
+        fifo->tail->next = node;
+    else
+        fifo->head = node;
+    fifo->tail = node;
+}
+
+static void kb_df_unlink(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
+    if (node->prev)
+        node->prev->next = node->next;
+    else
+        fifo->head = node->next;
+    if (node->next)
+        node->next->prev = node->prev;
+    else
+        fifo->tail = node->prev;
+    kb_strmap_del(fifo->keys, node->key, node->key_len, node->hash);
+}
+
+/* Wait on cv until woken or the deadline passes; false on timeout. */
+static bool kb_df_wait(kb_deltafifo_t *fifo, pthread_cond_t *cv, int timeout_ms, const struct timespec *deadline) {
+    if (timeout_ms < 0) {
+        pthread_cond_wait(cv, &fifo->mtx);
+        return true;
+    }
+    return pthread_cond_timedwait(cv, &fifo->mtx, deadline) != ETIMEDOUT;
+}
+
+static bool kb_df_full(const kb_deltafifo_t *fifo) {
+    return fifo->bytes > fifo->max_bytes && fifo->deltas > 0;
+}
+
+static void kb_df_room_changed(kb_deltafifo_t *fifo) {
+    if (fifo->room_waiters && !kb_df_full(fifo))
+        pthread_cond_broadcast(&fifo->room_cv);
+}
+
+kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms) {
+    kb_err_t err = KB_OK;
+    pthread_mutex_lock(&fifo->mtx);
+    if (!fifo->closed && kb_df_full(fifo)) {
+        if (timeout_ms != 0)
+            fifo->full_waits++;
+        struct timespec deadline = {0, 0};
+        if (timeout_ms > 0)
+            deadline = kb_deadline_mono(timeout_ms);
+        fifo->room_waiters++;
+        while (!fifo->closed && kb_df_full(fifo)) {
+            if (timeout_ms == 0 || !kb_df_wait(fifo, &fifo->room_cv, timeout_ms, &deadline)) {
+                if (kb_df_full(fifo))
+                    err = KB_ERR_TIMEDOUT;
+                break;
+            }
+        }
+        fifo->room_waiters--;
+    }
+    if (fifo->closed)
+        err = KB_ERR_CLOSED;
+    if (err != KB_OK)
+        goto out;
+
+    kb_dfnode_t *node = kb_strmap_get(fifo->keys, ev->key, ev->key_len, ev->key_hash);
+    size_t before = fifo->deltas + 1;
+    size_t bytes_before = fifo->bytes;
+    if (!node) {
+        node = kb_calloc(1, sizeof(*node) + ev->key_len + 1);
+        memcpy(node->key, ev->key, ev->key_len);
+        node->key_len = ev->key_len;
+        node->hash = ev->key_hash;
+        kb_strmap_put(fifo->keys, node->key, node->key_len, node->hash, node);
+        kb_df_link_tail(fifo, node);
+    }
+    if (fifo->mode == KB_COMPACTION_LATEST)
+        kb_df_merge(fifo, node, ev);
+    else
+        kb_df_append(fifo, node, ev);
+    ev = NULL;
+    fifo->pushed++;
+    fifo->compacted += before - fifo->deltas;
+    if (node->deltas.n == 0) {
+        kb_df_unlink(fifo, node);
+        kb_dfnode_free(node);
+    }
+    if (fifo->head)
+        pthread_cond_signal(&fifo->data_cv);
+    if (fifo->bytes < bytes_before)
+        kb_df_room_changed(fifo);
+out:
+    pthread_mutex_unlock(&fifo->mtx);
+    kb_event_unref(ev);
+    return err;
+}
+
+kb_err_t kb_deltafifo_pop(kb_deltafifo_t *fifo, kb_deltas_t *out, int timeout_ms) {
+    KB_ASSERT(out->n == 0);
+    struct timespec deadline = {0, 0};
+    if (timeout_ms > 0)
+        deadline = kb_deadline_mono(timeout_ms);
+    pthread_mutex_lock(&fifo->mtx);
+    while (!fifo->head && !fifo->closed) {
+        if (timeout_ms == 0 || !kb_df_wait(fifo, &fifo->data_cv, timeout_ms, &deadline))
+            break;
+    }
+    kb_dfnode_t *node = fifo->head;
+    if (!node) {
+        kb_err_t err = fifo->closed ? KB_ERR_CLOSED : KB_ERR_TIMEDOUT;
+        pthread_mutex_unlock(&fifo->mtx);
+        return err;
+    }
+    kb_df_unlink(fifo, node);
+    fifo->bytes -= node->bytes;
+    fifo->deltas -= node->deltas.n;
+    kb_df_room_changed(fifo);
+    pthread_mutex_unlock(&fifo->mtx);
+
+    free(out->ev);
+    *out = node->deltas;
+    free(node);
+    return KB_OK;
+}
+
+bool kb_deltafifo_has_pending(kb_deltafifo_t *fifo, const char *key, size_t len, uint64_t hash) {
+    pthread_mutex_lock(&fifo->mtx);
+    bool pending = kb_strmap_get(fifo->keys, key, len, hash) != NULL;
+    pthread_mutex_unlock(&fifo->mtx);
+    return pending;
+}
+
+void kb_deltafifo_close(kb_deltafifo_t *fifo) {
+    pthread_mutex_lock(&fifo->mtx);
+    fifo->closed = true;
+    pthread_cond_broadcast(&fifo->data_cv);
+    pthread_cond_broadcast(&fifo->room_cv);
+    pthread_mutex_unlock(&fifo->mtx);
+}
+
+void kb_deltafifo_stats(kb_deltafifo_t *fifo, kb_deltafifo_stats_t *st) {
+    pthread_mutex_lock(&fifo->mtx);
+    st->keys = kb_strmap_count(fifo->keys);
+    st->deltas = fifo->deltas;
+    st->bytes = fifo->bytes;
+    st->pushed = fifo->pushed;
+    st->compacted = fifo->compacted;
+    st->full_waits = fifo->full_waits;
+    pthread_mutex_unlock(&fifo->mtx);
+}
