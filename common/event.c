@@ -87,13 +87,16 @@ const char *kb_resource_kind(const kb_resource_t *res) {
 }
 
 uint64_t kb_rv_parse(const char *rv, size_t len) {
-    if (len == 0 || len > 19)
+    if (len == 0)
         return 0;
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
         if (rv[i] < '0' || rv[i] > '9')
             return 0;
-        v = v * 10 + (uint64_t)(rv[i] - '0');
+        uint64_t d = (uint64_t)(rv[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0; /* does not fit in 64 bits */
+        v = v * 10 + d;
     }
     return v;
 }
