@@ -1,0 +1,60 @@
+/* informer/apiclient.h — HTTP requests to the Kubernetes API server (libcurl).
+ *
+ * One kb_apiclient_t per cluster holds what every request shares: the server
+ * URL, TLS material, the bearer token file and the User-Agent. Each request
+ * runs on the caller's thread with its own curl easy handle, so reflectors
+ * never share a connection or a lock. Responses are streamed to a callback
+ * (watch) or collected into a buffer (list pages, bounded by max_body).
+ *
+ * The bearer token is re-read from token_file when the file changes (bound
+ * service-account tokens rotate), and never logged.
+ *
+ * Thread-safety: kb_apiclient_t is immutable after creation except for the
+ * cached token, which is guarded by its own mutex. Requests may run
+ * concurrently on any threads.
+ */
+#ifndef KB_INFORMER_APICLIENT_H
+#define KB_INFORMER_APICLIENT_H
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "config/config.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct kb_apiclient kb_apiclient_t;
+
+kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errstr, size_t errstr_size);
+void kb_apiclient_destroy(kb_apiclient_t *api);
+const char *kb_apiclient_server(const kb_apiclient_t *api);
+
+/* Streamed body: called with each chunk as it arrives (status already known).
+ * Return false to abort the transfer. */
+typedef bool (*kb_api_body_fn)(void *opaque, const char *data, size_t len);
+
+typedef struct kb_api_response {
+    long status;          /* HTTP status, 0 if no response */
+    int retry_after;      /* Retry-After seconds, -1 if absent */
+    kb_err_t err;         /* transport result: KB_OK, KB_ERR_CONNECT, KB_ERR_TIMEDOUT, KB_ERR_STOPPED, KB_ERR_IO */
+    char errmsg[256];     /* curl's words for a transport error */
+    bool aborted;         /* the body callback returned false */
+} kb_api_response_t;
+
+/* GET path_and_query. When body_fn is NULL the body is appended to *body (up
+ * to max_body bytes; more → err KB_ERR_TOOBIG). When body_fn is set, bodies of
+ * 2xx responses go to it and error bodies still go to *body (for the Status).
+ * The transfer is aborted promptly once *stop becomes true (err KB_ERR_STOPPED).
+ * timeout_s bounds the whole request (0 = none; watches end by timeoutSeconds). */
+void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn, void *opaque,
+                      kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                      kb_api_response_t *resp);
+
+/* Map an HTTP status to an error class (410 → GONE, 429 → THROTTLED, 5xx → UNAVAILABLE, …). */
+kb_err_t kb_api_status_err(long status);
+
+/* Append "&name=<url-encoded value>" to q. */
+void kb_api_query_add(kb_buf_t *q, const char *name, const char *value);
+
+#endif

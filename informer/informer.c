@@ -1,0 +1,855 @@
+/* informer/informer.c — reflectors, ingestion, relist diff and resync.
+ *
+ * Design note.
+ *
+ * Threads. One reflector thread per watched scope (a namespace, or the whole
+ * cluster) runs list → watch → watch … and turns what the server says into
+ * events; the optional resync thread queues SYNC events. Both go through
+ * kb_inf_ingest/kb_inf_enqueue under inf->ingest_mtx, which makes "look at
+ * the cache, queue the event, update the cache" one step: without it a
+ * resync could queue a stale SYNC behind a newer MODIFIED of the same key.
+ * The mutex is held across a DeltaFIFO push that may block when the queue
+ * is full; that is the backpressure path and it only ever waits for shard
+ * workers, which never take this mutex.
+ *
+ * The cache is updated when an event is queued, not when it is delivered, so
+ * a relist is diffed against everything the informer has already said,
+ * including what is still queued. A per-key gate refuses watch events that
+ * are not newer than the cache (numeric RVs; opaque RVs are only compared
+ * for equality), so a resumed watch that replays a change cannot make a key
+ * go back.
+ *
+ * Errors follow client-go's table (research/clientgo-semantics.md §1.5) with
+ * two deliberate differences, both in the direction of not losing or
+ * re-sending: a watch that ends with nothing received is re-opened after a
+ * backoff step rather than turned into a relist, and a malformed frame
+ * re-opens the watch from the last good RV instead of relisting. Lists are
+ * consistent reads (no resourceVersion) with limit/continue, so a relist is
+ * always paged and never holds more than one page.
+ */
+#include "informer/informer.h"
+
+#include "common/alloc.h"
+#include "common/buf.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/strmap.h"
+#include "common/time.h"
+#include "informer/decode.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KB_LIST_MAX_BODY (512u << 20) /* one list page */
+#define KB_WATCH_MAX_FRAME (64u << 20)
+#define KB_BACKOFF_INITIAL_MS 800
+#define KB_BACKOFF_CAP_MS 30000
+#define KB_BACKOFF_RESET_MS 120000
+#define KB_LIST_RESTARTS 5 /* expired continue tokens in a row before backing off */
+
+static const char *const kb_watch_err_names[KB_WATCH_ERR_COUNT] = {
+    "gone", "throttled", "server_error", "connect", "malformed", "http", "decode"};
+
+const char *kb_watch_err_name(kb_watch_err_t e) {
+    return (unsigned)e < KB_WATCH_ERR_COUNT ? kb_watch_err_names[e] : "unknown";
+}
+
+typedef struct kb_backoff {
+    int64_t base_ms;       /* next delay before jitter */
+    int64_t last_ns;       /* monotonic time of the last step */
+} kb_backoff_t;
+
+/* 0.8 s doubling to 30 s, each step jittered up to +100 %; after two quiet
+ * minutes it starts again from 0.8 s (client-go ≤ v0.35 rule). */
+static int64_t kb_backoff_next(kb_backoff_t *b) {
+    int64_t now = kb_now_mono_ns();
+    if (b->base_ms == 0 || now - b->last_ns > KB_BACKOFF_RESET_MS * KB_NS_PER_MS)
+        b->base_ms = KB_BACKOFF_INITIAL_MS;
+    int64_t d = b->base_ms + (int64_t)(kb_random_unit() * (double)b->base_ms);
+    b->base_ms = b->base_ms * 2 > KB_BACKOFF_CAP_MS ? KB_BACKOFF_CAP_MS : b->base_ms * 2;
+    b->last_ns = now;
+    return d;
+}
+
+typedef enum { KB_SRC_WATCH, KB_SRC_LIST } kb_src_t;
+
+typedef struct kb_reflector {
+    struct kb_informer *inf;
+    char *ns;              /* NULL = cluster-wide */
+    char *path;            /* "/api/v1/pods", "/apis/apps/v1/namespaces/x/deployments" */
+    pthread_t thread;
+    char rv[64];           /* resume point: last list RV, event RV or bookmark RV */
+    pthread_mutex_t rv_mtx;/* guards rv for readers on other threads */
+    kb_backoff_t backoff;
+    bool listed;           /* first list done */
+    /* state of the watch in progress (reflector thread only) */
+    kb_buf_t stream;       /* bytes not yet parsed */
+    uint64_t frames;       /* frames received in this watch */
+    kb_err_t watch_err;    /* why the stream was aborted from inside */
+    kb_status_t status;    /* the ERROR event's Status */
+    kb_strmap_t *seen;     /* during a list: keys listed */
+    char errmsg[256];
+} kb_reflector_t;
+
+struct kb_informer {
+    const kb_config_t *cfg;
+    const kb_config_informer_t *conf;
+    kb_apiclient_t *api;           /* borrowed */
+    kb_resource_t *res;
+    kb_transform_t *tf;
+    kb_indexer_t *idx;
+    kb_deltafifo_t **fifos;
+    size_t n_shards;
+    kb_reflector_t *refl;
+    size_t n_refl;
+    pthread_mutex_t ingest_mtx;    /* cache check + enqueue + cache update, as one step */
+    kb_buf_t scratch;              /* decode output; ingest_mtx */
+    uint64_t seq;                  /* ingest_mtx */
+    pthread_t resync_thread;
+    bool resync_running;
+    _Atomic bool stop;
+    _Atomic unsigned synced_refl;  /* reflectors done with their first list */
+    _Atomic uint64_t st_events[KB_EV_TYPE_COUNT];
+    _Atomic uint64_t st_errors[KB_WATCH_ERR_COUNT];
+    _Atomic uint64_t st_frames, st_bookmarks, st_relists, st_lists, st_pages, st_gated, st_watches;
+    pthread_mutex_t err_mtx;
+    char last_error[256];          /* err_mtx */
+};
+
+static void kb_inf_error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void kb_inf_error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...) {
+    atomic_fetch_add(&inf->st_errors[kind], 1);
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&inf->err_mtx);
+    vsnprintf(inf->last_error, sizeof(inf->last_error), fmt, ap);
+    pthread_mutex_unlock(&inf->err_mtx);
+    va_end(ap);
+}
+
+static void kb_refl_set_rv(kb_reflector_t *r, const char *rv, size_t len) {
+    if (len >= sizeof(r->rv))
+        len = sizeof(r->rv) - 1;
+    pthread_mutex_lock(&r->rv_mtx);
+    memcpy(r->rv, rv, len);
+    r->rv[len] = '\0';
+    pthread_mutex_unlock(&r->rv_mtx);
+}
+
+/* ---- ingestion -------------------------------------------------------- */
+
+static bool kb_inf_ours(const kb_informer_t *inf, uint64_t hash) {
+    int n = inf->cfg->sharding_replicas;
+    return n <= 1 || hash % (uint64_t)n == (uint64_t)inf->cfg->sharding_index;
+}
+
+/* Queue ev (consumes it) and make it the cache's state of its key.
+ * Caller holds ingest_mtx. False if the informer is stopping. */
+static bool kb_inf_enqueue(kb_informer_t *inf, kb_event_t *ev) {
+    ev->seq = ++inf->seq;
+    kb_event_type_t type = ev->type;
+    kb_event_t *keep = type == KB_EV_SYNC || type == KB_EV_DELETED ? NULL : kb_event_ref(ev);
+    const char *key = ev->key;
+    size_t key_len = ev->key_len;
+    uint64_t hash = ev->key_hash;
+    char *key_copy = type == KB_EV_DELETED ? kb_strndup(key, key_len) : NULL;
+    kb_err_t err = kb_deltafifo_push(inf->fifos[hash % inf->n_shards], ev, -1);
+    if (err != KB_OK) {
+        kb_event_unref(keep);
+        free(key_copy);
+        return false;
+    }
+    atomic_fetch_add(&inf->st_events[type], 1);
+    if (keep)
+        kb_indexer_put(inf->idx, keep, NULL);
+    else if (key_copy)
+        kb_indexer_delete(inf->idx, key_copy, key_len, hash, NULL);
+    kb_event_unref(keep);
+    free(key_copy);
+    return true;
+}
+
+/* Decode one object and queue what it means for the cache.
+ * server_type: for watch events, the frame type; for list items, ADDED.
+ * Caller holds ingest_mtx. Returns false only when stopping. */
+static bool kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_t server_type, const char *obj,
+                          size_t len, int64_t read_ns) {
+    kb_informer_t *inf = r->inf;
+    kb_buf_t *out = &inf->scratch;
+    kb_buf_reset(out);
+    kb_objmeta_t m;
+    char why[256];
+    const char *kind = kb_resource_kind(inf->res);
+    if (kb_decode_object(inf->tf, obj, len, kind[0] ? kind : NULL, inf->res->api_version, out, &m, why,
+                         sizeof(why)) != KB_OK) {
+        static kb_ratelimit_t rl;
+        kb_inf_error(inf, KB_WATCH_ERR_DECODE, "object skipped: %s", why);
+        if (kb_ratelimit_allow(&rl, 10000, NULL))
+            KB_WARN("informer", "informer=%s object skipped: %s", inf->conf->name, why);
+        return true;
+    }
+    if (!kind[0] && m.kind.len)
+        kb_resource_set_kind(inf->res, out->data + m.kind.off, m.kind.len);
+
+    kb_event_init_t in = {
+        .res = inf->res,
+        .ns = out->data + m.ns.off, .ns_len = m.ns.len,
+        .name = out->data + m.name.off, .name_len = m.name.len,
+        .uid = out->data + m.uid.off, .uid_len = m.uid.len,
+        .rv = out->data + m.rv.off, .rv_len = m.rv.len,
+        .obj = out->data, .obj_len = out->len,
+        .labels_off = m.labels.off, .labels_len = m.labels.len,
+        .observed_ns = kb_now_real_ns(),
+        .read_mono_ns = read_ns,
+    };
+    /* The key decides shard, replica and cache slot. */
+    kb_buf_t keyb = KB_BUF_INIT;
+    if (m.ns.len) {
+        kb_buf_append(&keyb, in.ns, in.ns_len);
+        kb_buf_append_char(&keyb, '/');
+    }
+    kb_buf_append(&keyb, in.name, in.name_len);
+    uint64_t hash = kb_fnv1a64(keyb.data, keyb.len);
+    bool ok = true;
+    if (!kb_inf_ours(inf, hash))
+        goto out;
+    if (src == KB_SRC_LIST && r->seen)
+        kb_strmap_put(r->seen, keyb.data, keyb.len, hash, (void *)1);
+
+    kb_event_t *old = kb_indexer_get(inf->idx, keyb.data, keyb.len, hash);
+    bool same_uid = old && old->uid_len == in.uid_len && !memcmp(old->uid, in.uid, in.uid_len);
+    bool same_rv = old && old->rv_len == in.rv_len && !memcmp(old->rv, in.rv, in.rv_len);
+    uint64_t new_rv = kb_rv_parse(in.rv, in.rv_len);
+
+    if (src == KB_SRC_WATCH && old && same_uid && (same_rv || (new_rv && old->rv_num && new_rv < old->rv_num))) {
+        atomic_fetch_add(&inf->st_gated, 1);
+        KB_DEBUG("informer", "informer=%s key=%s rv=%.*s not newer than cached rv=%s: skipped", inf->conf->name,
+                 keyb.data, (int)in.rv_len, in.rv, old->rv);
+        goto done;
+    }
+    if (server_type == KB_WATCH_DELETED) {
+        in.type = KB_EV_DELETED;
+        ok = kb_inf_enqueue(inf, kb_event_new(&in));
+        goto done;
+    }
+    if (src == KB_SRC_LIST && same_uid && same_rv)
+        goto done; /* unchanged since we last said anything about it */
+    if (old && !same_uid) {
+        /* The name was deleted and re-created while we did not watch. */
+        ok = kb_inf_enqueue(inf, kb_event_retype(old, KB_EV_DELETED, true));
+        kb_event_unref(old);
+        old = NULL;
+    }
+    in.type = old ? KB_EV_MODIFIED : KB_EV_ADDED;
+    if (ok)
+        ok = kb_inf_enqueue(inf, kb_event_new(&in));
+done:
+    kb_event_unref(old);
+out:
+    kb_buf_fini(&keyb);
+    return ok;
+}
+
+/* After a complete list: every cached key of this reflector's scope that the
+ * list did not contain was deleted while we were not watching. */
+static bool kb_inf_delete_unseen(kb_reflector_t *r) {
+    kb_informer_t *inf = r->inf;
+    kb_event_list_t cached;
+    kb_event_list_init(&cached);
+    kb_indexer_list(inf->idx, r->ns, &cached);
+    bool ok = true;
+    size_t n = 0;
+    for (size_t i = 0; i < cached.n && ok; i++) {
+        kb_event_t *ev = cached.ev[i];
+        if (kb_strmap_get(r->seen, ev->key, ev->key_len, ev->key_hash))
+            continue;
+        ok = kb_inf_enqueue(inf, kb_event_retype(ev, KB_EV_DELETED, true));
+        n++;
+    }
+    kb_event_list_fini(&cached);
+    if (n)
+        KB_INFO("informer", "informer=%s relist found %zu deleted object(s); delivered as DELETED finalStateUnknown",
+                inf->conf->name, n);
+    return ok;
+}
+
+/* ---- requests --------------------------------------------------------- */
+
+static void kb_refl_query_common(const kb_reflector_t *r, kb_buf_t *q) {
+    const kb_config_informer_t *c = r->inf->conf;
+    if (c->label_selector && c->label_selector[0])
+        kb_api_query_add(q, "labelSelector", c->label_selector);
+    if (c->field_selector && c->field_selector[0])
+        kb_api_query_add(q, "fieldSelector", c->field_selector);
+}
+
+/* Turn a failed response into an error class, logging what the server said. */
+static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const kb_api_response_t *resp,
+                               const kb_buf_t *body, kb_status_t *st) {
+    kb_informer_t *inf = r->inf;
+    memset(st, 0, sizeof(*st));
+    if (resp->err != KB_OK) {
+        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s%s: %s", what, kb_apiclient_server(inf->api), r->path,
+                     resp->errmsg);
+        static kb_ratelimit_t rl;
+        uint64_t sup = 0;
+        if (kb_ratelimit_allow(&rl, 5000, &sup))
+            KB_WARN("reflector", "informer=%s %s %s%s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
+                    what, kb_apiclient_server(inf->api), r->path, resp->errmsg, (unsigned long long)sup);
+        return resp->err == KB_ERR_STOPPED ? KB_ERR_STOPPED : KB_ERR_CONNECT;
+    }
+    if (body && body->len)
+        kb_decode_status(body->data, body->len, st);
+    kb_err_t err = kb_api_status_err(resp->status);
+    if (resp->status == 504 && !strcmp(st->cause_reason, "ResourceVersionTooLarge"))
+        err = KB_ERR_TOO_LARGE_RV;
+    kb_watch_err_t kind = err == KB_ERR_GONE          ? KB_WATCH_ERR_GONE
+                          : err == KB_ERR_THROTTLED   ? KB_WATCH_ERR_THROTTLED
+                          : err == KB_ERR_UNAVAILABLE ? KB_WATCH_ERR_SERVER
+                                                      : KB_WATCH_ERR_HTTP;
+    kb_inf_error(inf, kind, "%s: HTTP %ld %s %s", what, resp->status, st->reason, st->message);
+    if (err == KB_ERR_GONE)
+        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s: %s", inf->conf->name, what, st->reason, st->message);
+    else
+        KB_WARN("reflector", "informer=%s %s %s: HTTP %ld %s: %s%s", inf->conf->name, what, r->path,
+                resp->status, st->reason[0] ? st->reason : "", st->message,
+                resp->retry_after >= 0 ? " (Retry-After given)" : "");
+    return err;
+}
+
+/* One complete paged list, diffed against the cache. */
+static kb_err_t kb_refl_list(kb_reflector_t *r, int *retry_after) {
+    kb_informer_t *inf = r->inf;
+    kb_buf_t q = KB_BUF_INIT, body = KB_BUF_INIT, path = KB_BUF_INIT, cont = KB_BUF_INIT;
+    kb_err_t err = KB_OK;
+    int restarts = 0;
+    size_t items = 0, pages = 0;
+    char list_rv[64] = "";
+    *retry_after = -1;
+restart:
+    kb_strmap_destroy(r->seen);
+    r->seen = kb_strmap_new(1024);
+    kb_buf_reset(&cont);
+    items = pages = 0;
+    for (;;) {
+        kb_buf_reset(&q);
+        kb_buf_reset(&body);
+        kb_buf_reset(&path);
+        char limit[16];
+        snprintf(limit, sizeof(limit), "%d", inf->conf->page_size);
+        kb_api_query_add(&q, "limit", limit);
+        if (cont.len)
+            kb_api_query_add(&q, "continue", cont.data);
+        kb_refl_query_common(r, &q);
+        kb_buf_append_str(&path, r->path);
+        kb_buf_append(&path, q.data, q.len);
+        kb_api_response_t resp;
+        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, KB_LIST_MAX_BODY, 120, &inf->stop, &resp);
+        if (atomic_load(&inf->stop)) {
+            err = KB_ERR_STOPPED;
+            goto out;
+        }
+        if (resp.err == KB_ERR_TOOBIG) {
+            kb_inf_error(inf, KB_WATCH_ERR_HTTP, "list page larger than %u bytes", KB_LIST_MAX_BODY);
+            KB_ERROR("reflector", "informer=%s list page over %u MiB; lower page_size", inf->conf->name,
+                     KB_LIST_MAX_BODY >> 20);
+            err = KB_ERR_TOOBIG;
+            goto out;
+        }
+        if (resp.err != KB_OK || resp.status != 200) {
+            kb_status_t st;
+            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", &resp, &body, &st);
+            *retry_after = resp.retry_after >= 0 ? resp.retry_after : st.retry_after > 0 ? st.retry_after : -1;
+            if (err == KB_ERR_GONE && cont.len && restarts++ < KB_LIST_RESTARTS) {
+                KB_INFO("reflector", "informer=%s continue token expired after %zu page(s); restarting the list",
+                        inf->conf->name, pages);
+                err = KB_OK;
+                goto restart;
+            }
+            goto out;
+        }
+        kb_list_page_t page;
+        memset(&page, 0, sizeof(page));
+        char why[256];
+        if (kb_decode_list(body.data, body.len, &page, why, sizeof(why)) != KB_OK) {
+            kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response: %s", why);
+            KB_ERROR("reflector", "informer=%s list response does not parse: %s", inf->conf->name, why);
+            kb_list_page_fini(&page);
+            err = KB_ERR_PARSE;
+            goto out;
+        }
+        if (page.kind.len > 4 && !memcmp(body.data + page.kind.off + page.kind.len - 4, "List", 4))
+            kb_resource_set_kind(inf->res, body.data + page.kind.off, page.kind.len - 4);
+        if (pages == 0) {
+            size_t n = page.rv.len < sizeof(list_rv) ? page.rv.len : sizeof(list_rv) - 1;
+            memcpy(list_rv, body.data + page.rv.off, n);
+            list_rv[n] = '\0';
+        }
+        int64_t now = kb_now_mono_ns();
+        pthread_mutex_lock(&inf->ingest_mtx);
+        bool ok = true;
+        for (size_t i = 0; i < page.n_items && ok; i++)
+            ok = kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, body.data + page.items[i].off, page.items[i].len,
+                               now);
+        pthread_mutex_unlock(&inf->ingest_mtx);
+        items += page.n_items;
+        pages++;
+        atomic_fetch_add(&inf->st_pages, 1);
+        kb_buf_reset(&cont);
+        if (page.cont.len)
+            kb_buf_append(&cont, body.data + page.cont.off, page.cont.len);
+        kb_list_page_fini(&page);
+        if (!ok) {
+            err = KB_ERR_STOPPED;
+            goto out;
+        }
+        if (!cont.len)
+            break;
+    }
+    pthread_mutex_lock(&inf->ingest_mtx);
+    bool ok = kb_inf_delete_unseen(r);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    if (!ok) {
+        err = KB_ERR_STOPPED;
+        goto out;
+    }
+    kb_refl_set_rv(r, list_rv, strlen(list_rv));
+    atomic_fetch_add(&inf->st_lists, 1);
+    KB_INFO("reflector", "informer=%s%s%s listed items=%zu pages=%zu rv=%s", inf->conf->name, r->ns ? " namespace=" : "",
+            r->ns ? r->ns : "", items, pages, list_rv);
+out:
+    kb_strmap_destroy(r->seen);
+    r->seen = NULL;
+    kb_buf_fini(&q);
+    kb_buf_fini(&body);
+    kb_buf_fini(&path);
+    kb_buf_fini(&cont);
+    return err;
+}
+
+/* Handle one complete watch frame. False aborts the stream (r->watch_err says why). */
+static bool kb_refl_frame(kb_reflector_t *r, const char *frame, size_t len, int64_t read_ns) {
+    kb_informer_t *inf = r->inf;
+    kb_watch_frame_t f;
+    char why[256];
+    r->frames++;
+    atomic_fetch_add(&inf->st_frames, 1);
+    if (kb_decode_watch_frame(frame, len, &f, why, sizeof(why)) != KB_OK) {
+        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "watch frame: %s", why);
+        KB_WARN("reflector", "informer=%s malformed watch frame (%s): %.120s; re-watching from rv=%s",
+                inf->conf->name, why, frame, r->rv);
+        r->watch_err = KB_ERR_PARSE;
+        return false;
+    }
+    const char *obj = frame + f.object.off;
+    switch (f.type) {
+    case KB_WATCH_ERROR:
+        kb_decode_status(obj, f.object.len, &r->status);
+        r->watch_err = r->status.code == 410                                          ? KB_ERR_GONE
+                       : r->status.code == 429                                        ? KB_ERR_THROTTLED
+                       : !strcmp(r->status.cause_reason, "ResourceVersionTooLarge")   ? KB_ERR_TOO_LARGE_RV
+                       : r->status.code >= 500                                        ? KB_ERR_UNAVAILABLE
+                                                                                      : KB_ERR_HTTP;
+        return false;
+    case KB_WATCH_BOOKMARK: {
+        kb_span_t rv;
+        atomic_fetch_add(&inf->st_bookmarks, 1);
+        if (kb_decode_object_rv(obj, f.object.len, &rv))
+            kb_refl_set_rv(r, obj + rv.off, rv.len);
+        return true;
+    }
+    default:
+        break;
+    }
+    pthread_mutex_lock(&inf->ingest_mtx);
+    bool ok = kb_inf_ingest(r, KB_SRC_WATCH, f.type, obj, f.object.len, read_ns);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    if (!ok) {
+        r->watch_err = KB_ERR_STOPPED;
+        return false;
+    }
+    kb_span_t rv;
+    if (kb_decode_object_rv(obj, f.object.len, &rv))
+        kb_refl_set_rv(r, obj + rv.off, rv.len);
+    return true;
+}
+
+/* curl write callback for watches: split the stream into JSON values. */
+static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
+    kb_reflector_t *r = opaque;
+    int64_t now = kb_now_mono_ns();
+    kb_buf_append(&r->stream, data, len);
+    /* The server ends every frame with '\n'; scanning only when one arrived
+     * keeps a frame that spans many chunks from being rescanned each time. */
+    if (!memchr(data, '\n', len) && r->stream.len < KB_WATCH_MAX_FRAME)
+        return true;
+    size_t pos = 0;
+    bool ok = true;
+    while (ok && pos < r->stream.len) {
+        size_t start, end;
+        kb_json_status_t s = kb_json_scan_value(r->stream.data + pos, r->stream.len - pos, &start, &end);
+        if (s == KB_JSON_INCOMPLETE) {
+            if (r->stream.len - pos >= KB_WATCH_MAX_FRAME) {
+                kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes", KB_WATCH_MAX_FRAME);
+                r->watch_err = KB_ERR_PARSE;
+                ok = false;
+            }
+            break;
+        }
+        if (s == KB_JSON_INVALID) {
+            /* Report the offending line, then drop the stream. */
+            const char *bad = r->stream.data + pos;
+            const char *nl = memchr(bad, '\n', r->stream.len - pos);
+            size_t n = nl ? (size_t)(nl - bad) : r->stream.len - pos;
+            kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch stream: not JSON");
+            KB_WARN("reflector", "informer=%s malformed watch line: %.*s; re-watching from rv=%s", r->inf->conf->name,
+                    (int)(n > 120 ? 120 : n), bad, r->rv);
+            r->watch_err = KB_ERR_PARSE;
+            ok = false;
+            break;
+        }
+        ok = kb_refl_frame(r, r->stream.data + pos + start, end - start, now);
+        pos += end;
+    }
+    kb_buf_consume(&r->stream, pos);
+    return ok;
+}
+
+/* One watch request from r->rv. KB_OK when it ended normally. */
+static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
+    kb_informer_t *inf = r->inf;
+    kb_buf_t q = KB_BUF_INIT, path = KB_BUF_INIT, body = KB_BUF_INIT;
+    char rv[64];
+    pthread_mutex_lock(&r->rv_mtx);
+    memcpy(rv, r->rv, sizeof(rv));
+    pthread_mutex_unlock(&r->rv_mtx);
+    int timeout = 300 + (int)(kb_random_unit() * 300.0);
+    char ts[16];
+    snprintf(ts, sizeof(ts), "%d", timeout);
+    kb_api_query_add(&q, "watch", "true");
+    kb_api_query_add(&q, "resourceVersion", rv);
+    kb_api_query_add(&q, "allowWatchBookmarks", "true");
+    kb_api_query_add(&q, "timeoutSeconds", ts);
+    kb_refl_query_common(r, &q);
+    kb_buf_append_str(&path, r->path);
+    kb_buf_append(&path, q.data, q.len);
+
+    kb_buf_reset(&r->stream);
+    r->frames = 0;
+    r->watch_err = KB_OK;
+    memset(&r->status, 0, sizeof(r->status));
+    atomic_fetch_add(&inf->st_watches, 1);
+    KB_DEBUG("reflector", "informer=%s watch rv=%s timeout=%ds", inf->conf->name, rv, timeout);
+    kb_api_response_t resp;
+    kb_apiclient_get(inf->api, path.data, kb_refl_stream, r, &body, 1u << 20, timeout + 60, &inf->stop, &resp);
+    *retry_after = resp.retry_after;
+    kb_err_t err = KB_OK;
+    if (atomic_load(&inf->stop)) {
+        err = KB_ERR_STOPPED;
+    } else if (resp.aborted) {
+        err = r->watch_err;
+        if (err == KB_ERR_GONE || err == KB_ERR_THROTTLED || err == KB_ERR_UNAVAILABLE || err == KB_ERR_HTTP ||
+            err == KB_ERR_TOO_LARGE_RV) {
+            kb_watch_err_t kind = err == KB_ERR_GONE        ? KB_WATCH_ERR_GONE
+                                  : err == KB_ERR_THROTTLED ? KB_WATCH_ERR_THROTTLED
+                                  : err == KB_ERR_HTTP      ? KB_WATCH_ERR_HTTP
+                                                            : KB_WATCH_ERR_SERVER;
+            kb_inf_error(inf, kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
+                         r->status.message);
+            KB_INFO("reflector", "informer=%s watch ERROR event code=%d reason=%s: %s", inf->conf->name,
+                    r->status.code, r->status.reason, r->status.message);
+            if (r->status.retry_after > 0)
+                *retry_after = r->status.retry_after;
+        }
+    } else if (resp.err != KB_OK && resp.status == 200 && r->frames > 0) {
+        /* A dropped connection mid-stream after progress: resume at once. */
+        KB_INFO("reflector", "informer=%s watch connection lost after %llu frame(s) (%s); resuming from rv=%s",
+                inf->conf->name, (unsigned long long)r->frames, resp.errmsg, r->rv);
+        err = KB_OK;
+    } else if (resp.err != KB_OK || resp.status != 200) {
+        kb_status_t st;
+        err = kb_refl_failed(r, "watch", &resp, &body, &st);
+        if (*retry_after < 0 && st.retry_after > 0)
+            *retry_after = st.retry_after;
+        if (err == KB_ERR_CONNECT && resp.status == 200)
+            err = KB_ERR_IO; /* broke before any frame */
+    } else if (r->frames == 0) {
+        err = KB_ERR_TIMEDOUT; /* ended with nothing at all: do not spin */
+    }
+    kb_buf_fini(&q);
+    kb_buf_fini(&path);
+    kb_buf_fini(&body);
+    return err;
+}
+
+static void kb_refl_sleep(kb_reflector_t *r, int64_t ms) {
+    kb_sleep_ms_interruptible(ms, &r->inf->stop);
+}
+
+/* The delay before retrying after a throttle or server error: Retry-After
+ * when given (with up to 20 % jitter so replicas do not return together),
+ * never less than the next backoff step. */
+static int64_t kb_refl_retry_delay(kb_reflector_t *r, int retry_after) {
+    int64_t b = kb_backoff_next(&r->backoff);
+    if (retry_after > 0) {
+        int64_t ra = (int64_t)retry_after * 1000;
+        ra += (int64_t)(kb_random_unit() * 0.2 * (double)ra);
+        return ra > b ? ra : b;
+    }
+    return b;
+}
+
+static void *kb_refl_main(void *arg) {
+    kb_reflector_t *r = arg;
+    kb_informer_t *inf = r->inf;
+    char tname[32];
+    snprintf(tname, sizeof(tname), "kb:refl/%s", inf->conf->name);
+    kb_thread_set_name(tname);
+    bool need_list = true;
+    int malformed_in_row = 0;
+    while (!atomic_load(&inf->stop)) {
+        int retry_after = -1;
+        if (need_list) {
+            kb_err_t err = kb_refl_list(r, &retry_after);
+            if (err == KB_ERR_STOPPED)
+                break;
+            if (err != KB_OK) {
+                kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
+                continue;
+            }
+            if (r->listed)
+                atomic_fetch_add(&inf->st_relists, 1);
+            if (!r->listed) {
+                r->listed = true;
+                atomic_fetch_add(&inf->synced_refl, 1);
+            }
+            need_list = false;
+        }
+        kb_err_t err = kb_refl_watch(r, &retry_after);
+        if (err != KB_ERR_PARSE)
+            malformed_in_row = 0;
+        switch (err) {
+        case KB_OK:
+            break; /* a normal end: resume at once from the last RV */
+        case KB_ERR_STOPPED:
+            break;
+        case KB_ERR_PARSE:
+            /* Re-watch from the last good RV; back off only if it keeps happening. */
+            if (malformed_in_row++ > 0)
+                kb_refl_sleep(r, kb_backoff_next(&r->backoff));
+            break;
+        case KB_ERR_GONE:
+        case KB_ERR_TOO_LARGE_RV:
+        case KB_ERR_HTTP:
+        case KB_ERR_UNAUTHORIZED:
+        case KB_ERR_FORBIDDEN:
+        case KB_ERR_NOTFOUND:
+            if (err == KB_ERR_GONE)
+                KB_INFO("reflector", "informer=%s history expired at rv=%s; relisting", inf->conf->name, r->rv);
+            need_list = true;
+            kb_refl_sleep(r, kb_backoff_next(&r->backoff));
+            break;
+        case KB_ERR_THROTTLED:
+        case KB_ERR_UNAVAILABLE:
+            kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
+            break;
+        default: /* connection trouble or an empty watch: same RV after a backoff step */
+            kb_refl_sleep(r, kb_backoff_next(&r->backoff));
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* ---- resync ----------------------------------------------------------- */
+
+static void *kb_resync_main(void *arg) {
+    kb_informer_t *inf = arg;
+    char tname[32];
+    snprintf(tname, sizeof(tname), "kb:resync/%s", inf->conf->name);
+    kb_thread_set_name(tname);
+    int64_t period_ms = (int64_t)inf->conf->resync_seconds * 1000;
+    while (!kb_sleep_ms_interruptible(period_ms, &inf->stop)) {
+        kb_event_list_t all;
+        kb_event_list_init(&all);
+        kb_indexer_list(inf->idx, NULL, &all);
+        size_t queued = 0;
+        for (size_t i = 0; i < all.n && !atomic_load(&inf->stop); i++) {
+            kb_event_t *ev = all.ev[i];
+            pthread_mutex_lock(&inf->ingest_mtx);
+            /* Re-check under the lock: the reflector may have moved on. */
+            kb_event_t *cur = kb_indexer_get(inf->idx, ev->key, ev->key_len, ev->key_hash);
+            kb_deltafifo_t *fifo = inf->fifos[ev->key_hash % inf->n_shards];
+            if (cur && !kb_deltafifo_has_pending(fifo, cur->key, cur->key_len, cur->key_hash)) {
+                kb_inf_enqueue(inf, kb_event_retype(cur, KB_EV_SYNC, false));
+                queued++;
+            }
+            pthread_mutex_unlock(&inf->ingest_mtx);
+            kb_event_unref(cur);
+        }
+        kb_event_list_fini(&all);
+        KB_DEBUG("informer", "informer=%s resync queued=%zu", inf->conf->name, queued);
+    }
+    return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------- */
+
+static char *kb_inf_path(const kb_config_informer_t *c, const char *ns) {
+    kb_buf_t p = KB_BUF_INIT;
+    if (c->group && c->group[0])
+        kb_buf_appendf(&p, "/apis/%s/%s", c->group, c->version);
+    else
+        kb_buf_appendf(&p, "/api/%s", c->version);
+    if (ns)
+        kb_buf_appendf(&p, "/namespaces/%s", ns);
+    kb_buf_appendf(&p, "/%s", c->resource);
+    return kb_buf_steal(&p, NULL);
+}
+
+kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_t *conf, kb_apiclient_t *api,
+                               char *errstr, size_t errstr_size) {
+    char why[256];
+    kb_transform_t *tf = kb_transform_new((const char *const *)conf->drop_fields.v, conf->drop_fields.n,
+                                          (const char *const *)conf->redact_fields.v, conf->redact_fields.n, why,
+                                          sizeof(why));
+    if (!tf) {
+        snprintf(errstr, errstr_size, "%s:%d: informers.%s: %s", cfg->path, conf->line, conf->name, why);
+        return NULL;
+    }
+    kb_informer_t *inf = kb_calloc(1, sizeof(*inf));
+    inf->cfg = cfg;
+    inf->conf = conf;
+    inf->api = api;
+    inf->tf = tf;
+    inf->res = kb_resource_new(cfg->cluster.name, conf->name, conf->group, conf->version, conf->resource);
+    inf->idx = kb_indexer_new(16);
+    inf->n_shards = (size_t)(conf->shards > 0 ? conf->shards : 1);
+    inf->fifos = kb_calloc(inf->n_shards, sizeof(*inf->fifos));
+    size_t per_shard = (size_t)conf->queue_bytes / inf->n_shards;
+    for (size_t i = 0; i < inf->n_shards; i++)
+        inf->fifos[i] = kb_deltafifo_new(conf->compaction, per_shard);
+    pthread_mutex_init(&inf->ingest_mtx, NULL);
+    pthread_mutex_init(&inf->err_mtx, NULL);
+    inf->n_refl = conf->namespaces.n ? conf->namespaces.n : 1;
+    inf->refl = kb_calloc(inf->n_refl, sizeof(*inf->refl));
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        kb_reflector_t *r = &inf->refl[i];
+        r->inf = inf;
+        r->ns = conf->namespaces.n ? kb_strdup(conf->namespaces.v[i]) : NULL;
+        r->path = kb_inf_path(conf, r->ns);
+        pthread_mutex_init(&r->rv_mtx, NULL);
+    }
+    return inf;
+}
+
+kb_err_t kb_informer_start(kb_informer_t *inf) {
+    for (size_t i = 0; i < inf->n_refl; i++)
+        if (pthread_create(&inf->refl[i].thread, NULL, kb_refl_main, &inf->refl[i]) != 0)
+            KB_ASSERT(!"cannot start a reflector thread");
+    if (inf->conf->resync_seconds > 0) {
+        if (pthread_create(&inf->resync_thread, NULL, kb_resync_main, inf) != 0)
+            KB_ASSERT(!"cannot start the resync thread");
+        inf->resync_running = true;
+    }
+    KB_INFO("informer", "informer=%s started: %s%s reflectors=%zu shards=%zu compaction=%s", inf->conf->name,
+            kb_apiclient_server(inf->api), inf->refl[0].path, inf->n_refl, inf->n_shards,
+            inf->conf->compaction == KB_COMPACTION_LATEST ? "latest" : "none");
+    return KB_OK;
+}
+
+void kb_informer_stop(kb_informer_t *inf) {
+    atomic_store(&inf->stop, true);
+    /* Closing the queues releases a reflector blocked on a full one. */
+    for (size_t i = 0; i < inf->n_shards; i++)
+        kb_deltafifo_close(inf->fifos[i]);
+    for (size_t i = 0; i < inf->n_refl; i++)
+        if (inf->refl[i].thread)
+            pthread_join(inf->refl[i].thread, NULL);
+    if (inf->resync_running)
+        pthread_join(inf->resync_thread, NULL);
+    inf->resync_running = false;
+}
+
+void kb_informer_destroy(kb_informer_t *inf) {
+    if (!inf)
+        return;
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        kb_reflector_t *r = &inf->refl[i];
+        free(r->ns);
+        free(r->path);
+        kb_buf_fini(&r->stream);
+        kb_strmap_destroy(r->seen);
+        pthread_mutex_destroy(&r->rv_mtx);
+    }
+    free(inf->refl);
+    for (size_t i = 0; i < inf->n_shards; i++)
+        kb_deltafifo_destroy(inf->fifos[i]);
+    free(inf->fifos);
+    kb_indexer_destroy(inf->idx);
+    kb_transform_free(inf->tf);
+    kb_resource_unref(inf->res);
+    kb_buf_fini(&inf->scratch);
+    pthread_mutex_destroy(&inf->ingest_mtx);
+    pthread_mutex_destroy(&inf->err_mtx);
+    free(inf);
+}
+
+const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf) {
+    return inf->conf;
+}
+
+size_t kb_informer_shards(const kb_informer_t *inf) {
+    return inf->n_shards;
+}
+
+kb_deltafifo_t *kb_informer_fifo(kb_informer_t *inf, size_t shard) {
+    return shard < inf->n_shards ? inf->fifos[shard] : NULL;
+}
+
+kb_indexer_t *kb_informer_indexer(kb_informer_t *inf) {
+    return inf->idx;
+}
+
+kb_resource_t *kb_informer_resource(kb_informer_t *inf) {
+    return inf->res;
+}
+
+bool kb_informer_synced(const kb_informer_t *inf) {
+    return atomic_load(&((kb_informer_t *)inf)->synced_refl) == inf->n_refl;
+}
+
+void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
+    memset(st, 0, sizeof(*st));
+    for (int i = 0; i < KB_EV_TYPE_COUNT; i++)
+        st->events[i] = atomic_load(&inf->st_events[i]);
+    for (int i = 0; i < KB_WATCH_ERR_COUNT; i++)
+        st->errors[i] = atomic_load(&inf->st_errors[i]);
+    st->watch_events = atomic_load(&inf->st_frames);
+    st->bookmarks = atomic_load(&inf->st_bookmarks);
+    st->relists = atomic_load(&inf->st_relists);
+    st->lists = atomic_load(&inf->st_lists);
+    st->list_pages = atomic_load(&inf->st_pages);
+    st->gated = atomic_load(&inf->st_gated);
+    st->watches = atomic_load(&inf->st_watches);
+    st->objects = kb_indexer_count(inf->idx);
+    st->cache_bytes = kb_indexer_bytes(inf->idx);
+    for (size_t i = 0; i < inf->n_shards; i++) {
+        kb_deltafifo_stats_t fs;
+        kb_deltafifo_stats(inf->fifos[i], &fs);
+        st->pending_deltas += fs.deltas;
+        st->pending_bytes += fs.bytes;
+    }
+    st->synced = kb_informer_synced(inf);
+    pthread_mutex_lock(&inf->refl[0].rv_mtx);
+    memcpy(st->last_rv, inf->refl[0].rv, sizeof(st->last_rv));
+    pthread_mutex_unlock(&inf->refl[0].rv_mtx);
+    pthread_mutex_lock(&inf->err_mtx);
+    memcpy(st->last_error, inf->last_error, sizeof(st->last_error));
+    pthread_mutex_unlock(&inf->err_mtx);
+}

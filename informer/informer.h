@@ -1,0 +1,88 @@
+/* informer/informer.h — list + watch one resource into sharded queues.
+ *
+ * An informer owns: one reflector thread per watched namespace (or one for
+ * the whole cluster), an indexer (the latest accepted state per key), one
+ * DeltaFIFO per shard, and an optional resync thread. It does not deliver:
+ * the bridge's shard workers pop the FIFOs (kb_informer_fifo) and route.
+ *
+ * Every change the server reports becomes at most one event per key, in
+ * resourceVersion order per key:
+ *   - a per-key gate drops a watch event whose numeric RV is not newer than
+ *     the cached one (a replay after a resume can never go backwards);
+ *   - a relist is diffed against the indexer: ADDED for new keys, MODIFIED
+ *     for changed RVs, nothing for unchanged keys, DELETED with
+ *     finalStateUnknown for keys that vanished, DELETED(old uid) + ADDED(new
+ *     uid) when a name was re-created;
+ *   - events go to shard (FNV-1a(key) % shards); replicas other than ours
+ *     (hash % sharding.replicas != index) are not taken at all.
+ *
+ * Threads: kb_informer_* calls come from the bridge's main thread; stats
+ * and the accessors may be called from any thread.
+ */
+#ifndef KB_INFORMER_INFORMER_H
+#define KB_INFORMER_INFORMER_H
+
+#include "common/err.h"
+#include "common/event.h"
+#include "config/config.h"
+#include "informer/apiclient.h"
+#include "informer/deltafifo.h"
+#include "informer/indexer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kb_informer kb_informer_t;
+
+/* Why a watch or list ended badly; index into kb_informer_stats_t.errors. */
+typedef enum {
+    KB_WATCH_ERR_GONE,        /* 410 (HTTP or ERROR event) */
+    KB_WATCH_ERR_THROTTLED,   /* 429 */
+    KB_WATCH_ERR_SERVER,      /* 5xx or an ERROR event with code 500 */
+    KB_WATCH_ERR_CONNECT,     /* connection refused, DNS, TLS handshake, reset */
+    KB_WATCH_ERR_MALFORMED,   /* a frame that is not a watch event */
+    KB_WATCH_ERR_HTTP,        /* other statuses: 400, 401, 403, 404 … */
+    KB_WATCH_ERR_DECODE,      /* an object without name/metadata (skipped) */
+    KB_WATCH_ERR_COUNT
+} kb_watch_err_t;
+
+const char *kb_watch_err_name(kb_watch_err_t e);
+
+typedef struct kb_informer_stats {
+    uint64_t events[KB_EV_TYPE_COUNT]; /* events queued, by output type */
+    uint64_t watch_events;             /* frames received (all types, bookmarks included) */
+    uint64_t bookmarks;
+    uint64_t errors[KB_WATCH_ERR_COUNT];
+    uint64_t relists;                  /* lists after the first */
+    uint64_t lists;                    /* completed lists */
+    uint64_t list_pages;
+    uint64_t gated;                    /* watch events refused as not newer than the cache */
+    uint64_t watches;                  /* watch requests opened */
+    size_t objects;                    /* keys in the indexer */
+    size_t cache_bytes;
+    size_t pending_deltas, pending_bytes;
+    bool synced;                       /* every reflector finished its first list */
+    char last_rv[64];                  /* of the cluster-wide (or first) reflector */
+    char last_error[256];              /* the latest error, "" if none since start */
+} kb_informer_stats_t;
+
+/* Build (no threads yet). NULL with "FILE:LINE: …" in errstr on bad settings. */
+kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_t *conf, kb_apiclient_t *api,
+                               char *errstr, size_t errstr_size);
+/* Start the reflector (and resync) threads. */
+kb_err_t kb_informer_start(kb_informer_t *inf);
+/* Stop reading from the server: join reflectors and resync, then close the
+ * FIFOs so workers drain what is queued and see KB_ERR_CLOSED. */
+void kb_informer_stop(kb_informer_t *inf);
+void kb_informer_destroy(kb_informer_t *inf); /* after stop; NULL is a no-op */
+
+const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf);
+size_t kb_informer_shards(const kb_informer_t *inf);
+kb_deltafifo_t *kb_informer_fifo(kb_informer_t *inf, size_t shard);
+kb_indexer_t *kb_informer_indexer(kb_informer_t *inf);
+kb_resource_t *kb_informer_resource(kb_informer_t *inf);
+bool kb_informer_synced(const kb_informer_t *inf);
+void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st);
+
+#endif
