@@ -1,0 +1,53 @@
+/* sinks/router.h — which sinks, topics and keys a change goes to.
+ *
+ * A router is built once per informer from the config's routes; it is
+ * immutable afterwards and pure (no I/O): given an event it yields the
+ * matching routes, and a route renders the event's topic and key. Shard
+ * workers call it concurrently without locks.
+ *
+ * Filters per route: types (bit mask), namespaces (exact names or fnmatch
+ * globs such as "team-*"), label_selector (the Kubernetes selector grammar,
+ * evaluated on the event's metadata.labels).
+ */
+#ifndef KB_SINKS_ROUTER_H
+#define KB_SINKS_ROUTER_H
+
+#include "common/buf.h"
+#include "common/event.h"
+#include "common/template.h"
+#include "config/config.h"
+#include "common/selector.h"
+#include "sinks/sink.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct kb_route {
+    const kb_config_route_t *conf; /* borrowed from the config */
+    kb_sink_t *sink;               /* borrowed; outlives the router */
+    kb_template_t *topic;          /* the route's topic or the sink type's default */
+    kb_template_t *key;
+    unsigned render_flags;         /* KB_TEMPLATE_ESCAPE_MQTT for MQTT topics */
+    kb_selector_t *selector;       /* NULL = every object */
+} kb_route_t;
+
+typedef struct kb_router {
+    kb_route_t *routes;
+    size_t n;
+} kb_router_t;
+
+/* Routes of informer `informer` in cfg; sinks[i] is the sink of cfg->sinks[i].
+ * NULL with "FILE:LINE: …" in errstr on a bad template or selector. */
+kb_router_t *kb_router_new(const kb_config_t *cfg, const char *informer, kb_sink_t *const *sinks, char *errstr,
+                           size_t errstr_size);
+void kb_router_destroy(kb_router_t *router);
+
+/* Does the route take this event? */
+bool kb_route_match(const kb_route_t *route, const kb_event_t *ev);
+/* Append the rendered topic / key (NUL-terminated) to the buffers. */
+void kb_route_render(const kb_route_t *route, const kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key);
+
+/* The default topic template of a sink type. */
+const char *kb_router_default_topic(kb_sink_type_t type);
+
+#endif
