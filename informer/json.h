@@ -28,7 +28,9 @@ typedef struct kb_span {
 
 /* Skip leading whitespace, then scan one value. On KB_JSON_OK *start and *end
  * are the value's offsets ([start, end)). On KB_JSON_INVALID *end is where
- * the error was found. */
+ * the error was found. A top-level number that reaches the end of the input
+ * is OK (objects and arrays, which end with a bracket, are what callers
+ * scan); a NUL byte anywhere is INVALID; bytes >= 0x80 are not checked. */
 kb_json_status_t kb_json_scan_value(const char *buf, size_t len, size_t *start, size_t *end);
 
 /* In the object at buf[0..len) (which must be one valid object), find the
