@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: install what is missing, build with
+# ASan+UBSan and -Werror, then run every unit, integration and fuzz test with
+# ctest. The last lines are ctest's summary. Usage: tests/run.sh [ctest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tests/deps.sh
+build=${KB_TEST_BUILD:-build-test}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DKB_SANITIZE=ON -DKB_WERROR=ON >/dev/null
+cmake --build "$build" -j "$(nproc)" 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
+cmake --build "$build" -j "$(nproc)" >/dev/null   # fail here if the build failed
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+cd "$build"
+exec ctest --output-on-failure -j "$(nproc)" "$@"
