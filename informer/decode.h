@@ -20,6 +20,26 @@
  * When a path reaches an array, the rest of the path applies to each element
  * (spec.containers.env drops env from every container).
  *
+ * Path rules in detail:
+ *  - Keys are compared by their raw bytes as they appear in the JSON, escapes
+ *    not decoded (a key written "a\/b" is not matched by the path a/b).
+ *  - Drop removes the member (key and value). Redact keeps the key: a scalar
+ *    value becomes the string "<redacted>"; an object value keeps its keys
+ *    and each of its member values becomes "<redacted>" (so users still see
+ *    which keys a Secret's data has); an array value has each element treated
+ *    as standing at the path (objects: keys kept, scalars: replaced).
+ *  - Drop wins over redact for the same path; a path below a dropped or
+ *    redacted one has no effect.
+ *  - kind, apiVersion, metadata and metadata.name/namespace/uid/
+ *    resourceVersion cannot be dropped or redacted (kb_transform_new and
+ *    kb_transform_path_valid refuse them): they are the event's identity.
+ *
+ * Input rules of kb_decode_object: strict JSON (RFC 8259) with nesting up to
+ * KB_JSON_MAX_DEPTH; a NUL byte or other control byte in a string is invalid;
+ * invalid UTF-8 inside strings is passed through unchanged (not checked);
+ * string escapes are kept as they are; numbers are copied verbatim; duplicate
+ * keys are all kept in the output, and the first one counts for kb_objmeta_t.
+ *
  * Thread-safety: a kb_transform_t is immutable after kb_transform_new() and
  * may be shared by threads. Everything else works on caller memory.
  */
@@ -48,8 +68,9 @@ bool kb_transform_path_valid(const char *path, char *errstr, size_t errstr_size)
 typedef struct kb_objmeta {
     kb_span_t ns, name, uid, rv;  /* string contents, quotes excluded; escapes
                                      never occur in these fields in practice and
-                                     are refused (KB_ERR_PARSE) */
-    kb_span_t kind, api_version;  /* string contents in the output */
+                                     are refused (KB_ERR_PARSE), as is a value
+                                     that is not a string */
+    kb_span_t kind, api_version;  /* string contents in the output (same rules) */
     kb_span_t labels;             /* the metadata.labels object, braces included; len 0 if none */
     bool had_kind;                /* kind and apiVersion were present in the input */
 } kb_objmeta_t;
@@ -94,7 +115,10 @@ typedef struct kb_list_page {
     size_t cap_items;
 } kb_list_page_t;
 
-/* Decode a list response body. Offsets refer to body. */
+/* Decode a list response body. Offsets refer to body. *page is overwritten
+ * (kb_list_page_fini a previous result first); on error it is left empty.
+ * A body without "items" is KB_ERR_PARSE (a Status is not an empty list);
+ * "items":null is an empty page. */
 kb_err_t kb_decode_list(const char *body, size_t len, kb_list_page_t *page, char *errstr, size_t errstr_size);
 void kb_list_page_fini(kb_list_page_t *page);
 

@@ -105,8 +105,8 @@ static void test_invalid_position(void **state) {
 static void test_prefixes_never_invalid(void **state) {
     (void)state;
     static const char *const docs[] = {
-        "{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\","
-        "\"labels\":{\"a\":\"b\"}},\"n\":[1,-2.5e+10,true,false,null,{}],\"s\":\"\\u00e9\\n\"}}",
+        ("{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\","
+         "\"labels\":{\"a\":\"b\"}},\"n\":[1,-2.5e+10,true,false,null,{}],\"s\":\"\\u00e9\\n\"}}"),
         " [ { \"a\" : [ ] } , 0 , -0.0e-0 , \"\\\\\" ] ",
         "{\"k\":\"caf\xc3\xa9\",\"deep\":[[[[{\"x\":[[]]}]]]]}",
     };
