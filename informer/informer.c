@@ -81,6 +81,7 @@ typedef struct kb_reflector {
     char *ns;              /* NULL = cluster-wide */
     char *path;            /* "/api/v1/pods", "/apis/apps/v1/namespaces/x/deployments" */
     pthread_t thread;
+    bool running;          /* thread started and not yet joined (main thread only) */
     char rv[64];           /* resume point: last list RV, event RV or bookmark RV */
     pthread_mutex_t rv_mtx;/* guards rv for readers on other threads */
     kb_backoff_t backoff;
@@ -749,9 +750,11 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
 }
 
 kb_err_t kb_informer_start(kb_informer_t *inf) {
-    for (size_t i = 0; i < inf->n_refl; i++)
+    for (size_t i = 0; i < inf->n_refl; i++) {
         if (pthread_create(&inf->refl[i].thread, NULL, kb_refl_main, &inf->refl[i]) != 0)
             KB_ASSERT(!"cannot start a reflector thread");
+        inf->refl[i].running = true;
+    }
     if (inf->conf->resync_seconds > 0) {
         if (pthread_create(&inf->resync_thread, NULL, kb_resync_main, inf) != 0)
             KB_ASSERT(!"cannot start the resync thread");
@@ -769,8 +772,10 @@ void kb_informer_stop(kb_informer_t *inf) {
     for (size_t i = 0; i < inf->n_shards; i++)
         kb_deltafifo_close(inf->fifos[i]);
     for (size_t i = 0; i < inf->n_refl; i++)
-        if (inf->refl[i].thread)
+        if (inf->refl[i].running) {
             pthread_join(inf->refl[i].thread, NULL);
+            inf->refl[i].running = false;
+        }
     if (inf->resync_running)
         pthread_join(inf->resync_thread, NULL);
     inf->resync_running = false;

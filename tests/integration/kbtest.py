@@ -1,0 +1,285 @@
+"""Shared harness for kbridge's integration tests (python3, stdlib only).
+
+Each test file NNNN-what-it-proves.py starts its own simulator (build/kubesim
+on an ephemeral 127.0.0.1 port) and its own kbridge, drives changes through
+the simulator's Kubernetes API and its /_sim/ control API (docs/kubesim.md),
+and checks what a user would check in the file sink's output. Every wait is
+bounded; every process is stopped by pid, also when a test fails.
+"""
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BUILD = os.environ.get("KB_BUILD_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "build")
+SOURCE = os.environ.get("KB_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+KBRIDGE = os.path.join(BUILD, "kbridge")
+KUBESIM = os.path.join(BUILD, "kubesim")
+
+_procs = []
+
+
+def _cleanup():
+    for p in _procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+atexit.register(_cleanup)
+
+
+class Failure(AssertionError):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def wait_for(cond, timeout=30.0, interval=0.05, what="condition"):
+    """Poll cond() until it returns a truthy value or timeout seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise Failure("timed out after %.0fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+class Sim:
+    """A kubesim process on an ephemeral port."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([KUBESIM, "--port", "0"] + list(args), stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        _procs.append(self.proc)
+        line = self.proc.stdout.readline()
+        check("listening on" in line, "kubesim did not start: %r" % line)
+        self.port = int(line.strip().rsplit(":", 1)[1])
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def request(self, method, path, body=None, ctype="application/json", timeout=30):
+        data = None
+        if body is not None:
+            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            if isinstance(data, str):
+                data = data.encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+                return r.status, raw
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def ctl(self, path, body=None, method="POST"):
+        status, raw = self.request(method, "/_sim/" + path, body)
+        check(200 <= status < 300, "sim %s %s -> %d %s" % (method, path, status, raw[:300]))
+        try:
+            return json.loads(raw) if raw.strip() else None
+        except ValueError:
+            return raw
+
+    def bulk(self, ops):
+        body = "\n".join(json.dumps(o) for o in ops) + "\n"
+        status, raw = self.request("POST", "/_sim/bulk", body)
+        check(status == 200, "bulk -> %d %s" % (status, raw[:300]))
+        return json.loads(raw)
+
+    def fault(self, **kw):
+        return self.ctl("fault", kw)
+
+    def state(self, resource="pods", group=None):
+        q = "state?resource=" + resource + ("&group=" + group if group else "")
+        return self.ctl(q, method="GET")
+
+    def requests(self):
+        status, raw = self.request("GET", "/_sim/requests")
+        check(status == 200, "requests -> %d" % status)
+        text = raw.decode()
+        text = text.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [json.loads(l) for l in text.splitlines() if l.strip()]
+
+    def clear_requests(self):
+        self.request("DELETE", "/_sim/requests")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def pod_ops(op, ns, names, labels=None, extra=None):
+    out = []
+    for n in names:
+        o = {"op": op, "resource": "pods", "version": "v1", "namespace": ns, "name": n}
+        if labels is not None:
+            o["labels"] = labels
+        if extra is not None:
+            o["data"] = extra
+        out.append(o)
+    return out
+
+
+class Bridge:
+    """A kbridge process with a generated config writing to a JSON Lines file."""
+
+    def __init__(self, sim, informers=None, routes=None, extra="", out=None, workdir=None, sinks=None,
+                 cluster_name="test", start=True):
+        self.dir = workdir or tempfile.mkdtemp(prefix="kbtest-")
+        self.out = out or os.path.join(self.dir, "out.jsonl")
+        self.log = os.path.join(self.dir, "kbridge.log")
+        if informers is None:
+            informers = ['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; }']
+        if sinks is None:
+            sinks = ['{ name = "out"; type = "file"; path = "%s"; }' % self.out]
+        if routes is None:
+            routes = ['{ informer = "%s"; sink = "out"; }' % _name_of(i) for i in informers]
+        self.config = os.path.join(self.dir, "kbridge.cfg")
+        with open(self.config, "w") as f:
+            f.write('cluster = { name = "%s"; server = "%s"; };\n' % (cluster_name, sim.url if sim else
+                                                                     "http://127.0.0.1:1"))
+            f.write('http = { listen = ""; };\nshutdown_timeout = 20;\nlog = { level = "debug"; };\n')
+            f.write(extra + "\n")
+            f.write("informers = (\n  %s\n);\n" % ",\n  ".join(informers))
+            f.write("sinks = (\n  %s\n);\n" % ",\n  ".join(sinks))
+            f.write("routes = (\n  %s\n);\n" % ",\n  ".join(routes))
+        self.proc = None
+        if start:
+            self.start()
+
+    def start(self):
+        self.logf = open(self.log, "a")
+        self.proc = subprocess.Popen([KBRIDGE, "--config", self.config], stdout=subprocess.DEVNULL,
+                                     stderr=self.logf)
+        _procs.append(self.proc)
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise Failure("kbridge did not stop within %ds after %s" % (timeout, sig))
+        self.logf.close()
+        return self.proc.returncode
+
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+    def logtext(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def events(self):
+        """Every envelope written so far; a torn (unterminated) last line is an error."""
+        try:
+            with open(self.out, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        # The writer may be mid-line only while running; a stopped bridge leaves whole lines.
+        if tail and not self.alive():
+            raise Failure("output ends with a torn line: %r" % tail[:200])
+        return [json.loads(l) for l in lines if l]
+
+    def view(self):
+        """The consumer's view: the last envelope per key, deletes removed."""
+        return view(self.events())
+
+    def wait_converged(self, sim, resource="pods", group=None, timeout=60, informer_filter=None):
+        def ok():
+            st = sim.state(resource, group)
+            want = {i["key"]: i["resourceVersion"] for i in st["items"]}
+            evs = [e for e in self.events() if e["resource"] == resource]
+            got = {k: e["resourceVersion"] for k, e in view(evs).items()}
+            return want == got and (want, got)
+        try:
+            return wait_for(ok, timeout, 0.1, "the output to converge to the server's state")
+        except Failure:
+            st = sim.state(resource, group)
+            want = {i["key"]: i["resourceVersion"] for i in st["items"]}
+            got = {k: e["resourceVersion"] for k, e in view(self.events()).items()}
+            missing = sorted(set(want) - set(got))[:5]
+            extra = sorted(set(got) - set(want))[:5]
+            diff = [k for k in want if k in got and want[k] != got[k]][:5]
+            raise Failure("not converged: missing=%s extra=%s differ=%s (want %d keys, have %d)\n--- log tail ---\n%s"
+                          % (missing, extra, [(k, want[k], got[k]) for k in diff], len(want), len(got),
+                             self.logtext()[-3000:]))
+
+
+def _name_of(informer_text):
+    return informer_text.split('name = "', 1)[1].split('"', 1)[0]
+
+
+def key_of(e):
+    return e["namespace"] + "/" + e["name"] if e["namespace"] else e["name"]
+
+
+def view(events):
+    v = {}
+    for e in events:
+        k = key_of(e)
+        if e["type"] == "DELETED":
+            v.pop(k, None)
+        else:
+            v[k] = e
+    return v
+
+
+def assert_rv_monotonic(events):
+    """Per key, resourceVersions in the output never go down."""
+    last = {}
+    for e in events:
+        k = key_of(e)
+        rv = int(e["resourceVersion"])
+        if k in last:
+            check(rv >= last[k], "key %s went back from rv %d to %d" % (k, last[k], rv))
+        last[k] = rv
+
+
+def assert_no_repeats(events):
+    """No change is delivered twice: (key, rv, type) is unique."""
+    seen = set()
+    for e in events:
+        t = (key_of(e), e["resourceVersion"], e["type"])
+        check(t not in seen, "change delivered twice: %s" % (t,))
+        seen.add(t)
+
+
+def run(test):
+    """Run test(), print a verdict, exit non-zero on failure."""
+    name = os.path.basename(sys.argv[0])
+    try:
+        test()
+    except Failure as e:
+        print("FAIL %s: %s" % (name, e))
+        sys.exit(1)
+    print("PASS %s" % name)
