@@ -1,0 +1,183 @@
+/* config/config.c — freeing, lookups and the --check summary.
+ *
+ * kb_config_free() walks the same key table as the loader, so a key added
+ * to the table is freed without touching this file; it copes with a struct
+ * the loader left half-filled after an error.
+ */
+#include "config/config_int.h"
+
+#include "common/event.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void kb_strlist_fini(kb_strlist_t *l) {
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+}
+
+static void kb_section_fini(const kb_csection_t *sec, char *base) {
+    for (size_t i = 0; i < sec->n_keys; i++) {
+        const kb_ckey_t *k = &sec->keys[i];
+        void *p = base + k->off;
+        switch (k->type) {
+        case KB_CT_STRING:
+        case KB_CT_CHOICE:
+            free(*(char **)p);
+            break;
+        case KB_CT_STRLIST:
+            kb_strlist_fini(p);
+            break;
+        case KB_CT_PROPS: {
+            kb_kv_t *kv = *(kb_kv_t **)p;
+            size_t n = *(size_t *)(base + k->off2);
+            for (size_t j = 0; j < n; j++) {
+                free(kv[j].key);
+                free(kv[j].value);
+            }
+            free(kv);
+            break;
+        }
+        case KB_CT_GROUP:
+            kb_section_fini(k->sub, p);
+            break;
+        case KB_CT_LIST: {
+            char *elems = *(char **)p;
+            size_t n = *(size_t *)(base + k->off2);
+            for (size_t j = 0; j < n; j++)
+                kb_section_fini(k->sub, elems + j * k->sub->size);
+            free(elems);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+void kb_config_free(kb_config_t *cfg) {
+    if (!cfg)
+        return;
+    kb_section_fini(&kb_config__root, (char *)cfg);
+    free(cfg->path);
+    free(cfg);
+}
+
+const kb_config_informer_t *kb_config_find_informer(const kb_config_t *cfg, const char *name) {
+    for (size_t i = 0; i < cfg->n_informers; i++)
+        if (cfg->informers[i].name && strcmp(cfg->informers[i].name, name) == 0)
+            return &cfg->informers[i];
+    return NULL;
+}
+
+const kb_config_sink_t *kb_config_find_sink(const kb_config_t *cfg, const char *name) {
+    for (size_t i = 0; i < cfg->n_sinks; i++)
+        if (cfg->sinks[i].name && strcmp(cfg->sinks[i].name, name) == 0)
+            return &cfg->sinks[i];
+    return NULL;
+}
+
+/* ---- summary -------------------------------------------------------------- */
+
+static void kb_print_list(FILE *out, const kb_strlist_t *l, const char *empty) {
+    if (l->n == 0) {
+        fputs(empty, out);
+        return;
+    }
+    for (size_t i = 0; i < l->n; i++)
+        fprintf(out, "%s%s", i ? "," : "", l->v[i]);
+}
+
+static void kb_print_opt(FILE *out, const char *label, const char *v) {
+    if (v && *v)
+        fprintf(out, " %s=%s", label, v);
+}
+
+static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
+    const kb_config_cluster_t *c = &cfg->cluster;
+    fprintf(out, "config %s: OK\n", cfg->path);
+    fprintf(out, "cluster %s:", c->name);
+    if (*c->server)
+        fprintf(out, " server %s", c->server);
+    else if (c->in_cluster)
+        fputs(" in-cluster service account", out);
+    else if (*c->kubeconfig)
+        fprintf(out, " kubeconfig %s context %s", c->kubeconfig, *c->context ? c->context : "(current)");
+    else
+        fputs(" no server (set server, kubeconfig or in_cluster)", out);
+    fprintf(out, ", qps %g burst %d%s\n", c->qps, c->burst,
+            c->insecure_skip_tls_verify ? ", TLS verification OFF" : "");
+    fprintf(out, "state_dir %s; shutdown_timeout %ds; log %s/%s; http %s; sharding %d/%d\n",
+            *cfg->state_dir ? cfg->state_dir : "(memory only)", cfg->shutdown_timeout, cfg->log_level,
+            cfg->log_format, *cfg->http_listen ? cfg->http_listen : "(off)", cfg->sharding_index,
+            cfg->sharding_replicas);
+}
+
+static void kb_summary_informer(const kb_config_informer_t *inf, FILE *out) {
+    fprintf(out, "  %s: %s/%s/%s namespaces=", inf->name, *inf->group ? inf->group : "core", inf->version,
+            inf->resource);
+    kb_print_list(out, &inf->namespaces, "(all)");
+    kb_print_opt(out, "labels", inf->label_selector);
+    kb_print_opt(out, "fields", inf->field_selector);
+    fprintf(out, " shards=%d compaction=%s page_size=%d", inf->shards, kb_config__compaction_name(inf->compaction),
+            inf->page_size);
+    if (inf->resync_seconds)
+        fprintf(out, " resync=%ds", inf->resync_seconds);
+    fputs(" drop=", out);
+    kb_print_list(out, &inf->drop_fields, "(none)");
+    if (inf->redact_fields.n) {
+        fputs(" redact=", out);
+        kb_print_list(out, &inf->redact_fields, "");
+    }
+    fputc('\n', out);
+}
+
+static void kb_summary_sink(const kb_config_sink_t *s, FILE *out) {
+    fprintf(out, "  %s: %s", s->name, kb_sink_type_name(s->type));
+    switch (s->type) {
+    case KB_SINK_FILE:
+        fprintf(out, " %s", strcmp(s->path, "-") == 0 ? "(stdout)" : s->path);
+        break;
+    case KB_SINK_KAFKA:
+        fprintf(out, " brokers=%s%s", s->brokers, s->transactional ? " transactional" : "");
+        for (size_t i = 0; i < s->n_properties; i++)
+            fprintf(out, " %s=%s", s->properties[i].key, s->properties[i].value);
+        break;
+    case KB_SINK_MQTT:
+        fprintf(out, " %s client_id=%s qos=%d v%d", s->uri, s->client_id, s->qos, s->version == 3 ? 3 : 5);
+        kb_print_opt(out, "username", s->username);
+        break;
+    }
+    fputc('\n', out);
+}
+
+static void kb_summary_route(const kb_config_route_t *r, FILE *out) {
+    fprintf(out, "  %s: %s -> %s topic=%s key=%s types=", r->name, r->informer, r->sink,
+            *r->topic ? r->topic : "(sink default)", r->key);
+    if (r->types == KB_ROUTE_TYPES_ALL)
+        fputs("all", out);
+    for (int t = 0; t < KB_EV_TYPE_COUNT && r->types != KB_ROUTE_TYPES_ALL; t++)
+        if (r->types & (1u << t))
+            fprintf(out, "%s%s", (r->types & ((1u << t) - 1)) ? "," : "", kb_event_type_name((kb_event_type_t)t));
+    fprintf(out, " format=%s mode=%s", kb_format_name(r->format), kb_mode_name(r->mode));
+    if (r->namespaces.n) {
+        fputs(" namespaces=", out);
+        kb_print_list(out, &r->namespaces, "");
+    }
+    kb_print_opt(out, "labels", r->label_selector);
+    fputc('\n', out);
+}
+
+void kb_config_summary(const kb_config_t *cfg, FILE *out) {
+    kb_summary_cluster(cfg, out);
+    fprintf(out, "informers (%zu):\n", cfg->n_informers);
+    for (size_t i = 0; i < cfg->n_informers; i++)
+        kb_summary_informer(&cfg->informers[i], out);
+    fprintf(out, "sinks (%zu):\n", cfg->n_sinks);
+    for (size_t i = 0; i < cfg->n_sinks; i++)
+        kb_summary_sink(&cfg->sinks[i], out);
+    fprintf(out, "routes (%zu):\n", cfg->n_routes);
+    for (size_t i = 0; i < cfg->n_routes; i++)
+        kb_summary_route(&cfg->routes[i], out);
+}

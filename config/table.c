@@ -1,0 +1,428 @@
+/* config/table.c — every configuration key, once, and the reference printer.
+ *
+ * Design: each key is one row (config_int.h) holding where the value lives,
+ * its type, default, range or allowed values, checks and doc. The loader
+ * (load.c) walks these rows to fill kb_config_t; kb_config_print_reference()
+ * walks the same rows for `kbridge --help-config` and for
+ * docs/configuration.md, which a unit test compares against this output, so
+ * the docs cannot drift from what the loader does. Adding a key means adding
+ * a row here and a field in config.h; nothing else unless it needs a check
+ * across keys.
+ */
+#include "config/config_int.h"
+
+#include "common/alloc.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KB_OFF(type, field) offsetof(type, field)
+#define KB_NKEYS(a) KB_ARRAY_LEN(a)
+
+static const char *const kb_v_log_level[] = {"debug", "info", "warn", "error", NULL};
+static const char *const kb_v_log_format[] = {"text", "json", NULL};
+static const char *const kb_v_compaction[] = {"none", "latest", NULL};
+static const char *const kb_v_sink_type[] = {"file", "kafka", "mqtt", NULL};
+static const char *const kb_v_format[] = {"json", "cloudevents-structured", "cloudevents-binary", NULL};
+static const char *const kb_v_mode[] = {"events", "state", NULL};
+static const char *const kb_v_mqtt_version[] = {"3", "5", NULL};
+
+#define FILE_ONLY (1u << KB_SINK_FILE)
+#define KAFKA_ONLY (1u << KB_SINK_KAFKA)
+#define MQTT_ONLY (1u << KB_SINK_MQTT)
+
+/* ---- cluster ---------------------------------------------------------- */
+
+#define CL(field) KB_OFF(kb_config_cluster_t, field)
+static const kb_ckey_t kb_keys_cluster[] = {
+    {.name = "name", .type = KB_CT_STRING, .off = CL(name), .def = "default",
+     .flags = KB_CF_NONEMPTY | KB_CF_NAME,
+     .doc = "Name of the cluster; appears in envelopes, topics ({cluster}) and the MQTT client id."},
+    {.name = "server", .type = KB_CT_STRING, .off = CL(server), .def = "",
+     .doc = "API server URL (https://host:port). Empty: take it from kubeconfig or in_cluster."},
+    {.name = "kubeconfig", .type = KB_CT_STRING, .off = CL(kubeconfig), .def = "",
+     .doc = "Path of a kubeconfig file; its current-context is used unless context is set."},
+    {.name = "context", .type = KB_CT_STRING, .off = CL(context), .def = "",
+     .doc = "kubeconfig context to use; empty = current-context."},
+    {.name = "in_cluster", .type = KB_CT_BOOL, .off = CL(in_cluster), .def = "false",
+     .doc = "Use the pod's service account token and CA (running inside the cluster)."},
+    {.name = "token_file", .type = KB_CT_STRING, .off = CL(token_file), .def = "",
+     .doc = "Bearer token file; re-read when it changes (bound tokens rotate)."},
+    {.name = "ca_file", .type = KB_CT_STRING, .off = CL(ca_file), .def = "",
+     .doc = "CA bundle (PEM) that signed the API server's certificate."},
+    {.name = "client_cert", .type = KB_CT_STRING, .off = CL(client_cert), .def = "",
+     .doc = "Client certificate (PEM) for mutual TLS."},
+    {.name = "client_key", .type = KB_CT_STRING, .off = CL(client_key), .def = "",
+     .doc = "Private key (PEM) of client_cert."},
+    {.name = "insecure_skip_tls_verify", .type = KB_CT_BOOL, .off = CL(insecure_skip_tls_verify),
+     .def = "false", .doc = "Do not verify the API server's certificate (testing only)."},
+    {.name = "qps", .type = KB_CT_FLOAT, .off = CL(qps), .def = "50.0", .min = 0.01, .max = 1e6,
+     .doc = "Client-side rate limit: sustained requests per second to the API server."},
+    {.name = "burst", .type = KB_CT_INT, .off = CL(burst), .def = "100", .min = 1, .max = 1000000,
+     .doc = "Client-side rate limit: requests allowed in a burst above qps."},
+};
+#undef CL
+
+static const kb_csection_t kb_sec_cluster = {
+    .title = "cluster",
+    .doc = "Which Kubernetes API server to talk to, and how to authenticate.",
+    .line_off = SIZE_MAX, .keys = kb_keys_cluster, .n_keys = KB_NKEYS(kb_keys_cluster), .disc = -1,
+};
+
+/* ---- log, http, sharding (flat fields of kb_config_t) ------------------ */
+
+#define TOP(field) KB_OFF(kb_config_t, field)
+static const kb_ckey_t kb_keys_log[] = {
+    {.name = "level", .type = KB_CT_CHOICE, .off = TOP(log_level), .def = "info", .values = kb_v_log_level,
+     .doc = "Lowest level written to stderr."},
+    {.name = "format", .type = KB_CT_CHOICE, .off = TOP(log_format), .def = "text", .values = kb_v_log_format,
+     .doc = "One line per event: plain text, or a JSON object per line."},
+};
+static const kb_csection_t kb_sec_log = {
+    .title = "log", .doc = "Logging to stderr.", .line_off = SIZE_MAX,
+    .keys = kb_keys_log, .n_keys = KB_NKEYS(kb_keys_log), .disc = -1,
+};
+
+static const kb_ckey_t kb_keys_http[] = {
+    {.name = "listen", .type = KB_CT_STRING, .off = TOP(http_listen), .def = "127.0.0.1:9464",
+     .flags = KB_CF_LISTEN,
+     .doc = "host:port of the HTTP API (health, metrics, snapshot, replay); \"\" disables it."},
+    {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .def = "",
+     .doc = "When set, requests must carry `Authorization: Bearer <the file's content>`."},
+};
+static const kb_csection_t kb_sec_http = {
+    .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,
+    .keys = kb_keys_http, .n_keys = KB_NKEYS(kb_keys_http), .disc = -1,
+};
+
+static const kb_ckey_t kb_keys_sharding[] = {
+    {.name = "replicas", .type = KB_CT_INT, .off = TOP(sharding_replicas), .def = "1", .min = 1, .max = 1024,
+     .doc = "Number of bridge replicas sharing the work; each handles the keys whose FNV-1a hash mod "
+            "replicas equals its index."},
+    {.name = "index", .type = KB_CT_INT, .off = TOP(sharding_index), .def = "0", .min = -1, .max = 1023,
+     .doc = "This replica's index, below replicas. -1: the ordinal N of a StatefulSet pod name "
+            "`<name>-<N>` in `$HOSTNAME`."},
+};
+static const kb_csection_t kb_sec_sharding = {
+    .title = "sharding", .doc = "Splitting the objects across several bridge processes.", .line_off = SIZE_MAX,
+    .keys = kb_keys_sharding, .n_keys = KB_NKEYS(kb_keys_sharding), .disc = -1,
+};
+
+/* ---- informers ---------------------------------------------------------- */
+
+#define INF(field) KB_OFF(kb_config_informer_t, field)
+static const kb_ckey_t kb_keys_informer[] = {
+    {.name = "name", .type = KB_CT_STRING, .off = INF(name),
+     .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY | KB_CF_NAME | KB_CF_UNIQUE,
+     .doc = "Unique name; routes, metrics and the HTTP API refer to it."},
+    {.name = "group", .type = KB_CT_STRING, .off = INF(group), .def = "",
+     .doc = "API group; \"\" for the core group."},
+    {.name = "version", .type = KB_CT_STRING, .off = INF(version), .def = "v1", .flags = KB_CF_NONEMPTY,
+     .doc = "API version."},
+    {.name = "resource", .type = KB_CT_STRING, .off = INF(resource), .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY,
+     .doc = "Resource (plural, lower case), e.g. \"pods\", \"deployments\"."},
+    {.name = "namespaces", .type = KB_CT_STRLIST, .off = INF(namespaces), .def = "",
+     .doc = "Namespaces to watch, one watch each; empty = all (one cluster-wide watch)."},
+    {.name = "label_selector", .type = KB_CT_STRING, .off = INF(label_selector), .def = "",
+     .doc = "Server-side label selector for list and watch."},
+    {.name = "field_selector", .type = KB_CT_STRING, .off = INF(field_selector), .def = "",
+     .doc = "Server-side field selector for list and watch."},
+    {.name = "page_size", .type = KB_CT_INT, .off = INF(page_size), .def = "500", .min = 1, .max = 100000,
+     .doc = "Objects per list page (limit=)."},
+    {.name = "resync_seconds", .type = KB_CT_INT, .off = INF(resync_seconds), .def = "0", .min = 0,
+     .max = 31536000, .doc = "Every so many seconds queue a SYNC for each cached object with nothing pending; 0 = never."},
+    {.name = "shards", .type = KB_CT_INT, .off = INF(shards), .def = "4", .min = 1, .max = 256,
+     .doc = "Worker queues in this process; one object always goes to the same shard."},
+    {.name = "compaction", .type = KB_CT_ENUM, .off = INF(compaction), .def = "none", .values = kb_v_compaction,
+     .doc = "none: deliver every change; latest: merge the queued changes of one object."},
+    {.name = "drop_fields", .type = KB_CT_STRLIST, .off = INF(drop_fields), .def = "metadata.managedFields",
+     .flags = KB_CF_PATH,
+     .doc = "Field paths removed from every object: dot-separated names, a [bracketed] segment taken whole "
+            "(metadata.annotations[kubectl.kubernetes.io/last-applied-configuration])."},
+    {.name = "redact_fields", .type = KB_CT_STRLIST, .off = INF(redact_fields), .off2 = INF(redact_fields_set),
+     .def = "", .flags = KB_CF_PATH | KB_CF_SEEN,
+     .doc = "Field paths whose values are replaced by `\"<redacted>\"`, e.g. `[ \"data\" ]` for secrets."},
+    {.name = "queue_bytes", .type = KB_CT_INT64, .off = INF(queue_bytes), .def = "67108864",
+     .defdoc = "67108864 (64 MiB)", .min = 65536, .max = 1099511627776.0,
+     .doc = "Bound on the bytes queued over all shards; when full the bridge stops reading the watch."},
+};
+#undef INF
+
+static const kb_csection_t kb_sec_informer = {
+    .title = "informers",
+    .doc = "A list of groups, one per watched resource: `informers = ( { name = \"pods\"; resource = \"pods\"; } );`",
+    .size = sizeof(kb_config_informer_t), .line_off = offsetof(kb_config_informer_t, line),
+    .keys = kb_keys_informer, .n_keys = KB_NKEYS(kb_keys_informer), .disc = -1,
+};
+
+/* ---- sinks -------------------------------------------------------------- */
+
+#define SNK(field) KB_OFF(kb_config_sink_t, field)
+static const kb_ckey_t kb_keys_sink[] = {
+    {.name = "name", .type = KB_CT_STRING, .off = SNK(name),
+     .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY | KB_CF_NAME | KB_CF_UNIQUE,
+     .doc = "Unique name; routes refer to it."},
+    {.name = "type", .type = KB_CT_ENUM, .off = SNK(type), .values = kb_v_sink_type, .flags = KB_CF_REQUIRED,
+     .doc = "Kind of sink; the keys below marked with a type are valid only for it."},
+    {.name = "path", .type = KB_CT_STRING, .off = SNK(path), .def = "-", .only = FILE_ONLY,
+     .flags = KB_CF_NONEMPTY, .doc = "File to append JSON Lines to; \"-\" = stdout."},
+    {.name = "brokers", .type = KB_CT_STRING, .off = SNK(brokers), .def = "", .only = KAFKA_ONLY,
+     .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY, .doc = "Bootstrap brokers, \"host:port,host:port\"."},
+    {.name = "properties", .type = KB_CT_PROPS, .off = SNK(properties), .off2 = SNK(n_properties),
+     .def = "", .only = KAFKA_ONLY,
+     .doc = "librdkafka properties passed as-is: a group of name = value; quote names with dots: "
+            "{ \"compression.type\" = \"lz4\"; }."},
+    {.name = "transactional", .type = KB_CT_BOOL, .off = SNK(transactional), .def = "false", .only = KAFKA_ONLY,
+     .doc = "Exactly-once: each batch and its checkpoint are committed in one Kafka transaction."},
+    {.name = "checkpoint_topic", .type = KB_CT_STRING, .off = SNK(checkpoint_topic),
+     .def = "__kbridge_checkpoints", .only = KAFKA_ONLY, .flags = KB_CF_NONEMPTY,
+     .doc = "Topic that holds checkpoints in transactional mode."},
+    {.name = "uri", .type = KB_CT_STRING, .off = SNK(uri), .def = "", .only = MQTT_ONLY,
+     .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY, .doc = "Broker URI, e.g. \"tcp://127.0.0.1:1883\" or \"ssl://host:8883\"."},
+    {.name = "client_id", .type = KB_CT_STRING, .off = SNK(client_id), .defdoc = "\"kbridge-<cluster.name>\"",
+     .only = MQTT_ONLY, .flags = KB_CF_NONEMPTY, .doc = "MQTT client identifier."},
+    {.name = "qos", .type = KB_CT_INT, .off = SNK(qos), .def = "1", .min = 0, .max = 2, .only = MQTT_ONLY,
+     .doc = "Quality of service of published messages."},
+    {.name = "version", .type = KB_CT_INT, .off = SNK(version), .def = "5", .min = 3, .max = 5,
+     .values = kb_v_mqtt_version, .only = MQTT_ONLY, .doc = "MQTT protocol: 5, or 3 for MQTT 3.1.1."},
+    {.name = "username", .type = KB_CT_STRING, .off = SNK(username), .def = "", .only = MQTT_ONLY,
+     .doc = "User name for the broker."},
+    {.name = "password_file", .type = KB_CT_STRING, .off = SNK(password_file), .def = "", .only = MQTT_ONLY,
+     .doc = "File holding the password (kept out of the config)."},
+    {.name = "ca_file", .type = KB_CT_STRING, .off = SNK(ca_file), .def = "", .only = MQTT_ONLY,
+     .doc = "CA bundle (PEM) for ssl:// brokers."},
+    {.name = "cert_file", .type = KB_CT_STRING, .off = SNK(cert_file), .def = "", .only = MQTT_ONLY,
+     .doc = "Client certificate (PEM)."},
+    {.name = "key_file", .type = KB_CT_STRING, .off = SNK(key_file), .def = "", .only = MQTT_ONLY,
+     .doc = "Private key (PEM) of cert_file."},
+    {.name = "keepalive", .type = KB_CT_INT, .off = SNK(keepalive), .def = "30", .min = 0, .max = 65535,
+     .only = MQTT_ONLY, .doc = "Keep-alive interval in seconds."},
+    {.name = "max_inflight", .type = KB_CT_INT, .off = SNK(max_inflight), .def = "1000", .min = 1, .max = 65535,
+     .only = MQTT_ONLY, .doc = "Messages published but not yet acknowledged, at most."},
+};
+#undef SNK
+
+static const kb_csection_t kb_sec_sink = {
+    .title = "sinks",
+    .doc = "A list of groups, one per destination: `sinks = ( { name = \"out\"; type = \"file\"; } );`",
+    .size = sizeof(kb_config_sink_t), .line_off = offsetof(kb_config_sink_t, line),
+    .keys = kb_keys_sink, .n_keys = KB_NKEYS(kb_keys_sink), .disc = 1, .finish = kb_config__finish_sink,
+};
+
+/* ---- routes ------------------------------------------------------------- */
+
+#define RT(field) KB_OFF(kb_config_route_t, field)
+static const kb_ckey_t kb_keys_route[] = {
+    {.name = "name", .type = KB_CT_STRING, .off = RT(name), .defdoc = "\"<informer>-<sink>-<index>\"",
+     .flags = KB_CF_NONEMPTY | KB_CF_NAME | KB_CF_UNIQUE,
+     .doc = "Unique name (POST /v1/snapshot/{informer}?route=NAME)."},
+    {.name = "informer", .type = KB_CT_STRING, .off = RT(informer), .flags = KB_CF_REQUIRED,
+     .doc = "Name of the informer whose changes this route carries."},
+    {.name = "sink", .type = KB_CT_STRING, .off = RT(sink), .flags = KB_CF_REQUIRED,
+     .doc = "Name of the sink they go to."},
+    {.name = "topic", .type = KB_CT_STRING, .off = RT(topic), .def = "", .flags = KB_CF_TEMPLATE,
+     .doc = "Topic template; \"\" = the sink's default (Kafka \"k8s.{cluster}.{resource}\", MQTT "
+            "\"k8s/{cluster}/{resource}/{namespace}/{name}\"). Variables: {cluster} {group} {version} "
+            "{resource} {kind} {namespace} {name} {uid} {type}."},
+    {.name = "key", .type = KB_CT_STRING, .off = RT(key), .def = "{namespace}/{name}", .flags = KB_CF_TEMPLATE,
+     .doc = "Message key template (Kafka key, CloudEvents partitionkey)."},
+    {.name = "types", .type = KB_CT_TYPES, .off = RT(types),
+     .defdoc = "[ \"ADDED\", \"MODIFIED\", \"DELETED\", \"SYNC\", \"SNAPSHOT\" ]",
+     .doc = "Change types delivered: ADDED, MODIFIED, DELETED, SYNC, SNAPSHOT."},
+    {.name = "namespaces", .type = KB_CT_STRLIST, .off = RT(namespaces), .def = "",
+     .doc = "Client-side filter: only objects in these namespaces; empty = all."},
+    {.name = "label_selector", .type = KB_CT_STRING, .off = RT(label_selector), .def = "",
+     .doc = "Client-side filter: only objects whose labels match."},
+    {.name = "format", .type = KB_CT_ENUM, .off = RT(format), .def = "json", .values = kb_v_format,
+     .doc = "Envelope: kbridge JSON, or CloudEvents 1.0 structured or binary mode."},
+    {.name = "mode", .type = KB_CT_ENUM, .off = RT(mode), .def = "events", .values = kb_v_mode,
+     .doc = "events: every change; state: latest object per key (Kafka tombstones, MQTT retained)."},
+};
+#undef RT
+
+static const kb_csection_t kb_sec_route = {
+    .title = "routes",
+    .doc = "A list of groups, each sending one informer's changes to one sink (at least one route): "
+           "`routes = ( { informer = \"pods\"; sink = \"out\"; } );`",
+    .size = sizeof(kb_config_route_t), .line_off = offsetof(kb_config_route_t, line),
+    .keys = kb_keys_route, .n_keys = KB_NKEYS(kb_keys_route), .disc = -1, .finish = kb_config__finish_route,
+};
+
+/* ---- top level ---------------------------------------------------------- */
+
+static const kb_ckey_t kb_keys_root[] = {
+    {.name = "cluster", .type = KB_CT_GROUP, .off = TOP(cluster), .sub = &kb_sec_cluster},
+    {.name = "state_dir", .type = KB_CT_STRING, .off = TOP(state_dir), .def = "",
+     .doc = "Directory for checkpoints and the persisted index; \"\" = memory only."},
+    {.name = "shutdown_timeout", .type = KB_CT_INT, .off = TOP(shutdown_timeout), .def = "10", .min = 0,
+     .max = 3600, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
+    {.name = "log", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_log},
+    {.name = "http", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_http},
+    {.name = "sharding", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_sharding},
+    {.name = "informers", .type = KB_CT_LIST, .off = TOP(informers), .off2 = TOP(n_informers),
+     .sub = &kb_sec_informer},
+    {.name = "sinks", .type = KB_CT_LIST, .off = TOP(sinks), .off2 = TOP(n_sinks), .sub = &kb_sec_sink},
+    {.name = "routes", .type = KB_CT_LIST, .off = TOP(routes), .off2 = TOP(n_routes), .sub = &kb_sec_route},
+};
+#undef TOP
+
+const kb_csection_t kb_config__root = {
+    .title = "top level", .doc = "Keys outside any group.", .line_off = SIZE_MAX,
+    .keys = kb_keys_root, .n_keys = KB_NKEYS(kb_keys_root), .disc = -1, .finish = kb_config__finish_root,
+};
+
+/* ---- reference ------------------------------------------------------------ */
+
+static const char *const kb_type_names[] = {
+    [KB_CT_STRING] = "string", [KB_CT_INT] = "integer", [KB_CT_INT64] = "integer",
+    [KB_CT_FLOAT] = "float", [KB_CT_BOOL] = "boolean", [KB_CT_ENUM] = "enum", [KB_CT_CHOICE] = "enum",
+    [KB_CT_STRLIST] = "list of strings", [KB_CT_TYPES] = "list of strings",
+    [KB_CT_PROPS] = "group of name = value", [KB_CT_GROUP] = "group", [KB_CT_LIST] = "list of groups",
+};
+
+/* The default in libconfig syntax: strings quoted, lists bracketed. */
+static void kb_print_default(FILE *out, const kb_ckey_t *k) {
+    if (k->defdoc) {
+        fputs(k->defdoc, out);
+        return;
+    }
+    if (!k->def) {
+        fputs("(required)", out);
+        return;
+    }
+    switch (k->type) {
+    case KB_CT_STRING:
+    case KB_CT_CHOICE:
+    case KB_CT_ENUM:
+        fprintf(out, "\"%s\"", k->def);
+        break;
+    case KB_CT_STRLIST:
+        if (!*k->def) {
+            fputs("[]", out);
+            break;
+        }
+        fputs("[ ", out);
+        for (const char *p = k->def; *p;) {
+            size_t n = strcspn(p, ",");
+            fprintf(out, "%s\"%.*s\"", p == k->def ? "" : ", ", (int)n, p);
+            p += n + (p[n] == ',');
+        }
+        fputs(" ]", out);
+        break;
+    case KB_CT_PROPS:
+        fputs("{}", out);
+        break;
+    default:
+        fputs(k->def, out);
+    }
+}
+
+static void kb_print_constraints(FILE *out, const kb_ckey_t *k) {
+    if (k->values) {
+        fputs("; one of ", out);
+        for (size_t i = 0; k->values[i]; i++)
+            fprintf(out, k->type == KB_CT_INT ? "%s%s" : "%s\"%s\"", i ? ", " : "", k->values[i]);
+    } else if (k->min < k->max) {
+        fprintf(out, "; %.15g to %.15g", k->min, k->max);
+    }
+    if ((k->flags & KB_CF_REQUIRED) && !k->only)
+        fputs("; required", out);
+    else if (k->flags & KB_CF_REQUIRED)
+        fputs("; required for this type", out);
+    if (k->flags & KB_CF_NAME)
+        fputs("; letters, digits, '.', '_', '-'", out);
+    if (k->flags & KB_CF_UNIQUE)
+        fputs("; unique", out);
+}
+
+static void kb_print_only(FILE *out, const kb_csection_t *sec, const kb_ckey_t *k) {
+    if (!k->only || sec->disc < 0)
+        return;
+    const kb_ckey_t *d = &sec->keys[sec->disc];
+    for (unsigned v = 0; d->values[v]; v++)
+        if (k->only & (1u << v))
+            fprintf(out, " [%s = \"%s\"]", d->name, d->values[v]);
+}
+
+static void kb_print_section(FILE *out, bool md, const kb_csection_t *sec, const char *prefix) {
+    if (md)
+        fprintf(out, "## %s\n\n%s\n\n", sec->title, sec->doc);
+    else
+        fprintf(out, "%s — %s\n\n", sec->title, sec->doc);
+    for (size_t i = 0; i < sec->n_keys; i++) {
+        const kb_ckey_t *k = &sec->keys[i];
+        if (k->type == KB_CT_GROUP || k->type == KB_CT_LIST)
+            continue;
+        if (md)
+            fprintf(out, "### `%s%s`", prefix, k->name);
+        else
+            fprintf(out, "  %s%s", prefix, k->name);
+        kb_print_only(out, sec, k);
+        fputs(md ? "\n\n" : "\n      ", out);
+        fprintf(out, "%s, default ", kb_type_names[k->type]);
+        if (md)
+            fputc('`', out);
+        kb_print_default(out, k);
+        if (md)
+            fputc('`', out);
+        kb_print_constraints(out, k);
+        fprintf(out, md ? ".\n\n%s\n\n" : ".\n      %s\n", k->doc);
+    }
+    if (!md)
+        fputc('\n', out);
+    for (size_t i = 0; i < sec->n_keys; i++) {
+        const kb_ckey_t *k = &sec->keys[i];
+        if (k->type != KB_CT_GROUP && k->type != KB_CT_LIST)
+            continue;
+        char sub[64];
+        snprintf(sub, sizeof(sub), "%s%s.", k->name, k->type == KB_CT_LIST ? "[]" : "");
+        kb_print_section(out, md, k->sub, sub);
+    }
+}
+
+void kb_config_print_reference(FILE *out, bool md) {
+    if (md)
+        fputs("# Configuration reference\n\n"
+              "<!-- Generated from config/table.c by kb_config_print_reference(); do not edit.\n"
+              "     Regenerate: KB_UPDATE_DOCS=1 KB_SOURCE_DIR=. build/tests/test_config -->\n\n"
+              "kbridge reads one libconfig file (`kbridge --config FILE`; `--check` validates it and\n"
+              "prints a summary). Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
+              "out of range, duplicate names, routes to unknown informers or sinks and bad templates\n"
+              "are errors reported as `FILE:LINE: what is wrong`, and nothing starts.\n"
+              "`kbridge --help-config` prints this reference as text.\n\n"
+              "A setting name may be quoted, which librdkafka properties need:\n"
+              "`properties = { \"compression.type\" = \"lz4\"; };`. Integers wider than 32 bits\n"
+              "need no `L` suffix.\n\n"
+              "A minimal configuration:\n\n"
+              "    cluster = { name = \"prod\"; kubeconfig = \"/etc/kbridge/kubeconfig\"; };\n"
+              "    informers = ( { name = \"pods\"; resource = \"pods\"; } );\n"
+              "    sinks = ( { name = \"out\"; type = \"file\"; path = \"-\"; } );\n"
+              "    routes = ( { informer = \"pods\"; sink = \"out\"; } );\n\n",
+              out);
+    else
+        fputs("kbridge configuration keys (libconfig syntax; see docs/configuration.md)\n\n", out);
+    kb_print_section(out, md, &kb_config__root, "");
+}
+
+/* ---- enum names (the same arrays the loader accepts) ------------------------ */
+
+static const char *kb_value_name(const char *const *values, size_t n, int v) {
+    return v >= 0 && (size_t)v < n - 1 ? values[v] : "?";
+}
+
+const char *kb_sink_type_name(kb_sink_type_t t) {
+    return kb_value_name(kb_v_sink_type, KB_ARRAY_LEN(kb_v_sink_type), (int)t);
+}
+
+const char *kb_format_name(kb_format_t f) {
+    return kb_value_name(kb_v_format, KB_ARRAY_LEN(kb_v_format), (int)f);
+}
+
+const char *kb_mode_name(kb_mode_t m) {
+    return kb_value_name(kb_v_mode, KB_ARRAY_LEN(kb_v_mode), (int)m);
+}
+
+const char *kb_config__compaction_name(kb_compaction_t c) {
+    return kb_value_name(kb_v_compaction, KB_ARRAY_LEN(kb_v_compaction), (int)c);
+}
