@@ -184,7 +184,8 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
     if (!strcmp(conf->path, "-")) {
         fs->fd = STDOUT_FILENO;
     } else {
-        fs->fd = open(conf->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        /* read access only to look at the tail (kb_file_repair_tail) */
+        fs->fd = open(conf->path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
         if (fs->fd < 0) {
             snprintf(errstr, errstr_size, "%s:%d: sinks.%s.path: cannot open \"%s\": %s", cfg->path, conf->line,
                      conf->name, conf->path, strerror(errno));
