@@ -41,6 +41,7 @@ enum {
     KB_CF_PATH = 1u << 5,     /* every string is a field path (informer/decode.h grammar) */
     KB_CF_LISTEN = 1u << 6,   /* "" or "host:port" */
     KB_CF_SEEN = 1u << 7,     /* set the bool at off2 when the key is present */
+    KB_CF_FILE = 1u << 8,     /* a file name: a leading "~/" becomes $HOME/ */
 };
 
 struct kb_csection;
@@ -86,6 +87,8 @@ struct kb_loader {
     size_t errstr_size;
     kb_config_t *cfg;  /* being filled */
     const char *hostname; /* $HOSTNAME as seen at load (sharding.index = -1) */
+    const char *home;     /* $HOME as seen at load ("~/" in file names) */
+    const char *include_dir; /* where @include names are resolved; NULL = refused */
 };
 
 /* Write "FILE:LINE: " (or "FILE: " when s is NULL or has no line) and the
@@ -99,8 +102,10 @@ kb_csection_hook_t kb_config__finish_root, kb_config__finish_sink, kb_config__fi
 /* The text libconfig 1.5 is given: quoted setting names ("compression.type" = …)
  * become encoded names, integer literals that do not fit 32 bits get an L so
  * libconfig keeps them 64-bit. Line structure is preserved. NULL with
- * "FILE:LINE: …" in errstr for an integer literal beyond 64 bits. Caller frees. */
-char *kb_config__prepare(const char *text, const char *path, char *errstr, size_t errstr_size);
+ * "FILE:LINE: …" in errstr for an integer literal beyond 64 bits, or an
+ * @include when !allow_include. Caller frees. */
+char *kb_config__prepare(const char *text, const char *path, bool allow_include, char *errstr,
+                         size_t errstr_size);
 /* Undo the name encoding of kb_config__prepare (names not starting with '*'
  * are copied). Writes at most out_size-1 bytes and NUL-terminates. */
 void kb_config__name_decode(const char *name, char *out, size_t out_size);

@@ -36,16 +36,31 @@ _Static_assert(sizeof(kb_compaction_t) == sizeof(int) && sizeof(kb_sink_type_t) 
 
 #define KB_PATH_MAX 256 /* key paths in messages ("informers[3].drop_fields[1]") */
 
-bool kb_config__fail(kb_loader_t *ld, const config_setting_t *s, const char *fmt, ...) {
-    const char *file = (s && config_setting_source_file(s)) ? config_setting_source_file(s) : ld->path;
-    unsigned line = s ? config_setting_source_line(s) : 0;
-    int n = line ? snprintf(ld->errstr, ld->errstr_size, "%s:%u: ", file, line)
-                 : snprintf(ld->errstr, ld->errstr_size, "%s: ", file);
-    if (n < 0 || (size_t)n >= ld->errstr_size)
-        return false;
+/* "FILE:LINE: " (no LINE when 0) then the message. */
+static void kb_vfail_at(kb_loader_t *ld, const char *file, unsigned line, const char *fmt, va_list ap) {
+    /* libconfig names an included file as the @include wrote it. */
+    bool in_dir = file != ld->path && file[0] != '/' && ld->include_dir && strcmp(ld->include_dir, ".") != 0;
+    int n = snprintf(ld->errstr, ld->errstr_size, "%s%s%s:", in_dir ? ld->include_dir : "", in_dir ? "/" : "", file);
+    if (n >= 0 && line && (size_t)n < ld->errstr_size)
+        n += snprintf(ld->errstr + n, ld->errstr_size - (size_t)n, "%u:", line);
+    if (n >= 0 && (size_t)n < ld->errstr_size)
+        n += snprintf(ld->errstr + n, ld->errstr_size - (size_t)n, " ");
+    if (n >= 0 && (size_t)n < ld->errstr_size)
+        vsnprintf(ld->errstr + n, ld->errstr_size - (size_t)n, fmt, ap);
+}
+
+static void kb_fail_at(kb_loader_t *ld, const char *file, unsigned line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ld->errstr + n, ld->errstr_size - (size_t)n, fmt, ap);
+    kb_vfail_at(ld, file, line, fmt, ap);
+    va_end(ap);
+}
+
+bool kb_config__fail(kb_loader_t *ld, const config_setting_t *s, const char *fmt, ...) {
+    const char *file = (s && config_setting_source_file(s)) ? config_setting_source_file(s) : ld->path;
+    va_list ap;
+    va_start(ap, fmt);
+    kb_vfail_at(ld, file, s ? config_setting_source_line(s) : 0, fmt, ap);
     va_end(ap);
     return false;
 }
@@ -354,6 +369,16 @@ static bool kb_load_list(kb_loader_t *ld, const kb_ckey_t *k, const config_setti
     return true;
 }
 
+/* A copy of v; for file names, "~/x" becomes "$HOME/x" as a shell would. */
+static char *kb_file_name(const kb_loader_t *ld, const kb_ckey_t *k, const char *v) {
+    if (!(k->flags & KB_CF_FILE) || strncmp(v, "~/", 2) != 0 || !ld->home || !*ld->home)
+        return kb_strdup(v);
+    size_t n = strlen(ld->home) + strlen(v);
+    char *out = kb_malloc(n);
+    snprintf(out, n, "%s%s", ld->home, v + 1);
+    return out;
+}
+
 /* Convert a present setting for row k into p. */
 static bool kb_load_value(kb_loader_t *ld, const kb_ckey_t *k, const config_setting_t *s, const char *path,
                           void *base) {
@@ -367,7 +392,7 @@ static bool kb_load_value(kb_loader_t *ld, const kb_ckey_t *k, const config_sett
         if (!v)
             return kb_config__fail(ld, s, "%s: expected a string", path);
         if (k->type == KB_CT_STRING) {
-            *(char **)p = kb_strdup(v);
+            *(char **)p = kb_file_name(ld, k, v);
             return kb_check_string(ld, k, s, path, v);
         }
         int i = kb_value_index(k->values, v);
@@ -539,9 +564,10 @@ bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const con
 
 /* ---- entry points ------------------------------------------------------- */
 
+/* include_dir NULL: @include is refused (text from memory has no directory). */
 static kb_config_t *kb_config_load_text(const char *text, const char *path, const char *include_dir,
                                         char *errstr, size_t errstr_size) {
-    char *prepared = kb_config__prepare(text, path, errstr, errstr_size);
+    char *prepared = kb_config__prepare(text, path, include_dir != NULL, errstr, errstr_size);
     if (!prepared)
         return NULL;
     config_t lc;
@@ -551,11 +577,11 @@ static kb_config_t *kb_config_load_text(const char *text, const char *path, cons
     kb_config_t *cfg = kb_calloc(1, sizeof(*cfg));
     cfg->path = kb_strdup(path);
     kb_loader_t ld = {.path = path, .errstr = errstr, .errstr_size = errstr_size, .cfg = cfg,
-                      .hostname = getenv("HOSTNAME")};
+                      .hostname = getenv("HOSTNAME"), .home = getenv("HOME"), .include_dir = include_dir};
     bool ok;
     if (!config_read_string(&lc, prepared)) {
         const char *file = config_error_file(&lc) ? config_error_file(&lc) : path;
-        snprintf(errstr, errstr_size, "%s:%d: %s", file, config_error_line(&lc), config_error_text(&lc));
+        kb_fail_at(&ld, file, (unsigned)config_error_line(&lc), "%s", config_error_text(&lc));
         ok = false;
     } else {
         ok = kb_load_section(&ld, &kb_config__root, config_root_setting(&lc), cfg, 0, "");
@@ -606,7 +632,7 @@ kb_config_t *kb_config_load(const char *path, char *errstr, size_t errstr_size) 
     }
     /* @include "x" is relative to the config file's directory. */
     const char *slash = strrchr(path, '/');
-    char *dir = slash ? kb_strndup(path, (size_t)(slash - path) + (slash == path)) : NULL;
+    char *dir = slash ? kb_strndup(path, (size_t)(slash - path) + (slash == path)) : kb_strdup(".");
     kb_config_t *cfg = kb_config_load_text(text, path, dir, errstr, errstr_size);
     free(dir);
     free(text);

@@ -172,7 +172,8 @@ static const char *kb_number(const char *p, kb_buf_t *out, bool *too_big) {
     return p;
 }
 
-char *kb_config__prepare(const char *text, const char *path, char *errstr, size_t errstr_size) {
+char *kb_config__prepare(const char *text, const char *path, bool allow_include, char *errstr,
+                         size_t errstr_size) {
     kb_buf_t out = KB_BUF_INIT;
     kb_buf_t name = KB_BUF_INIT;
     int line = 1;
@@ -200,6 +201,11 @@ char *kb_config__prepare(const char *text, const char *path, char *errstr, size_
                 p = q;
                 continue;
             }
+        } else if (!allow_include && strncmp(p, "@include", 8) == 0) {
+            snprintf(errstr, errstr_size, "%s:%d: @include is not allowed in a config given as text", path, line);
+            kb_buf_fini(&out);
+            kb_buf_fini(&name);
+            return NULL;
         } else if (kb_is_alpha(*p) || *p == '*') {
             while (kb_is_name_char(*q))
                 q++;

@@ -41,19 +41,19 @@ static const kb_ckey_t kb_keys_cluster[] = {
      .doc = "Name of the cluster; appears in envelopes, topics ({cluster}) and the MQTT client id."},
     {.name = "server", .type = KB_CT_STRING, .off = CL(server), .def = "",
      .doc = "API server URL (https://host:port). Empty: take it from kubeconfig or in_cluster."},
-    {.name = "kubeconfig", .type = KB_CT_STRING, .off = CL(kubeconfig), .def = "",
+    {.name = "kubeconfig", .type = KB_CT_STRING, .off = CL(kubeconfig), .flags = KB_CF_FILE, .def = "",
      .doc = "Path of a kubeconfig file; its current-context is used unless context is set."},
     {.name = "context", .type = KB_CT_STRING, .off = CL(context), .def = "",
      .doc = "kubeconfig context to use; empty = current-context."},
     {.name = "in_cluster", .type = KB_CT_BOOL, .off = CL(in_cluster), .def = "false",
      .doc = "Use the pod's service account token and CA (running inside the cluster)."},
-    {.name = "token_file", .type = KB_CT_STRING, .off = CL(token_file), .def = "",
+    {.name = "token_file", .type = KB_CT_STRING, .off = CL(token_file), .flags = KB_CF_FILE, .def = "",
      .doc = "Bearer token file; re-read when it changes (bound tokens rotate)."},
-    {.name = "ca_file", .type = KB_CT_STRING, .off = CL(ca_file), .def = "",
+    {.name = "ca_file", .type = KB_CT_STRING, .off = CL(ca_file), .flags = KB_CF_FILE, .def = "",
      .doc = "CA bundle (PEM) that signed the API server's certificate."},
-    {.name = "client_cert", .type = KB_CT_STRING, .off = CL(client_cert), .def = "",
+    {.name = "client_cert", .type = KB_CT_STRING, .off = CL(client_cert), .flags = KB_CF_FILE, .def = "",
      .doc = "Client certificate (PEM) for mutual TLS."},
-    {.name = "client_key", .type = KB_CT_STRING, .off = CL(client_key), .def = "",
+    {.name = "client_key", .type = KB_CT_STRING, .off = CL(client_key), .flags = KB_CF_FILE, .def = "",
      .doc = "Private key (PEM) of client_cert."},
     {.name = "insecure_skip_tls_verify", .type = KB_CT_BOOL, .off = CL(insecure_skip_tls_verify),
      .def = "false", .doc = "Do not verify the API server's certificate (testing only)."},
@@ -88,7 +88,7 @@ static const kb_ckey_t kb_keys_http[] = {
     {.name = "listen", .type = KB_CT_STRING, .off = TOP(http_listen), .def = "127.0.0.1:9464",
      .flags = KB_CF_LISTEN,
      .doc = "host:port of the HTTP API (health, metrics, snapshot, replay); \"\" disables it."},
-    {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .def = "",
+    {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .flags = KB_CF_FILE, .def = "",
      .doc = "When set, requests must carry `Authorization: Bearer <the file's content>`."},
 };
 static const kb_csection_t kb_sec_http = {
@@ -166,7 +166,7 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "type", .type = KB_CT_ENUM, .off = SNK(type), .values = kb_v_sink_type, .flags = KB_CF_REQUIRED,
      .doc = "Kind of sink; the keys below marked with a type are valid only for it."},
     {.name = "path", .type = KB_CT_STRING, .off = SNK(path), .def = "-", .only = FILE_ONLY,
-     .flags = KB_CF_NONEMPTY, .doc = "File to append JSON Lines to; \"-\" = stdout."},
+     .flags = KB_CF_NONEMPTY | KB_CF_FILE, .doc = "File to append JSON Lines to; \"-\" = stdout."},
     {.name = "brokers", .type = KB_CT_STRING, .off = SNK(brokers), .def = "", .only = KAFKA_ONLY,
      .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY, .doc = "Bootstrap brokers, \"host:port,host:port\"."},
     {.name = "properties", .type = KB_CT_PROPS, .off = SNK(properties), .off2 = SNK(n_properties),
@@ -189,13 +189,13 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "username", .type = KB_CT_STRING, .off = SNK(username), .def = "", .only = MQTT_ONLY,
      .doc = "User name for the broker."},
     {.name = "password_file", .type = KB_CT_STRING, .off = SNK(password_file), .def = "", .only = MQTT_ONLY,
-     .doc = "File holding the password (kept out of the config)."},
+     .flags = KB_CF_FILE, .doc = "File holding the password (kept out of the config)."},
     {.name = "ca_file", .type = KB_CT_STRING, .off = SNK(ca_file), .def = "", .only = MQTT_ONLY,
-     .doc = "CA bundle (PEM) for ssl:// brokers."},
+     .flags = KB_CF_FILE, .doc = "CA bundle (PEM) for ssl:// brokers."},
     {.name = "cert_file", .type = KB_CT_STRING, .off = SNK(cert_file), .def = "", .only = MQTT_ONLY,
-     .doc = "Client certificate (PEM)."},
+     .flags = KB_CF_FILE, .doc = "Client certificate (PEM)."},
     {.name = "key_file", .type = KB_CT_STRING, .off = SNK(key_file), .def = "", .only = MQTT_ONLY,
-     .doc = "Private key (PEM) of cert_file."},
+     .flags = KB_CF_FILE, .doc = "Private key (PEM) of cert_file."},
     {.name = "keepalive", .type = KB_CT_INT, .off = SNK(keepalive), .def = "30", .min = 0, .max = 65535,
      .only = MQTT_ONLY, .doc = "Keep-alive interval in seconds."},
     {.name = "max_inflight", .type = KB_CT_INT, .off = SNK(max_inflight), .def = "1000", .min = 1, .max = 65535,
@@ -253,7 +253,7 @@ static const kb_csection_t kb_sec_route = {
 
 static const kb_ckey_t kb_keys_root[] = {
     {.name = "cluster", .type = KB_CT_GROUP, .off = TOP(cluster), .sub = &kb_sec_cluster},
-    {.name = "state_dir", .type = KB_CT_STRING, .off = TOP(state_dir), .def = "",
+    {.name = "state_dir", .type = KB_CT_STRING, .off = TOP(state_dir), .flags = KB_CF_FILE, .def = "",
      .doc = "Directory for checkpoints and the persisted index; \"\" = memory only."},
     {.name = "shutdown_timeout", .type = KB_CT_INT, .off = TOP(shutdown_timeout), .def = "10", .min = 0,
      .max = 3600, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
@@ -334,6 +334,8 @@ static void kb_print_constraints(FILE *out, const kb_ckey_t *k) {
         fputs("; letters, digits, '.', '_', '-'", out);
     if (k->flags & KB_CF_UNIQUE)
         fputs("; unique", out);
+    if (k->flags & KB_CF_FILE)
+        fputs("; a leading ~/ is $HOME/", out);
 }
 
 static void kb_print_only(FILE *out, const kb_csection_t *sec, const kb_ckey_t *k) {

@@ -172,10 +172,11 @@ static void test_defaults(void **state) {
 
 static void test_spec_example(void **state) {
     (void)state;
+    setenv("HOME", "/home/op", 1);
     kb_config_t *cfg = load_ok(spec_example);
     assert_string_equal(cfg->cluster.name, "prod-eu");
     assert_string_equal(cfg->cluster.server, "https://10.0.0.1:6443");
-    assert_string_equal(cfg->cluster.kubeconfig, "~/.kube/config");
+    assert_string_equal(cfg->cluster.kubeconfig, "/home/op/.kube/config"); /* "~/" expanded */
     assert_string_equal(cfg->state_dir, "/var/lib/kbridge");
     assert_int_equal(cfg->n_informers, 1);
     assert_true(cfg->informers[0].redact_fields_set);
@@ -259,6 +260,7 @@ static void test_error_syntax(void **state) {
     expect_error(INF1 "a = 1;\na = 2;\n", "t.cfg:3: duplicate setting name");
     expect_error(INF1 SINK1 ROUTE1 "shutdown_timeout = 99999999999999999999;\n",
                  "t.cfg:4: integer 99999999999999999999 does not fit in 64 bits");
+    expect_error(INF1 "\n@include \"other.cfg\"\n", "t.cfg:3: @include is not allowed in a config given as text");
 }
 
 static void test_error_unknown_key(void **state) {
@@ -434,6 +436,27 @@ static void test_load_file(void **state) {
     assert_non_null(cfg);
     assert_string_equal(cfg->path, path);
     kb_config_free(cfg);
+
+    /* @include is relative to the including file's directory, and errors
+     * inside the included file name that file. */
+    char inc[sizeof(path) + 8];
+    snprintf(inc, sizeof(inc), "%s.inc", path);
+    f = fopen(inc, "w");
+    fputs("cluster = { name = \"from-include\";\n  burst = -1; };\n", f);
+    fclose(f);
+    f = fopen(path, "w");
+    fprintf(f, MINIMAL "@include \"%s\"\n", strrchr(inc, '/') + 1);
+    fclose(f);
+    assert_null(kb_config_load(path, err, sizeof(err)));
+    snprintf(want, sizeof(want), "/tmp/%s:2: cluster.burst: -1 is out of range (1 to 1000000)", strrchr(inc, '/') + 1);
+    assert_string_equal(err, want);
+    f = fopen(inc, "w");
+    fputs("cluster = {\n  name = ; };\n", f);
+    fclose(f);
+    assert_null(kb_config_load(path, err, sizeof(err)));
+    snprintf(want, sizeof(want), "/tmp/%s:2: syntax error", strrchr(inc, '/') + 1);
+    assert_string_equal(err, want);
+    unlink(inc);
     unlink(path);
     assert_null(kb_config_load(path, err, sizeof(err)));
     snprintf(want, sizeof(want), "%s: cannot open: No such file or directory", path);
