@@ -25,7 +25,6 @@
 #include "common/alloc.h"
 #include "informer/json_int.h"
 
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -732,13 +731,18 @@ kb_err_t kb_decode_watch_frame(const char *frame, size_t len, kb_watch_frame_t *
     return KB_OK;
 }
 
+/* The value of member name of the object at b+obj, as a span of b. */
+static bool kb_member(const char *b, kb_span_t obj, const char *name, kb_span_t *v) {
+    if (!obj.len || b[obj.off] != '{' || !kb_json_object_get(b + obj.off, obj.len, name, v))
+        return false;
+    v->off += obj.off;
+    return true;
+}
+
 /* The contents of string member `name` of the object at b+obj. */
 static bool kb_get_string(const char *b, kb_span_t obj, const char *name, kb_span_t *out) {
     kb_span_t v;
-    if (!kb_json_object_get(b + obj.off, obj.len, name, &v))
-        return false;
-    v.off += obj.off;
-    if (b[v.off] != '"')
+    if (!kb_member(b, obj, name, &v) || b[v.off] != '"')
         return false;
     *out = kb_json_string_inner(b, v);
     return true;
@@ -830,37 +834,61 @@ void kb_list_page_fini(kb_list_page_t *page) {
     memset(page, 0, sizeof(*page));
 }
 
-/* ---- Status (rare: jansson) -------------------------------------------- */
+/* ---- Status ---------------------------------------------------------------- */
 
-static int kb_status_int(json_t *v) {
-    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
-    return n < 0 ? 0 : n > 1000000000 ? 1000000000 : (int)n;
+/* A small non-negative integer member (0 when absent, negative or not an integer). */
+static int kb_status_int(const char *b, kb_span_t obj, const char *name) {
+    kb_span_t v;
+    long n = 0;
+    if (!kb_member(b, obj, name, &v))
+        return 0;
+    for (size_t k = 0; k < v.len; k++) {
+        char c = b[v.off + k];
+        if (c < '0' || c > '9')
+            return 0; /* negative, fraction or not a number */
+        if (n < 1000000000L)
+            n = n * 10 + (c - '0');
+    }
+    return (int)(n > 1000000000L ? 1000000000L : n);
 }
 
-static void kb_status_copy(char *dst, size_t size, json_t *v) {
-    const char *s = json_string_value(v);
-    if (s)
-        snprintf(dst, size, "%s", s);
+/* A string member, unescaped, cut to fit dst at a UTF-8 character boundary. */
+static void kb_status_str(const char *b, kb_span_t obj, const char *name, char *dst, size_t size) {
+    kb_span_t v;
+    if (!kb_member(b, obj, name, &v) || b[v.off] != '"')
+        return;
+    char *tmp = kb_malloc(v.len + 1); /* unescaping never makes a string longer */
+    long n = kb_json_string_decode(b, v, tmp, v.len + 1);
+    if (n >= 0) {
+        size_t len = (size_t)n < size - 1 ? (size_t)n : size - 1;
+        while (len < (size_t)n && len > 0 && ((unsigned char)tmp[len] & 0xC0) == 0x80)
+            len--;
+        memcpy(dst, tmp, len);
+        dst[len] = '\0';
+    }
+    free(tmp);
 }
 
 kb_err_t kb_decode_status(const char *buf, size_t len, kb_status_t *st) {
     memset(st, 0, sizeof(*st));
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    if (!root)
+    size_t s, e;
+    if (kb_json_scan_value(buf, len, &s, &e) != KB_JSON_OK || buf[s] != '{' ||
+        kb_json__skip_ws(buf, len, e) != len)
         return KB_ERR_PARSE;
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return KB_ERR_PARSE;
+    kb_span_t root = {s, e - s}, details, causes;
+    st->code = kb_status_int(buf, root, "code");
+    kb_status_str(buf, root, "reason", st->reason, sizeof(st->reason));
+    kb_status_str(buf, root, "message", st->message, sizeof(st->message));
+    if (!kb_member(buf, root, "details", &details))
+        return KB_OK;
+    st->retry_after = kb_status_int(buf, details, "retryAfterSeconds");
+    if (kb_member(buf, details, "causes", &causes) && buf[causes.off] == '[') {
+        /* causes[0]: the first value after '[' */
+        size_t i = causes.off + 1;
+        if (kb_json_scan_value(buf + i, causes.len - 1, &s, &e) == KB_JSON_OK) {
+            kb_span_t first = {i + s, e - s};
+            kb_status_str(buf, first, "reason", st->cause_reason, sizeof(st->cause_reason));
+        }
     }
-    st->code = kb_status_int(json_object_get(root, "code"));
-    kb_status_copy(st->reason, sizeof(st->reason), json_object_get(root, "reason"));
-    kb_status_copy(st->message, sizeof(st->message), json_object_get(root, "message"));
-    json_t *details = json_object_get(root, "details");
-    json_t *causes = json_object_get(details, "causes");
-    kb_status_copy(st->cause_reason, sizeof(st->cause_reason),
-                   json_object_get(json_array_get(causes, 0), "reason"));
-    st->retry_after = kb_status_int(json_object_get(details, "retryAfterSeconds"));
-    json_decref(root);
     return KB_OK;
 }

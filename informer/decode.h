@@ -4,7 +4,8 @@
  * {"type":"MODIFIED","object":{…}}, a list page
  * {"kind":"PodList","metadata":{"resourceVersion":…,"continue":…},"items":[…]},
  * and a Status (errors). The first two are on the hot path and are decoded
- * with the raw scanner of json.h; Status is rare and may use jansson.
+ * with the raw scanner of json.h; so is Status, so that a body jansson would
+ * refuse (invalid UTF-8 is passed through, see below) still yields its code.
  *
  * kb_decode_object() reads one object's identity (namespace, name, uid,
  * resourceVersion, kind, apiVersion, labels) and writes its output form into

@@ -532,7 +532,25 @@ static void test_error_frame_status(void **state) {
     assert_string_equal(st.cause_reason, "ResourceVersionTooLarge");
     assert_int_equal(st.retry_after, 1);
 
+    /* Escapes are decoded; invalid UTF-8 does not lose the code; long
+     * messages are cut at a character boundary. */
+    const char *odd = "{\"code\":410,\"reason\":\"Exp\\u0069red\",\"message\":\"\xff\xfe\"}";
+    assert_int_equal(kb_decode_status(odd, strlen(odd), &st), KB_OK);
+    assert_int_equal(st.code, 410);
+    assert_string_equal(st.reason, "Expired");
+    assert_string_equal(st.message, "\xff\xfe");
+    kb_buf_t lng = KB_BUF_INIT;
+    kb_buf_append_str(&lng, "{\"message\":\"xy");
+    for (int k = 0; k < 600; k++)
+        kb_buf_append_str(&lng, "\xc3\xa9"); /* é */
+    kb_buf_append_str(&lng, "\",\"code\":-3}");
+    assert_int_equal(kb_decode_status(lng.data, lng.len, &st), KB_OK);
+    assert_int_equal(strlen(st.message), 510); /* "xy" + 254 × 2 bytes: 511 would split one */
+    assert_int_equal(st.code, 0);
+    kb_buf_fini(&lng);
+
     assert_int_equal(kb_decode_status("Too many requests", 17, &st), KB_ERR_PARSE);
+    assert_int_equal(kb_decode_status("{} x", 4, &st), KB_ERR_PARSE);
     assert_int_equal(kb_decode_status("[1]", 3, &st), KB_ERR_PARSE);
     assert_int_equal(kb_decode_status("{}", 2, &st), KB_OK);
     assert_int_equal(st.code, 0);
