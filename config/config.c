@@ -96,7 +96,6 @@ static void kb_print_opt(FILE *out, const char *label, const char *v) {
 
 static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
     const kb_config_cluster_t *c = &cfg->cluster;
-    fprintf(out, "config %s: OK\n", cfg->path);
     fprintf(out, "cluster %s:", c->name);
     if (*c->server)
         fprintf(out, " server %s", c->server);
@@ -108,7 +107,7 @@ static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
         fputs(" no server (set server, kubeconfig or in_cluster)", out);
     fprintf(out, ", qps %g burst %d%s\n", c->qps, c->burst,
             c->insecure_skip_tls_verify ? ", TLS verification OFF" : "");
-    fprintf(out, "state_dir %s; shutdown_timeout %ds; log %s/%s; http %s; sharding %d/%d\n",
+    fprintf(out, "state_dir %s; shutdown_timeout %ds; log %s/%s; http %s; sharding: replica %d of %d\n",
             *cfg->state_dir ? cfg->state_dir : "(memory only)", cfg->shutdown_timeout, cfg->log_level,
             cfg->log_format, *cfg->http_listen ? cfg->http_listen : "(off)", cfg->sharding_index,
             cfg->sharding_replicas);
