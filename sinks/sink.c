@@ -1,8 +1,9 @@
 /* sinks/sink.c — the sink registry and the thin wrappers around the ops table.
  *
  * The bridge never switches on a sink type: it asks for the ops table once
- * and calls through it. Sinks that are not linked into this build resolve to
- * NULL (weak references) and are reported as such at config time.
+ * and calls through it. The ops tables are referenced strongly on purpose: a weak
+ * one never pulls kafka.o / mqtt.o out of the static library, so those
+ * sinks would silently be missing from kbridge.
  */
 #include "sinks/sink.h"
 
@@ -11,9 +12,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-
-extern const kb_sink_ops_t kb_sink_kafka_ops __attribute__((weak));
-extern const kb_sink_ops_t kb_sink_mqtt_ops __attribute__((weak));
 
 const kb_sink_ops_t *kb_sink_ops_for(kb_sink_type_t type) {
     switch (type) {
