@@ -19,6 +19,10 @@
  * insertion shifts them. Paths are compiled into a small trie of member
  * names; a container's frame points at the trie node its members are
  * matched against (NULL below any path: no lookups there).
+ *
+ * The container stack lives on the C stack: KB_JSON_MAX_DEPTH frames of 24
+ * bytes, 12 KB per call, which any thread stack holds. Thread-safe: all
+ * state is per call; the transform is only read.
  */
 #include "informer/decode.h"
 
@@ -361,9 +365,8 @@ static void kb_meta_shift(kb_span_t *sp, size_t from, size_t by) {
 
 /* Insert "kind":…,"apiVersion":…, after the '{' at output offset at. */
 static void kb_dec_insert_kind(kb_dec_t *d, size_t at, const char *kind, const char *api_version) {
-    bool need_kind = kind && !d->meta->kind.len && !(d->seen & (1u << KB_PEND_KIND));
-    bool need_apiv =
-        api_version && !d->meta->api_version.len && !(d->seen & (1u << KB_PEND_APIV));
+    bool need_kind = kind && !(d->seen & (1u << KB_PEND_KIND));
+    bool need_apiv = api_version && !(d->seen & (1u << KB_PEND_APIV));
     if (!need_kind && !need_apiv)
         return;
     kb_buf_t pre = KB_BUF_INIT;
