@@ -175,11 +175,18 @@ static bool kb_inf_enqueue(kb_informer_t *inf, kb_event_t *ev) {
     return true;
 }
 
+typedef enum {
+    KB_INGEST_OK,       /* queued, or nothing to say */
+    KB_INGEST_STOPPED,  /* the informer is stopping */
+    KB_INGEST_BAD,      /* the bytes are not one valid object (nothing was queued) */
+} kb_ingest_t;
+
 /* Decode one object and queue what it means for the cache.
  * server_type: for watch events, the frame type; for list items, ADDED.
- * Caller holds ingest_mtx. Returns false only when stopping. */
-static bool kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_t server_type, const char *obj,
-                          size_t len, int64_t read_ns) {
+ * A bad object is counted and skipped unless quiet_bad (the caller will
+ * try another reading of the bytes). Caller holds ingest_mtx. */
+static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_t server_type, const char *obj,
+                                 size_t len, int64_t read_ns, bool quiet_bad) {
     kb_informer_t *inf = r->inf;
     kb_buf_t *out = &inf->scratch;
     kb_buf_reset(out);
@@ -188,14 +195,21 @@ static bool kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_t serve
     const char *kind = kb_resource_kind(inf->res);
     if (kb_decode_object(inf->tf, obj, len, kind[0] ? kind : NULL, inf->res->api_version, out, &m, why,
                          sizeof(why)) != KB_OK) {
+        if (quiet_bad)
+            return KB_INGEST_BAD;
         static kb_ratelimit_t rl;
         kb_inf_error(inf, KB_WATCH_ERR_DECODE, "object skipped: %s", why);
         if (kb_ratelimit_allow(&rl, 10000, NULL))
             KB_WARN("informer", "informer=%s object skipped: %s", inf->conf->name, why);
-        return true;
+        kb_span_t rv;
+        if (src == KB_SRC_WATCH && kb_decode_object_rv(obj, len, &rv))
+            kb_refl_set_rv(r, obj + rv.off, rv.len);
+        return KB_INGEST_BAD;
     }
     if (!kind[0] && m.kind.len)
         kb_resource_set_kind(inf->res, out->data + m.kind.off, m.kind.len);
+    if (src == KB_SRC_WATCH) /* every accepted frame moves the resume point, whatever it leads to */
+        kb_refl_set_rv(r, out->data + m.rv.off, m.rv.len);
 
     kb_event_init_t in = {
         .res = inf->res,
@@ -253,7 +267,7 @@ done:
     kb_event_unref(old);
 out:
     kb_buf_fini(&keyb);
-    return ok;
+    return ok ? KB_INGEST_OK : KB_INGEST_STOPPED;
 }
 
 /* After a complete list: every cached key of this reflector's scope that the
@@ -396,7 +410,7 @@ restart:
         bool ok = true;
         for (size_t i = 0; i < page.n_items && ok; i++)
             ok = kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, body.data + page.items[i].off, page.items[i].len,
-                               now);
+                               now, false) != KB_INGEST_STOPPED;
         pthread_mutex_unlock(&inf->ingest_mtx);
         items += page.n_items;
         pages++;
@@ -433,20 +447,51 @@ out:
     return err;
 }
 
-/* Handle one complete watch frame. False aborts the stream (r->watch_err says why). */
-static bool kb_refl_frame(kb_reflector_t *r, const char *frame, size_t len, int64_t read_ns) {
+/* The API server writes every frame as {"type":"T","object":{…}}. For that
+ * shape the object's span is known without scanning, and kb_decode_object
+ * (which validates the object and refuses trailing bytes) is the one pass
+ * over it. Anything else takes the general decoder. */
+static bool kb_refl_fast_frame(const char *f, size_t len, kb_watch_type_t *type, kb_span_t *obj) {
+    static const char pre[] = "{\"type\":\"";
+    static const struct {
+        const char *name;
+        size_t len;
+        kb_watch_type_t type;
+    } types[] = {{"ADDED", 5, KB_WATCH_ADDED}, {"MODIFIED", 8, KB_WATCH_MODIFIED}, {"DELETED", 7, KB_WATCH_DELETED}};
+    static const char mid[] = "\",\"object\":";
+    if (len < sizeof(pre) + sizeof(mid) + 8 || memcmp(f, pre, sizeof(pre) - 1) != 0 || f[len - 1] != '}')
+        return false;
+    size_t at = sizeof(pre) - 1;
+    for (size_t i = 0; i < KB_ARRAY_LEN(types); i++) {
+        if (len - at > types[i].len + sizeof(mid) && !memcmp(f + at, types[i].name, types[i].len) &&
+            !memcmp(f + at + types[i].len, mid, sizeof(mid) - 1)) {
+            obj->off = at + types[i].len + sizeof(mid) - 1;
+            obj->len = len - 1 - obj->off;
+            *type = types[i].type;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Handle one watch frame. KB_INGEST_BAD if the bytes are not one valid
+ * frame (nothing was counted or queued); KB_INGEST_STOPPED aborts the
+ * stream (r->watch_err says why). */
+static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t len, int64_t read_ns) {
     kb_informer_t *inf = r->inf;
     kb_watch_frame_t f;
     char why[256];
-    r->frames++;
-    atomic_fetch_add(&inf->st_frames, 1);
-    if (kb_decode_watch_frame(frame, len, &f, why, sizeof(why)) != KB_OK) {
-        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "watch frame: %s", why);
-        KB_WARN("reflector", "informer=%s malformed watch frame (%s): %.120s; re-watching from rv=%s",
-                inf->conf->name, why, frame, r->rv);
-        r->watch_err = KB_ERR_PARSE;
-        return false;
+    kb_ingest_t res;
+    if (kb_refl_fast_frame(frame, len, &f.type, &f.object)) {
+        pthread_mutex_lock(&inf->ingest_mtx);
+        res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, frame + f.object.off, f.object.len, read_ns, true);
+        pthread_mutex_unlock(&inf->ingest_mtx);
+        if (res != KB_INGEST_BAD)
+            goto counted;
+        /* Not the canonical shape after all (say, a member after "object"). */
     }
+    if (kb_decode_watch_frame(frame, len, &f, why, sizeof(why)) != KB_OK)
+        return KB_INGEST_BAD;
     const char *obj = frame + f.object.off;
     switch (f.type) {
     case KB_WATCH_ERROR:
@@ -456,66 +501,98 @@ static bool kb_refl_frame(kb_reflector_t *r, const char *frame, size_t len, int6
                        : !strcmp(r->status.cause_reason, "ResourceVersionTooLarge")   ? KB_ERR_TOO_LARGE_RV
                        : r->status.code >= 500                                        ? KB_ERR_UNAVAILABLE
                                                                                       : KB_ERR_HTTP;
-        return false;
+        res = KB_INGEST_STOPPED;
+        goto counted;
     case KB_WATCH_BOOKMARK: {
         kb_span_t rv;
         atomic_fetch_add(&inf->st_bookmarks, 1);
         if (kb_decode_object_rv(obj, f.object.len, &rv))
             kb_refl_set_rv(r, obj + rv.off, rv.len);
-        return true;
+        res = KB_INGEST_OK;
+        goto counted;
     }
     default:
         break;
     }
     pthread_mutex_lock(&inf->ingest_mtx);
-    bool ok = kb_inf_ingest(r, KB_SRC_WATCH, f.type, obj, f.object.len, read_ns);
+    res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, obj, f.object.len, read_ns, false);
     pthread_mutex_unlock(&inf->ingest_mtx);
-    if (!ok) {
+    if (res == KB_INGEST_BAD)
+        res = KB_INGEST_OK; /* a well-formed frame whose object we cannot use: counted, skipped */
+    else if (res == KB_INGEST_STOPPED)
         r->watch_err = KB_ERR_STOPPED;
-        return false;
-    }
-    kb_span_t rv;
-    if (kb_decode_object_rv(obj, f.object.len, &rv))
-        kb_refl_set_rv(r, obj + rv.off, rv.len);
-    return true;
+counted:
+    r->frames++;
+    atomic_fetch_add(&inf->st_frames, 1);
+    return res;
 }
 
-/* curl write callback for watches: split the stream into JSON values. */
+/* One line of the stream: normally one frame. A line holding several JSON
+ * values (the framing is self-delimiting) is split value by value; bytes
+ * that are not JSON end the watch as malformed. */
+static bool kb_refl_line(kb_reflector_t *r, const char *line, size_t len, int64_t read_ns) {
+    while (len && (line[len - 1] == ' ' || line[len - 1] == '\r' || line[len - 1] == '\t'))
+        len--;
+    while (len && (line[0] == ' ' || line[0] == '\r' || line[0] == '\t')) {
+        line++;
+        len--;
+    }
+    if (!len)
+        return true;
+    kb_ingest_t res = kb_refl_frame(r, line, len, read_ns);
+    if (res != KB_INGEST_BAD)
+        return res == KB_INGEST_OK;
+    size_t pos = 0, start, end;
+    const char *why = "not a watch event";
+    while (pos < len) {
+        kb_json_status_t st = kb_json_scan_value(line + pos, len - pos, &start, &end);
+        if (st != KB_JSON_OK) {
+            why = st == KB_JSON_INCOMPLETE ? "truncated JSON" : "not JSON";
+            break;
+        }
+        if (start == 0 && end == len)
+            break; /* one whole value, and it was not a frame */
+        res = kb_refl_frame(r, line + pos + start, end - start, read_ns);
+        if (res != KB_INGEST_OK)
+            break;
+        pos += end;
+        while (pos < len && (line[pos] == ' ' || line[pos] == '\t' || line[pos] == '\r'))
+            pos++;
+        if (pos == len)
+            return true;
+    }
+    if (res == KB_INGEST_STOPPED)
+        return false;
+    kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame: %s", why);
+    KB_WARN("reflector", "informer=%s malformed watch frame (%s): %.*s; re-watching from rv=%s", r->inf->conf->name,
+            why, (int)(len > 120 ? 120 : len), line, r->rv);
+    r->watch_err = KB_ERR_PARSE;
+    return false;
+}
+
+/* curl write callback for watches: the server ends each frame with '\n'. */
 static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
     kb_reflector_t *r = opaque;
     int64_t now = kb_now_mono_ns();
+    size_t had = r->stream.len;
     kb_buf_append(&r->stream, data, len);
-    /* The server ends every frame with '\n'; scanning only when one arrived
-     * keeps a frame that spans many chunks from being rescanned each time. */
-    if (!memchr(data, '\n', len) && r->stream.len < KB_WATCH_MAX_FRAME)
-        return true;
-    size_t pos = 0;
+    const char *buf = r->stream.data;
+    size_t pos = 0, scan = had; /* bytes before `had` hold no '\n' */
     bool ok = true;
-    while (ok && pos < r->stream.len) {
-        size_t start, end;
-        kb_json_status_t s = kb_json_scan_value(r->stream.data + pos, r->stream.len - pos, &start, &end);
-        if (s == KB_JSON_INCOMPLETE) {
-            if (r->stream.len - pos >= KB_WATCH_MAX_FRAME) {
-                kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes", KB_WATCH_MAX_FRAME);
-                r->watch_err = KB_ERR_PARSE;
-                ok = false;
-            }
+    for (;;) {
+        const char *nl = memchr(buf + scan, '\n', r->stream.len - scan);
+        if (!nl)
             break;
-        }
-        if (s == KB_JSON_INVALID) {
-            /* Report the offending line, then drop the stream. */
-            const char *bad = r->stream.data + pos;
-            const char *nl = memchr(bad, '\n', r->stream.len - pos);
-            size_t n = nl ? (size_t)(nl - bad) : r->stream.len - pos;
-            kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch stream: not JSON");
-            KB_WARN("reflector", "informer=%s malformed watch line: %.*s; re-watching from rv=%s", r->inf->conf->name,
-                    (int)(n > 120 ? 120 : n), bad, r->rv);
-            r->watch_err = KB_ERR_PARSE;
-            ok = false;
+        size_t end = (size_t)(nl - buf);
+        ok = kb_refl_line(r, buf + pos, end - pos, now);
+        pos = scan = end + 1;
+        if (!ok)
             break;
-        }
-        ok = kb_refl_frame(r, r->stream.data + pos + start, end - start, now);
-        pos += end;
+    }
+    if (ok && r->stream.len - pos >= KB_WATCH_MAX_FRAME) {
+        kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes without a newline", KB_WATCH_MAX_FRAME);
+        r->watch_err = KB_ERR_PARSE;
+        ok = false;
     }
     kb_buf_consume(&r->stream, pos);
     return ok;

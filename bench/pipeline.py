@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): the simulator's list and watch stream through
+kbridge into the file sink.
+
+Prints, for a release build:
+  - initial sync of N Pods (~5 KB each): seconds from start to "listed", and
+    to the last envelope written;
+  - memory: RSS with an empty cache, RSS after the sync, peak RSS, and the
+    bytes of memory per cached Pod;
+  - watch throughput: M updates streamed as fast as the simulator sends
+    them: events/s and kbridge CPU microseconds per event.
+
+Usage: bench/pipeline.py [--build build] [--pods 100000] [--updates 200000]
+The output file lives in /dev/shm so the disk is not what is measured.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def status_kb(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read() or b"null")
+
+
+def count_lines(path):
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def wait(cond, timeout, interval=0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def start_sim(build):
+    p = subprocess.Popen([os.path.join(build, "kubesim"), "--port", "0", "--history", "1000000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline()
+    return p, "http://127.0.0.1:%s" % line.strip().rsplit(":", 1)[1]
+
+
+def start_bridge(build, url, out, workdir):
+    cfg = os.path.join(workdir, "bench.cfg")
+    with open(cfg, "w") as f:
+        f.write('cluster = { name = "bench"; server = "%s"; };\nhttp = { listen = ""; };\n'
+                'informers = ( { name = "pods"; version = "v1"; resource = "pods"; page_size = 500; } );\n'
+                'sinks = ( { name = "out"; type = "file"; path = "%s"; } );\n'
+                'routes = ( { informer = "pods"; sink = "out"; } );\n' % (url, out))
+    log = open(os.path.join(workdir, "kbridge.log"), "w")
+    return subprocess.Popen([os.path.join(build, "kbridge"), "--config", cfg], stderr=log), log
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--pods", type=int, default=100000)
+    ap.add_argument("--updates", type=int, default=200000)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="kbbench-", dir="/dev/shm")
+    out = os.path.join(work, "out.jsonl")
+
+    # Baseline: a bridge with nothing to cache.
+    sim, url = start_sim(a.build)
+    br, log = start_bridge(a.build, url, out, work)
+    time.sleep(1.0)
+    rss_empty = status_kb(br.pid, "VmRSS")
+    br.send_signal(signal.SIGTERM)
+    br.wait()
+    sim.send_signal(signal.SIGTERM)
+    sim.wait()
+    os.unlink(out) if os.path.exists(out) else None
+
+    sim, url = start_sim(a.build)
+    t = time.monotonic()
+    post(url + "/_sim/generate", {"resource": "pods", "namespaces": 10, "count": a.pods, "size": 5200})
+    gen_s = time.monotonic() - t
+    t0 = time.monotonic()
+    br, log = start_bridge(a.build, url, out, work)
+    logpath = os.path.join(work, "kbridge.log")
+    wait(lambda: "listed items=" in open(logpath).read(), 600)
+    synced_s = time.monotonic() - t0
+    wait(lambda: count_lines(out) >= a.pods, 600)
+    delivered_s = time.monotonic() - t0
+    time.sleep(1.0)
+    rss_synced = status_kb(br.pid, "VmRSS")
+    hwm = status_kb(br.pid, "VmHWM")
+    per_pod = (rss_synced - rss_empty) * 1024 / a.pods
+    size = os.path.getsize(out) / a.pods
+
+    # Watch throughput: the simulator's churn is made while kbridge is
+    # stopped (SIGSTOP), so on SIGCONT the watch delivers a backlog as fast as
+    # kbridge can take it and the figure is kbridge's, not the simulator's.
+    base_lines = count_lines(out)
+    br.send_signal(signal.SIGSTOP)
+    post(url + "/_sim/churn", {"resource": "pods", "count": a.updates, "rate": 0})
+    wait(lambda: json.loads(urllib.request.urlopen(url + "/_sim/churn", timeout=30).read()).get("done"), 900, 0.1)
+    cpu0 = cpu_seconds(br.pid)
+    t1 = time.monotonic()
+    br.send_signal(signal.SIGCONT)
+    ok = wait(lambda: count_lines(out) >= base_lines + a.updates, 900, 0.05)
+    watch_s = time.monotonic() - t1
+    cpu = cpu_seconds(br.pid) - cpu0
+    got = count_lines(out) - base_lines
+    br.send_signal(signal.SIGTERM)
+    br.wait()
+    sim.send_signal(signal.SIGTERM)
+    sim.wait()
+
+    cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print("machine: %d cores, %s" % (os.cpu_count(), cpu_model))
+    print("generate %d pods in the simulator: %.1f s" % (a.pods, gen_s))
+    print("initial sync: %d pods (%.0f B/envelope): listed in %.2f s, all written in %.2f s" %
+          (a.pods, size, synced_s, delivered_s))
+    print("memory: RSS empty %.1f MiB, after sync %.1f MiB, peak %.1f MiB (peak/steady %.2f); %.0f B per cached Pod" %
+          (rss_empty / 1024, rss_synced / 1024, hwm / 1024, hwm / max(rss_synced, 1), per_pod))
+    print("watch backlog: %d of %d updates in %.2f s = %.0f events/s; kbridge CPU %.1f us/event%s" %
+          (got, a.updates, watch_s, got / watch_s, cpu * 1e6 / max(got, 1), "" if ok else " (INCOMPLETE)"))
+    subprocess.run(["rm", "-rf", work])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
