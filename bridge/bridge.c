@@ -220,7 +220,7 @@ kb_err_t kb_bridge_start(kb_bridge_t *b) {
         kb_pipeline_t *p = &b->pipes[i];
         for (size_t s = 0; s < p->n_workers; s++) {
             if (pthread_create(&p->workers[s].thread, NULL, kb_worker_main, &p->workers[s]) != 0)
-                KB_ASSERT(!"cannot start a worker thread");
+                KB_FATAL("cannot start a worker thread");
             p->workers[s].started = true;
         }
         kb_informer_start(p->inf);

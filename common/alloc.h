@@ -20,6 +20,8 @@ void *kb_memdup(const void *p, size_t n);
 _Noreturn void kb_assert_fail(const char *expr, const char *file, int line);
 
 #define KB_ASSERT(e) ((e) ? (void)0 : kb_assert_fail(#e, __FILE__, __LINE__))
+/* An unrecoverable failure of the environment (a thread that cannot start). */
+#define KB_FATAL(msg) kb_assert_fail((msg), __FILE__, __LINE__)
 #define KB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KB_UNUSED(x) ((void)(x))
 

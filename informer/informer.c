@@ -829,12 +829,12 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
 kb_err_t kb_informer_start(kb_informer_t *inf) {
     for (size_t i = 0; i < inf->n_refl; i++) {
         if (pthread_create(&inf->refl[i].thread, NULL, kb_refl_main, &inf->refl[i]) != 0)
-            KB_ASSERT(!"cannot start a reflector thread");
+            KB_FATAL("cannot start a reflector thread");
         inf->refl[i].running = true;
     }
     if (inf->conf->resync_seconds > 0) {
         if (pthread_create(&inf->resync_thread, NULL, kb_resync_main, inf) != 0)
-            KB_ASSERT(!"cannot start the resync thread");
+            KB_FATAL("cannot start the resync thread");
         inf->resync_running = true;
     }
     KB_INFO("informer", "informer=%s started: %s%s reflectors=%zu shards=%zu compaction=%s", inf->conf->name,

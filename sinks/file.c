@@ -203,7 +203,7 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
     pthread_cond_init(&fs->cond, &ca);
     pthread_condattr_destroy(&ca);
     if (pthread_create(&fs->writer, NULL, kb_file_writer, fs) != 0)
-        KB_ASSERT(!"cannot start the file writer thread");
+        KB_FATAL("cannot start the file writer thread");
     *state = fs;
     return KB_OK;
 }
