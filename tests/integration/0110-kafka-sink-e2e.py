@@ -113,6 +113,7 @@ def test():
     kafka.start()
     sim = Sim()
     names = ["web-%d" % i for i in range(10)]
+    sim.bulk(pod_ops("create", "team-c", ["seed"]))  # so the first list is not empty
     work = tempfile.mkdtemp(prefix="kbtest-")
     out = os.path.join(work, "out.jsonl")
     b = Bridge(sim, workdir=work, out=out, sinks=[
@@ -127,6 +128,8 @@ def test():
         '{ informer = "pods"; sink = "kafka"; topic = "ce.structured"; format = "cloudevents-structured"; }',
     ])
 
+    # Changes made after kbridge's first list come through its watch, one by one.
+    wait_for(lambda: [r for r in sim.requests() if r["path"] == "/api/v1/pods"], 60, 0.05, "kbridge's first list")
     for ns in ("team-a", "team-b"):
         sim.bulk(pod_ops("create", ns, names, labels={"app": "web"}))
     churn(sim, names, 3, 0)
