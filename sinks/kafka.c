@@ -235,7 +235,7 @@ static rd_kafka_conf_t *kb_kafka_conf_build(const kb_config_sink_t *conf, const 
     for (size_t i = 0; i < KB_ARRAY_LEN(kb_kafka_defaults); i++)
         if (rd_kafka_conf_set(rconf, kb_kafka_defaults[i].name, kb_kafka_defaults[i].value, why, sizeof(why)) !=
             RD_KAFKA_CONF_OK)
-            KB_ASSERT(!"a built-in librdkafka default is refused");
+            KB_FATAL("a built-in librdkafka default is refused");
     /* Never give up on a message (backpressure instead); a transactional
      * producer derives it from transaction.timeout.ms instead. */
     if (!conf->transactional)
@@ -308,7 +308,6 @@ static void kb_kafka_ack(kb_kafka_sink_t *ks, kb_kafka_msg_t *km, kb_err_t err) 
     kb_event_unref(km->ev);
     free(km);
     atomic_fetch_sub(&ks->outstanding, 1);
-    kb_kafka_wake(ks);
 }
 
 /* One record of km is done (delivered, failed, or never enqueued). */
@@ -487,6 +486,7 @@ static void kb_kafka_txn_commit(kb_kafka_sink_t *ks) {
     }
     atomic_store(&ks->txn_msgs, 0);
     kb_kafka_txn_settle(ks, outcome);
+    kb_kafka_wake(ks);
     if (atomic_load(&ks->fatal))
         return;
     rd_kafka_error_t *e = rd_kafka_begin_transaction(ks->rk);
@@ -533,7 +533,10 @@ static void *kb_kafka_poller(void *arg) {
             if (ready || atomic_load(&ks->fatal))
                 pthread_rwlock_unlock(&ks->gate);
         }
-        rd_kafka_poll(ks->rk, 100);
+        /* One wake-up per batch of delivery reports, not per ack: a
+         * producer waiting for queue room retries once per batch. */
+        if (rd_kafka_poll(ks->rk, 100) > 0)
+            kb_kafka_wake(ks);
         if (!ks->transactional)
             continue;
         if (atomic_load(&ks->fatal))
@@ -583,7 +586,7 @@ static kb_err_t kb_kafka_create(const kb_config_sink_t *conf, const kb_config_t 
     pthread_cond_init(&ks->cond, &ca);
     pthread_condattr_destroy(&ca);
     if (pthread_create(&ks->poller, NULL, kb_kafka_poller, ks) != 0)
-        KB_ASSERT(!"cannot start the Kafka poller thread");
+        KB_FATAL("cannot start the Kafka poller thread");
     pthread_mutex_lock(&ks->mtx);
     while (!ks->poller_up)
         pthread_cond_wait(&ks->cond, &ks->mtx);
