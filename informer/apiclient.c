@@ -7,28 +7,62 @@
  * reading the socket and TCP pushes back on the API server.
  * The progress callback checks the stop flag so shutdown does not wait for a
  * quiet watch to time out.
+ *
+ * Credentials are resolved once at creation into plain fields; only what
+ * changes at run time (the token read from a file, the exec plugin's
+ * credential) sits behind cred_mtx, with a generation number bumped on every
+ * change. A request remembers the generation it used; after a 401 it asks
+ * for a refresh "newer than generation g", so N reflectors failing on the
+ * same expired token cause one re-read or one plugin run, not N.
  */
 #include "informer/apiclient.h"
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/time.h"
+#include "informer/kubeconfig.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KB_SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
+#define KB_EXEC_TIMEOUT_S 60
+#define KB_EXEC_EARLY_S 30 /* refresh an exec credential this long before it expires */
 
 struct kb_apiclient {
     char *server;          /* without a trailing '/' */
-    char *ca_file, *client_cert, *client_key;
+    char *source;          /* where server and credentials came from, for logs */
+    char *ca_file;         /* "" = system trust store (or ca_data) */
+    kb_blob_t ca_data;
+    char *client_cert, *client_key;   /* files; "" = none */
+    kb_blob_t cert_data, key_data;    /* in-memory PEM from kubeconfig */
+    char *userpwd;         /* "user:password" for basic auth; "" = none */
     bool insecure;
-    char *token_file;      /* "" = no token */
-    pthread_mutex_t token_mtx;
-    char *token;           /* cached bearer token; token_mtx */
-    struct timespec token_mtime; /* of token_file when read; token_mtx */
+    char *static_token;    /* "" = none */
+    char *token_file;      /* "" = no token file */
+    kb_kubeconfig_exec_t *exec; /* borrowed from kc; NULL = no plugin */
+    kb_kubeconfig_t *kc;   /* owned; NULL when not from a kubeconfig */
+
+    pthread_mutex_t exec_mtx;    /* single flight of the exec plugin */
+    pthread_mutex_t cred_mtx;
+    char *token;                 /* from token_file or the plugin; cred_mtx */
+    struct timespec token_mtime; /* of token_file when read; cred_mtx */
+    kb_exec_cred_t cred;         /* the plugin's last credential; cred_mtx */
+    int64_t cred_refresh_ns;     /* CLOCK_MONOTONIC time to run the plugin again; 0 = now; cred_mtx */
+    uint64_t cred_gen;           /* bumped when token or cred changes; cred_mtx */
+
+    pthread_mutex_t rate_mtx;
+    double qps, burst;           /* <= 0 qps: unlimited */
+    double tokens;               /* rate_mtx */
+    int64_t tokens_ns;           /* when tokens was computed; rate_mtx */
 };
 
 static pthread_once_t kb_curl_once = PTHREAD_ONCE_INIT;
@@ -36,41 +70,188 @@ static void kb_curl_init(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+static bool kb_is_set(const char *s) {
+    return s && s[0];
+}
+
+static void kb_replace(char **dst, const char *src) {
+    free(*dst);
+    *dst = kb_strdup(src ? src : "");
+}
+
+static void kb_blob_move(kb_blob_t *dst, kb_blob_t *src) {
+    *dst = *src;
+    src->data = NULL;
+    src->len = 0;
+}
+
+/* The service-account mount: server from the environment, token and CA from files. */
+static bool kb_api_from_in_cluster(kb_apiclient_t *api, char *errstr, size_t errstr_size) {
+    const char *host = getenv("KUBERNETES_SERVICE_HOST");
+    const char *port = getenv("KUBERNETES_SERVICE_PORT");
+    const char *dir = kb_is_set(getenv("KB_SA_DIR")) ? getenv("KB_SA_DIR") : KB_SA_DIR_DEFAULT;
+    if (!kb_is_set(host)) {
+        snprintf(errstr, errstr_size,
+                 "cluster.in_cluster: KUBERNETES_SERVICE_HOST is not set (not running in a pod?)");
+        return false;
+    }
+    kb_buf_t b = KB_BUF_INIT;
+    bool v6 = strchr(host, ':') != NULL;
+    kb_buf_appendf(&b, "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", kb_is_set(port) ? port : "443");
+    api->server = kb_buf_steal(&b, NULL);
+    kb_buf_appendf(&b, "%s/token", dir);
+    api->token_file = kb_buf_steal(&b, NULL);
+    kb_buf_appendf(&b, "%s/ca.crt", dir);
+    api->ca_file = kb_buf_steal(&b, NULL);
+    if (access(api->token_file, R_OK) != 0) {
+        snprintf(errstr, errstr_size, "%s: cannot read the service-account token: %s", api->token_file,
+                 strerror(errno));
+        return false;
+    }
+    if (access(api->ca_file, R_OK) != 0) {
+        snprintf(errstr, errstr_size, "%s: cannot read the service-account CA: %s", api->ca_file, strerror(errno));
+        return false;
+    }
+    kb_buf_appendf(&b, "in-cluster (%s)", dir);
+    api->source = kb_buf_steal(&b, NULL);
+    return true;
+}
+
+static bool kb_api_from_kubeconfig(kb_apiclient_t *api, const kb_config_cluster_t *cluster, char *errstr,
+                                   size_t errstr_size) {
+    kb_buf_t path = KB_BUF_INIT;
+    if (kb_is_set(cluster->kubeconfig))
+        kb_buf_append_str(&path, cluster->kubeconfig);
+    else if (kb_is_set(getenv("KUBECONFIG")))
+        kb_buf_append_str(&path, getenv("KUBECONFIG"));
+    else if (kb_is_set(getenv("HOME")))
+        kb_buf_appendf(&path, "%s/.kube/config", getenv("HOME"));
+    if (!path.len) {
+        snprintf(errstr, errstr_size, "cluster: no server, no kubeconfig and no in-cluster service account "
+                                      "(set cluster.server or cluster.kubeconfig)");
+        return false;
+    }
+    kb_kubeconfig_t *kc = kb_kubeconfig_load(path.data, cluster->context, errstr, errstr_size);
+    kb_buf_fini(&path);
+    if (!kc)
+        return false;
+    api->kc = kc;
+    api->server = kb_strdup(kc->server);
+    api->ca_file = kb_strdup(kc->ca_file);
+    kb_blob_move(&api->ca_data, &kc->ca_data);
+    api->insecure = kc->insecure;
+    api->static_token = kb_strdup(kc->token);
+    api->token_file = kb_strdup(kc->token_file);
+    api->client_cert = kb_strdup(kc->client_cert_file);
+    api->client_key = kb_strdup(kc->client_key_file);
+    kb_blob_move(&api->cert_data, &kc->client_cert_data);
+    kb_blob_move(&api->key_data, &kc->client_key_data);
+    if (kc->username[0] || kc->password[0]) {
+        kb_buf_t up = KB_BUF_INIT;
+        kb_buf_appendf(&up, "%s:%s", kc->username, kc->password);
+        api->userpwd = kb_buf_steal(&up, NULL);
+    }
+    api->exec = kc->exec.command ? &kc->exec : NULL;
+    if (kc->tls_server_name[0])
+        KB_WARN("apiclient", "kubeconfig=%s cluster tls-server-name=%s is not supported and is ignored", kc->path,
+                kc->tls_server_name);
+    kb_buf_t src = KB_BUF_INIT;
+    kb_buf_appendf(&src, "kubeconfig %s context %s", kc->path, kc->context);
+    api->source = kb_buf_steal(&src, NULL);
+    return true;
+}
+
+/* Which credential a request will carry, for the start-up log line. */
+static const char *kb_api_auth_kind(const kb_apiclient_t *api) {
+    if (api->exec)
+        return "exec plugin";
+    if (api->token_file[0])
+        return "token file";
+    if (api->static_token[0])
+        return "token";
+    if (api->client_cert[0] || api->cert_data.data)
+        return "client certificate";
+    if (api->userpwd[0])
+        return "basic";
+    return "none";
+}
+
 kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errstr, size_t errstr_size) {
     pthread_once(&kb_curl_once, kb_curl_init);
-    if (!cluster->server || !cluster->server[0]) {
-        snprintf(errstr, errstr_size,
-                 "cluster.server is empty (kubeconfig and in-cluster auth are not supported by this build yet)");
-        return NULL;
-    }
-    if (strncmp(cluster->server, "http://", 7) != 0 && strncmp(cluster->server, "https://", 8) != 0) {
-        snprintf(errstr, errstr_size, "cluster.server \"%s\": must start with http:// or https://", cluster->server);
-        return NULL;
-    }
     kb_apiclient_t *api = kb_calloc(1, sizeof(*api));
-    api->server = kb_strdup(cluster->server);
+    pthread_mutex_init(&api->exec_mtx, NULL);
+    pthread_mutex_init(&api->cred_mtx, NULL);
+    pthread_mutex_init(&api->rate_mtx, NULL);
+    bool has_server = kb_is_set(cluster->server), has_kc = kb_is_set(cluster->kubeconfig);
+    bool ok;
+    if (cluster->in_cluster || (!has_server && !has_kc && kb_is_set(getenv("KUBERNETES_SERVICE_HOST"))))
+        ok = kb_api_from_in_cluster(api, errstr, errstr_size);
+    else if (has_server && !has_kc)
+        ok = (api->source = kb_strdup("cluster.server")) != NULL;
+    else
+        ok = kb_api_from_kubeconfig(api, cluster, errstr, errstr_size);
+    if (!ok)
+        goto fail;
+    /* Explicit keys win over what a kubeconfig or the mount said. */
+    if (has_server)
+        kb_replace(&api->server, cluster->server);
+    if (kb_is_set(cluster->token_file))
+        kb_replace(&api->token_file, cluster->token_file);
+    if (kb_is_set(cluster->ca_file))
+        kb_replace(&api->ca_file, cluster->ca_file);
+    if (kb_is_set(cluster->client_cert))
+        kb_replace(&api->client_cert, cluster->client_cert);
+    if (kb_is_set(cluster->client_key))
+        kb_replace(&api->client_key, cluster->client_key);
+    if (cluster->insecure_skip_tls_verify)
+        api->insecure = true;
+    char **unset[] = {&api->ca_file, &api->client_cert, &api->client_key, &api->token_file, &api->static_token,
+                      &api->userpwd};
+    for (size_t i = 0; i < KB_ARRAY_LEN(unset); i++)
+        if (!*unset[i])
+            *unset[i] = kb_strdup("");
+    if (strncmp(api->server, "http://", 7) != 0 && strncmp(api->server, "https://", 8) != 0) {
+        snprintf(errstr, errstr_size, "server \"%s\" (from %s): must start with http:// or https://", api->server,
+                 api->source);
+        goto fail;
+    }
     size_t n = strlen(api->server);
     while (n > 0 && api->server[n - 1] == '/')
         api->server[--n] = '\0';
-    api->ca_file = kb_strdup(cluster->ca_file ? cluster->ca_file : "");
-    api->client_cert = kb_strdup(cluster->client_cert ? cluster->client_cert : "");
-    api->client_key = kb_strdup(cluster->client_key ? cluster->client_key : "");
-    api->token_file = kb_strdup(cluster->token_file ? cluster->token_file : "");
-    api->insecure = cluster->insecure_skip_tls_verify;
-    pthread_mutex_init(&api->token_mtx, NULL);
+    api->qps = cluster->qps;
+    api->burst = cluster->burst > 0 ? cluster->burst : 1;
+    api->tokens = api->burst;
+    api->tokens_ns = kb_now_mono_ns();
+    KB_INFO("apiclient", "server=%s from=%s auth=%s tls_verify=%s qps=%g burst=%g", api->server, api->source,
+            kb_api_auth_kind(api), api->insecure ? "off" : "on", api->qps, api->burst);
+    if (api->insecure && !strncmp(api->server, "https://", 8))
+        KB_WARN("apiclient", "TLS verification of %s is off (insecure_skip_tls_verify)", api->server);
     return api;
+fail:
+    kb_apiclient_destroy(api);
+    return NULL;
 }
 
 void kb_apiclient_destroy(kb_apiclient_t *api) {
     if (!api)
         return;
     free(api->server);
+    free(api->source);
     free(api->ca_file);
+    kb_blob_free(&api->ca_data);
     free(api->client_cert);
     free(api->client_key);
+    kb_blob_free(&api->cert_data);
+    kb_blob_free(&api->key_data);
+    kb_secret_free(api->userpwd);
+    kb_secret_free(api->static_token);
     free(api->token_file);
-    free(api->token);
-    pthread_mutex_destroy(&api->token_mtx);
+    kb_secret_free(api->token);
+    kb_exec_cred_fini(&api->cred);
+    kb_kubeconfig_free(api->kc);
+    pthread_mutex_destroy(&api->exec_mtx);
+    pthread_mutex_destroy(&api->cred_mtx);
+    pthread_mutex_destroy(&api->rate_mtx);
     free(api);
 }
 
@@ -78,36 +259,156 @@ const char *kb_apiclient_server(const kb_apiclient_t *api) {
     return api->server;
 }
 
-/* "Authorization: Bearer …" into hdr, re-reading the token file if it changed. */
-static bool kb_api_auth_header(kb_apiclient_t *api, kb_buf_t *hdr) {
-    if (!api->token_file[0])
-        return false;
-    pthread_mutex_lock(&api->token_mtx);
+/* Re-read token_file if it changed (or always when force). Caller holds cred_mtx. */
+static void kb_api_read_token_file(kb_apiclient_t *api, bool force) {
     struct stat st;
-    if (stat(api->token_file, &st) == 0 &&
-        (!api->token || st.st_mtim.tv_sec != api->token_mtime.tv_sec ||
-         st.st_mtim.tv_nsec != api->token_mtime.tv_nsec)) {
-        FILE *f = fopen(api->token_file, "r");
-        if (f) {
-            char buf[8192];
-            size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-            fclose(f);
-            while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-                n--;
-            free(api->token);
-            api->token = kb_strndup(buf, n);
-            api->token_mtime = st.st_mtim;
+    if (stat(api->token_file, &st) != 0) {
+        KB_WARN("apiclient", "cannot stat token_file=%s: %s", api->token_file, strerror(errno));
+        return;
+    }
+    if (!force && api->token && st.st_mtim.tv_sec == api->token_mtime.tv_sec &&
+        st.st_mtim.tv_nsec == api->token_mtime.tv_nsec)
+        return;
+    FILE *f = fopen(api->token_file, "r");
+    if (!f) {
+        KB_WARN("apiclient", "cannot read token_file=%s: %s", api->token_file, strerror(errno));
+        return;
+    }
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        n--;
+    if (!api->token || strlen(api->token) != n || memcmp(api->token, buf, n) != 0) {
+        kb_secret_free(api->token);
+        api->token = kb_strndup(buf, n);
+        api->cred_gen++;
+        if (force)
+            KB_INFO("apiclient", "token_file=%s re-read after 401: the token changed", api->token_file);
+    }
+    memset(buf, 0, sizeof(buf));
+    api->token_mtime = st.st_mtim;
+}
+
+/* Run the exec plugin unless another thread already replaced the credential
+ * of generation used_gen (or, when used_gen is 0, a valid one is cached).
+ * Takes exec_mtx, then cred_mtx; holds neither... except exec_mtx while the
+ * plugin runs, so at most one runs. */
+static kb_err_t kb_api_exec_refresh(kb_apiclient_t *api, uint64_t used_gen, char *errmsg, size_t errmsg_size) {
+    kb_err_t err = KB_OK;
+    pthread_mutex_lock(&api->exec_mtx);
+    pthread_mutex_lock(&api->cred_mtx);
+    bool have = api->cred.token || api->cred.cert.data;
+    bool fresh = have && (used_gen ? api->cred_gen != used_gen
+                                   : api->cred_refresh_ns == 0 || kb_now_mono_ns() < api->cred_refresh_ns);
+    pthread_mutex_unlock(&api->cred_mtx);
+    if (!fresh) {
+        kb_exec_cred_t cred;
+        err = kb_kubeconfig_exec_run(api->exec, KB_EXEC_TIMEOUT_S, &cred, errmsg, errmsg_size);
+        if (err == KB_OK) {
+            int64_t refresh = 0;
+            if (cred.expires_unix) {
+                int64_t left = cred.expires_unix - kb_now_real_ns() / 1000000000 - KB_EXEC_EARLY_S;
+                refresh = kb_now_mono_ns() + (left > 1 ? left : 1) * 1000000000;
+            }
+            pthread_mutex_lock(&api->cred_mtx);
+            kb_exec_cred_fini(&api->cred);
+            api->cred = cred;
+            api->cred_refresh_ns = refresh;
+            api->cred_gen++;
+            pthread_mutex_unlock(&api->cred_mtx);
+            KB_INFO("apiclient", "exec plugin %s gave a %s%s", api->exec->command,
+                    cred.token && cred.token[0] ? "token" : "client certificate",
+                    cred.expires_unix ? " with an expiry" : "");
         } else {
-            KB_WARN("apiclient", "cannot read token_file=%s", api->token_file);
+            KB_WARN("apiclient", "%s", errmsg);
         }
     }
-    bool have = api->token && api->token[0];
-    if (have) {
-        kb_buf_append_str(hdr, "Authorization: Bearer ");
-        kb_buf_append_str(hdr, api->token);
+    pthread_mutex_unlock(&api->exec_mtx);
+    return err;
+}
+
+/* After a 401 with credentials of generation used_gen: true if newer ones are
+ * now cached (the request is worth repeating once). */
+static bool kb_api_refresh_after_401(kb_apiclient_t *api, uint64_t used_gen) {
+    if (api->exec) {
+        char why[256];
+        if (kb_api_exec_refresh(api, used_gen, why, sizeof(why)) != KB_OK)
+            return false;
+    } else if (api->token_file[0]) {
+        pthread_mutex_lock(&api->cred_mtx);
+        if (api->cred_gen == used_gen)
+            kb_api_read_token_file(api, true);
+        pthread_mutex_unlock(&api->cred_mtx);
     }
-    pthread_mutex_unlock(&api->token_mtx);
-    return have;
+    pthread_mutex_lock(&api->cred_mtx);
+    bool changed = api->cred_gen != used_gen;
+    pthread_mutex_unlock(&api->cred_mtx);
+    return changed;
+}
+
+/* Set the credentials on curl: Authorization header into hdr, client
+ * certificate blobs, basic auth. Returns the generation used. */
+static kb_err_t kb_api_set_auth(kb_apiclient_t *api, CURL *curl, kb_buf_t *hdr, uint64_t *gen, char *errmsg,
+                                size_t errmsg_size) {
+    if (api->exec) {
+        kb_err_t err = kb_api_exec_refresh(api, 0, errmsg, errmsg_size);
+        if (err != KB_OK)
+            return err;
+    }
+    pthread_mutex_lock(&api->cred_mtx);
+    if (api->token_file[0] && !api->exec)
+        kb_api_read_token_file(api, false);
+    const char *token = api->exec ? api->cred.token : api->token_file[0] ? api->token : api->static_token;
+    if (token && token[0]) {
+        kb_buf_append_str(hdr, "Authorization: Bearer ");
+        kb_buf_append_str(hdr, token);
+    }
+    if (api->exec && api->cred.cert.data) {
+        /* CURL_BLOB_COPY: curl keeps its own copy, so the lock can go. */
+        struct curl_blob cert = {api->cred.cert.data, api->cred.cert.len, CURL_BLOB_COPY};
+        struct curl_blob key = {api->cred.key.data, api->cred.key.len, CURL_BLOB_COPY};
+        curl_easy_setopt(curl, CURLOPT_SSLCERT_BLOB, &cert);
+        curl_easy_setopt(curl, CURLOPT_SSLKEY_BLOB, &key);
+    }
+    *gen = api->cred_gen;
+    pthread_mutex_unlock(&api->cred_mtx);
+    if (api->userpwd[0] && !hdr->len) {
+        curl_easy_setopt(curl, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(curl, CURLOPT_USERPWD, api->userpwd);
+    }
+    return KB_OK;
+}
+
+/* Client-side rate limit: take one token, waiting for it (in short steps that
+ * watch *stop). A reservation model: the bucket may go negative, and the
+ * caller sleeps off its debt outside the lock. */
+static void kb_api_throttle(kb_apiclient_t *api, const _Atomic bool *stop) {
+    if (api->qps <= 0)
+        return;
+    pthread_mutex_lock(&api->rate_mtx);
+    int64_t now = kb_now_mono_ns();
+    api->tokens += (double)(now - api->tokens_ns) / 1e9 * api->qps;
+    if (api->tokens > api->burst)
+        api->tokens = api->burst;
+    api->tokens_ns = now;
+    api->tokens -= 1.0;
+    int64_t until = api->tokens < 0 ? now + (int64_t)(-api->tokens / api->qps * 1e9) : now;
+    pthread_mutex_unlock(&api->rate_mtx);
+    while (!(stop && atomic_load(stop))) {
+        int64_t left = until - kb_now_mono_ns();
+        if (left <= 0)
+            break;
+        if (left > 100000000)
+            left = 100000000;
+        struct timespec ts = {0, (long)left};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static bool kb_api_is_watch(const char *path_and_query) {
+    return strstr(path_and_query, "?watch=true") || strstr(path_and_query, "&watch=true") ||
+           strstr(path_and_query, "?watch=1") || strstr(path_and_query, "&watch=1");
 }
 
 typedef struct kb_api_xfer {
@@ -173,9 +474,10 @@ static int kb_api_progress_cb(void *userdata, curl_off_t dltotal, curl_off_t dln
     return x->stop && atomic_load(x->stop) ? 1 : 0;
 }
 
-void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn, void *opaque,
-                      kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
-                      kb_api_response_t *resp) {
+/* One attempt. Returns the credential generation used (for the 401 retry). */
+static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn,
+                                void *opaque, kb_buf_t *body, size_t max_body, long timeout_s,
+                                const _Atomic bool *stop, kb_api_response_t *resp) {
     memset(resp, 0, sizeof(*resp));
     resp->retry_after = -1;
     CURL *curl = curl_easy_init();
@@ -183,15 +485,21 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
     kb_buf_t url = KB_BUF_INIT, auth = KB_BUF_INIT;
     kb_buf_append_str(&url, api->server);
     kb_buf_append_str(&url, path_and_query);
-
-    struct curl_slist *headers = curl_slist_append(NULL, "Accept: application/json");
-    if (kb_api_auth_header(api, &auth))
+    uint64_t gen = 0;
+    struct curl_slist *headers = NULL;
+    if (kb_api_set_auth(api, curl, &auth, &gen, resp->errmsg, sizeof(resp->errmsg)) != KB_OK) {
+        resp->err = KB_ERR_CONNECT; /* the reflector logs errmsg and retries with backoff */
+        goto out;
+    }
+    headers = curl_slist_append(NULL, "Accept: application/json");
+    if (auth.len)
         headers = curl_slist_append(headers, auth.data);
     kb_api_xfer_t x = {.curl = curl, .body_fn = body_fn, .opaque = opaque, .body = body, .max_body = max_body,
                        .stop = stop, .resp = resp};
     curl_easy_setopt(curl, CURLOPT_URL, url.data);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "kbridge/" KB_VERSION);
+    curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "gzip");
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, kb_api_write_cb);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &x);
@@ -208,10 +516,21 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
         curl_easy_setopt(curl, CURLOPT_TIMEOUT, timeout_s);
     if (api->ca_file[0])
         curl_easy_setopt(curl, CURLOPT_CAINFO, api->ca_file);
+    if (api->ca_data.data) {
+        struct curl_blob ca = {api->ca_data.data, api->ca_data.len, CURL_BLOB_NOCOPY};
+        curl_easy_setopt(curl, CURLOPT_CAINFO_BLOB, &ca);
+    }
     if (api->client_cert[0])
         curl_easy_setopt(curl, CURLOPT_SSLCERT, api->client_cert);
     if (api->client_key[0])
         curl_easy_setopt(curl, CURLOPT_SSLKEY, api->client_key);
+    if (api->cert_data.data) {
+        /* NOCOPY: the blobs live as long as api, which outlives every request. */
+        struct curl_blob cert = {api->cert_data.data, api->cert_data.len, CURL_BLOB_NOCOPY};
+        struct curl_blob key = {api->key_data.data, api->key_data.len, CURL_BLOB_NOCOPY};
+        curl_easy_setopt(curl, CURLOPT_SSLCERT_BLOB, &cert);
+        curl_easy_setopt(curl, CURLOPT_SSLKEY_BLOB, &key);
+    }
     if (api->insecure) {
         curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -235,6 +554,7 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
     }
     if (rc != CURLE_OK)
         snprintf(resp->errmsg, sizeof(resp->errmsg), "%s", curl_err[0] ? curl_err : curl_easy_strerror(rc));
+out:
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
     kb_buf_fini(&url);
@@ -242,6 +562,25 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
     if (auth.data)
         memset(auth.data, 0, auth.len);
     kb_buf_fini(&auth);
+    return gen;
+}
+
+void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn, void *opaque,
+                      kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                      kb_api_response_t *resp) {
+    if (!kb_api_is_watch(path_and_query))
+        kb_api_throttle(api, stop);
+    size_t body_len0 = body ? body->len : 0;
+    uint64_t gen = kb_api_get_once(api, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+    /* A 401 comes before any streamed byte, so repeating the request is safe. */
+    if (resp->err == KB_OK && resp->status == 401 && !(stop && atomic_load(stop)) &&
+        kb_api_refresh_after_401(api, gen)) {
+        if (body && body->data) {
+            body->len = body_len0;
+            body->data[body_len0] = '\0';
+        }
+        kb_api_get_once(api, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+    }
 }
 
 kb_err_t kb_api_status_err(long status) {

@@ -1,17 +1,35 @@
 /* informer/apiclient.h — HTTP requests to the Kubernetes API server (libcurl).
  *
  * One kb_apiclient_t per cluster holds what every request shares: the server
- * URL, TLS material, the bearer token file and the User-Agent. Each request
- * runs on the caller's thread with its own curl easy handle, so reflectors
- * never share a connection or a lock. Responses are streamed to a callback
- * (watch) or collected into a buffer (list pages, bounded by max_body).
+ * URL, TLS material, credentials, the client-side rate limiter and the
+ * User-Agent. Each request runs on the caller's thread with its own curl easy
+ * handle, so reflectors never share a connection.
  *
- * The bearer token is re-read from token_file when the file changes (bound
- * service-account tokens rotate), and never logged.
+ * Where the server and credentials come from (kb_apiclient_new):
+ *   cluster.in_cluster, or KUBERNETES_SERVICE_HOST set with neither server nor
+ *   kubeconfig given → the pod's service account ($KB_SA_DIR, default
+ *   /var/run/secrets/kubernetes.io/serviceaccount: token + ca.crt);
+ *   cluster.server without kubeconfig → the explicit keys;
+ *   otherwise a kubeconfig (cluster.kubeconfig, $KUBECONFIG, ~/.kube/config)
+ *   and its context (informer/kubeconfig.h). Explicit keys (server, token_file,
+ *   ca_file, client_cert, client_key, insecure_skip_tls_verify) override what
+ *   the kubeconfig or the mount says.
  *
- * Thread-safety: kb_apiclient_t is immutable after creation except for the
- * cached token, which is guarded by its own mutex. Requests may run
- * concurrently on any threads.
+ * Credentials: a bearer token (static, or a token file re-read when it changes
+ * and at once after a 401), basic auth, a client certificate (file or
+ * in-memory blob), or an exec plugin whose credential is cached until shortly
+ * before it expires and re-fetched after a 401. A request that gets 401 is
+ * retried once when fresh credentials differ from those it used. Secrets are
+ * never logged and never written to disk.
+ *
+ * Rate limit: requests other than watches take a token from one bucket per
+ * client (cluster.qps, cluster.burst), as client-go does; watches are long
+ * and not limited.
+ *
+ * Thread-safety: requests may run concurrently on any threads. Locks:
+ * exec_mtx (single flight of the exec plugin; held while it runs) before
+ * cred_mtx (cached credentials) and rate_mtx (bucket); none is held during a
+ * transfer.
  */
 #ifndef KB_INFORMER_APICLIENT_H
 #define KB_INFORMER_APICLIENT_H

@@ -1,0 +1,323 @@
+/* tests/unit/informer/test_kubeconfig.c — kubeconfig resolution (contexts,
+ * clusters, users, inline data, relative paths, $KUBECONFIG lists), the
+ * errors a user sees, exec credential plugins, and where kb_apiclient_new
+ * takes the server from (in-cluster, kubeconfig, explicit). */
+#include "config/config.h"
+#include "informer/apiclient.h"
+#include "informer/kubeconfig.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char dir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/kbtest-kubeconfig-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    return 0;
+}
+
+/* Write dir/name with text; returns the path (static buffer per call site is enough here). */
+static const char *put(const char *name, const char *text, char *path, size_t size) {
+    snprintf(path, size, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static const char *const KC = "apiVersion: v1\n"
+                              "kind: Config\n"
+                              "current-context: dev\n"
+                              "clusters:\n"
+                              "- name: c-dev\n"
+                              "  cluster:\n"
+                              "    server: https://127.0.0.1:6443/\n"
+                              "    certificate-authority-data: aGVsbG8gY2E=\n" /* "hello ca" */
+                              "- name: c-prod\n"
+                              "  cluster:\n"
+                              "    server: https://10.0.0.1:443\n"
+                              "    certificate-authority: certs/ca.crt\n"
+                              "    insecure-skip-tls-verify: true\n"
+                              "contexts:\n"
+                              "- name: dev\n"
+                              "  context: {cluster: c-dev, user: u-token}\n"
+                              "- name: prod\n"
+                              "  context:\n"
+                              "    cluster: c-prod\n"
+                              "    user: u-cert\n"
+                              "- name: broken\n"
+                              "  context: {cluster: c-dev, user: nobody}\n"
+                              "- name: plugin\n"
+                              "  context: {cluster: c-dev, user: u-exec}\n"
+                              "users:\n"
+                              "- name: u-token\n"
+                              "  user:\n"
+                              "    token: s3cret\n"
+                              "- name: u-cert\n"
+                              "  user:\n"
+                              "    client-certificate: certs/client.crt\n"
+                              "    client-key: /abs/client.key\n"
+                              "    username: alice\n"
+                              "    password: pw\n"
+                              "- name: u-exec\n"
+                              "  user:\n"
+                              "    exec:\n"
+                              "      apiVersion: client.authentication.k8s.io/v1beta1\n"
+                              "      command: ./plugin.sh\n"
+                              "      args: [\"--cluster\", \"dev\"]\n"
+                              "      env:\n"
+                              "      - name: KB_PLUGIN_MODE\n"
+                              "        value: token\n";
+
+static void test_current_context_token_and_inline_ca(void **state) {
+    (void)state;
+    char p[512], err[512] = "";
+    kb_kubeconfig_t *kc = kb_kubeconfig_load(put("config", KC, p, sizeof(p)), NULL, err, sizeof(err));
+    assert_non_null(kc);
+    assert_string_equal(kc->context, "dev");
+    assert_string_equal(kc->server, "https://127.0.0.1:6443");
+    assert_string_equal(kc->token, "s3cret");
+    assert_int_equal(kc->ca_data.len, 8);
+    assert_memory_equal(kc->ca_data.data, "hello ca", 8);
+    assert_false(kc->insecure);
+    assert_null(kc->exec.command);
+    kb_kubeconfig_free(kc);
+}
+
+static void test_named_context_relative_paths_basic_auth(void **state) {
+    (void)state;
+    char p[512], err[512] = "", want[600];
+    kb_kubeconfig_t *kc = kb_kubeconfig_load(put("config", KC, p, sizeof(p)), "prod", err, sizeof(err));
+    assert_non_null(kc);
+    assert_string_equal(kc->server, "https://10.0.0.1:443");
+    snprintf(want, sizeof(want), "%s/certs/ca.crt", dir);
+    assert_string_equal(kc->ca_file, want);
+    snprintf(want, sizeof(want), "%s/certs/client.crt", dir);
+    assert_string_equal(kc->client_cert_file, want);
+    assert_string_equal(kc->client_key_file, "/abs/client.key");
+    assert_true(kc->insecure);
+    assert_string_equal(kc->username, "alice");
+    assert_string_equal(kc->password, "pw");
+    kb_kubeconfig_free(kc);
+}
+
+static void test_exec_entry(void **state) {
+    (void)state;
+    char p[512], err[512] = "", want[600];
+    kb_kubeconfig_t *kc = kb_kubeconfig_load(put("config", KC, p, sizeof(p)), "plugin", err, sizeof(err));
+    assert_non_null(kc);
+    snprintf(want, sizeof(want), "%s/./plugin.sh", dir);
+    assert_string_equal(kc->exec.command, want);
+    assert_int_equal(kc->exec.n_args, 2);
+    assert_string_equal(kc->exec.args[1], "dev");
+    assert_int_equal(kc->exec.n_env, 1);
+    assert_string_equal(kc->exec.env[0], "KB_PLUGIN_MODE=token");
+    assert_string_equal(kc->exec.api_version, "client.authentication.k8s.io/v1beta1");
+    kb_kubeconfig_free(kc);
+}
+
+static void test_errors_name_the_file(void **state) {
+    (void)state;
+    char p[512], err[512] = "";
+    put("config", KC, p, sizeof(p));
+    assert_null(kb_kubeconfig_load(p, "nope", err, sizeof(err)));
+    assert_non_null(strstr(err, p));
+    assert_non_null(strstr(err, "context \"nope\" not found"));
+
+    assert_null(kb_kubeconfig_load(p, "broken", err, sizeof(err)));
+    assert_non_null(strstr(err, "user \"nobody\""));
+
+    put("bad.yaml", "clusters:\n- name: x\n  cluster: {server: [\n", p, sizeof(p));
+    assert_null(kb_kubeconfig_load(p, NULL, err, sizeof(err)));
+    char want[600];
+    snprintf(want, sizeof(want), "%s:", p);
+    assert_int_equal(strncmp(err, want, strlen(want)), 0);
+    assert_non_null(strstr(err, "YAML does not parse"));
+
+    snprintf(p, sizeof(p), "%s/missing", dir);
+    assert_null(kb_kubeconfig_load(p, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "cannot read"));
+    assert_non_null(strstr(err, p));
+
+    put("nocur", "clusters: []\n", p, sizeof(p));
+    assert_null(kb_kubeconfig_load(p, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "current-context"));
+
+    put("b64", "current-context: a\ncontexts: [{name: a, context: {cluster: c}}]\n"
+               "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority-data: '!!'}}]\n",
+        p, sizeof(p));
+    assert_null(kb_kubeconfig_load(p, NULL, err, sizeof(err)));
+    assert_non_null(strstr(err, "base64"));
+}
+
+static void test_list_first_definition_wins(void **state) {
+    (void)state;
+    char a[512], b[512], list[1400], err[512] = "";
+    put("a", "current-context: over\ncontexts: [{name: over, context: {cluster: c-dev, user: u-token}}]\n"
+             "users: [{name: u-token, user: {token: from-a}}]\n",
+        a, sizeof(a));
+    put("b", KC, b, sizeof(b));
+    snprintf(list, sizeof(list), "%s/missing:%s:%s", dir, a, b);
+    kb_kubeconfig_t *kc = kb_kubeconfig_load(list, NULL, err, sizeof(err));
+    assert_non_null(kc);
+    assert_string_equal(kc->context, "over");
+    assert_string_equal(kc->token, "from-a");
+    assert_string_equal(kc->server, "https://127.0.0.1:6443");
+    kb_kubeconfig_free(kc);
+}
+
+static void test_parse_time(void **state) {
+    (void)state;
+    int64_t t = 0;
+    assert_true(kb_kubeconfig_parse_time("1970-01-01T00:01:00Z", &t));
+    assert_int_equal(t, 60);
+    assert_true(kb_kubeconfig_parse_time("1970-01-01T01:00:00.123+01:00", &t));
+    assert_int_equal(t, 0);
+    assert_false(kb_kubeconfig_parse_time("1970-01-01 00:00:00Z", &t));
+    assert_false(kb_kubeconfig_parse_time("1970-01-01T00:00:00", &t));
+}
+
+static kb_kubeconfig_exec_t plugin(const char *script, char *path, size_t size) {
+    put("plugin.sh", script, path, size);
+    assert_int_equal(chmod(path, 0700), 0);
+    static char *env[] = {"KB_PLUGIN_MODE=token"};
+    kb_kubeconfig_exec_t ex = {.command = path, .env = env, .n_env = 1,
+                               .api_version = "client.authentication.k8s.io/v1"};
+    return ex;
+}
+
+static void test_exec_plugin_runs(void **state) {
+    (void)state;
+    char p[512], err[512] = "";
+    kb_kubeconfig_exec_t ex = plugin(
+        "#!/bin/sh\n"
+        "case \"$KUBERNETES_EXEC_INFO\" in *ExecCredential*) ;; *) exit 9;; esac\n"
+        "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+        "\"status\":{\"token\":\"tok-'$KB_PLUGIN_MODE'\",\"expirationTimestamp\":\"2030-01-01T00:00:00Z\"}}'\n",
+        p, sizeof(p));
+    kb_exec_cred_t cred;
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_OK);
+    assert_string_equal(cred.token, "tok-token");
+    assert_int_equal(cred.expires_unix, 1893456000);
+    kb_exec_cred_fini(&cred);
+
+    ex = plugin("#!/bin/sh\necho '{\"kind\":\"ExecCredential\",\"status\":{\"clientCertificateData\":\"CERT\","
+                "\"clientKeyData\":\"KEY\"}}'\n",
+                p, sizeof(p));
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_OK);
+    assert_string_equal(cred.token, "");
+    assert_int_equal(cred.cert.len, 4);
+    assert_int_equal(cred.expires_unix, 0);
+    kb_exec_cred_fini(&cred);
+}
+
+static void test_exec_plugin_failures(void **state) {
+    (void)state;
+    char p[512], err[512] = "";
+    kb_exec_cred_t cred;
+    kb_kubeconfig_exec_t ex = plugin("#!/bin/sh\necho 'login required' >&2\nexit 3\n", p, sizeof(p));
+    assert_int_not_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_OK);
+    assert_non_null(strstr(err, "exit status 3"));
+
+    ex = plugin("#!/bin/sh\necho not json\n", p, sizeof(p));
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_ERR_PARSE);
+    assert_non_null(strstr(err, "not JSON"));
+
+    ex = plugin("#!/bin/sh\nexec sleep 30\n", p, sizeof(p));
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 1, &cred, err, sizeof(err)), KB_ERR_TIMEDOUT);
+    assert_non_null(strstr(err, "killed"));
+
+    ex.command = "/nonexistent/kb-plugin";
+    assert_int_not_equal(kb_kubeconfig_exec_run(&ex, 1, &cred, err, sizeof(err)), KB_OK);
+    assert_non_null(strstr(err, "cannot start"));
+}
+
+static kb_config_cluster_t cluster_conf(void) {
+    kb_config_cluster_t c = {.name = "t", .server = "", .kubeconfig = "", .context = "", .token_file = "",
+                             .ca_file = "", .client_cert = "", .client_key = "", .qps = 50, .burst = 100};
+    return c;
+}
+
+static void test_apiclient_sources(void **state) {
+    (void)state;
+    char p[512], err[512] = "";
+    kb_config_cluster_t c = cluster_conf();
+
+    /* In-cluster: the mount directory from KB_SA_DIR, the server from the environment. */
+    put("token", "sa-token\n", p, sizeof(p));
+    put("ca.crt", "ca\n", p, sizeof(p));
+    setenv("KB_SA_DIR", dir, 1);
+    setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", "16443", 1);
+    kb_apiclient_t *api = kb_apiclient_new(&c, err, sizeof(err));
+    assert_non_null(api);
+    assert_string_equal(kb_apiclient_server(api), "https://127.0.0.1:16443");
+    kb_apiclient_destroy(api);
+
+    /* An explicit server wins over the environment. */
+    c.server = "http://127.0.0.1:1/";
+    api = kb_apiclient_new(&c, err, sizeof(err));
+    assert_non_null(api);
+    assert_string_equal(kb_apiclient_server(api), "http://127.0.0.1:1");
+    kb_apiclient_destroy(api);
+
+    /* in_cluster = true without the environment: a clear error. */
+    c.server = "";
+    c.in_cluster = true;
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    assert_null(kb_apiclient_new(&c, err, sizeof(err)));
+    assert_non_null(strstr(err, "KUBERNETES_SERVICE_HOST"));
+    c.in_cluster = false;
+
+    /* Otherwise $KUBECONFIG and its current context. */
+    setenv("KUBECONFIG", put("config", KC, p, sizeof(p)), 1);
+    api = kb_apiclient_new(&c, err, sizeof(err));
+    assert_non_null(api);
+    assert_string_equal(kb_apiclient_server(api), "https://127.0.0.1:6443");
+    kb_apiclient_destroy(api);
+    c.context = "prod";
+    api = kb_apiclient_new(&c, err, sizeof(err));
+    assert_non_null(api);
+    assert_string_equal(kb_apiclient_server(api), "https://10.0.0.1:443");
+    kb_apiclient_destroy(api);
+    c.context = "missing";
+    assert_null(kb_apiclient_new(&c, err, sizeof(err)));
+    assert_non_null(strstr(err, "context \"missing\" not found"));
+    unsetenv("KUBECONFIG");
+    unsetenv("KB_SA_DIR");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_current_context_token_and_inline_ca),
+        cmocka_unit_test(test_named_context_relative_paths_basic_auth),
+        cmocka_unit_test(test_exec_entry),
+        cmocka_unit_test(test_errors_name_the_file),
+        cmocka_unit_test(test_list_first_definition_wins),
+        cmocka_unit_test(test_parse_time),
+        cmocka_unit_test(test_exec_plugin_runs),
+        cmocka_unit_test(test_exec_plugin_failures),
+        cmocka_unit_test(test_apiclient_sources),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
