@@ -293,17 +293,19 @@ static void generate(kb_sim_t *sim, kb_sim_res_t *res, int namespaces, long coun
     }
 }
 
-/* Wait until op number i is due at rate ops/s (rate <= 0: never wait). False once stopping. */
-static bool pace(kb_sim_t *sim, int64_t t0, uint64_t i, double rate) {
-    if (rate > 0) {
-        int64_t due = t0 + (int64_t)((double)i / rate * 1e9);
-        for (int64_t now = kb_now_mono_ns(); now < due && !atomic_load(&sim->stopping); now = kb_now_mono_ns()) {
-            int64_t d = due - now < 20 * KB_NS_PER_MS ? due - now : 20 * KB_NS_PER_MS;
-            struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)d};
-            nanosleep(&ts, NULL);
-        }
+/* How many more ops (at most max) are due after done ops at rate ops/s since t0
+ * (rate <= 0: max at once). Sleeps up to 1 ms when none is due yet; 0 once stopping. */
+static uint64_t due_ops(kb_sim_t *sim, int64_t t0, uint64_t done, double rate, uint64_t max) {
+    while (!atomic_load(&sim->stopping)) {
+        if (rate <= 0)
+            return max;
+        uint64_t due = (uint64_t)((double)(kb_now_mono_ns() - t0) / 1e9 * rate) + 1;
+        if (due > done)
+            return due - done < max ? due - done : max;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ts, NULL);
     }
-    return !atomic_load(&sim->stopping);
+    return 0;
 }
 
 /* A random current object of res, or NULL. Locks: sim->mtx held. */
@@ -316,10 +318,10 @@ static void *churn_main(void *arg) {
     kb_sim_t *sim = arg;
     kb_thread_set_name("kubesim:churn");
     int64_t t0 = kb_now_mono_ns();
-    uint64_t i = 0;
-    while (i < sim->churn_count && pace(sim, t0, i, sim->churn_rate)) {
+    uint64_t i = 0, n;
+    while (i < sim->churn_count && (n = due_ops(sim, t0, i, sim->churn_rate, 64)) > 0) {
         pthread_mutex_lock(&sim->mtx);
-        uint64_t batch_end = sim->churn_rate > 0 ? i + 1 : i + 64;
+        uint64_t batch_end = i + n;
         for (; i < batch_end && i < sim->churn_count; i++) {
             kb_sim_obj_t *obj = pick_locked(sim->churn_res, i);
             if (!obj || !kb_sim__touch_locked(sim, sim->churn_res, obj, sim->rv + 1)) {
@@ -339,7 +341,7 @@ static void *demo_main(void *arg) {
     kb_thread_set_name("kubesim:demo");
     int64_t t0 = kb_now_mono_ns();
     uint64_t target = sim->opts.demo_objects > 0 ? (uint64_t)sim->opts.demo_objects : 30;
-    for (uint64_t i = 0; pace(sim, t0, i, sim->opts.demo_rate); i++) {
+    for (uint64_t i = 0; due_ops(sim, t0, i, sim->opts.demo_rate, 1) > 0; i++) {
         uint64_t r = kb_fnv1a64(&i, sizeof(i));
         pthread_mutex_lock(&sim->mtx);
         kb_sim_res_t *res = kb_sim__res_find(sim, "", "v1", "pods");

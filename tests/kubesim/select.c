@@ -36,7 +36,7 @@ static void skip_ws(const char **p) {
 /* A key or value token: anything up to a delimiter. */
 static char *take_token(const char **p) {
     const char *s = *p;
-    while (**p && !strchr(" \t,=!()", **p))
+    while (**p && !strchr(" \t,=!()<>", **p))
         (*p)++;
     return (*p > s) ? kb_strndup(s, (size_t)(*p - s)) : NULL;
 }
