@@ -315,7 +315,8 @@ void kb_sim__ensure_sorted_locked(kb_sim_res_t *res) {
     while (kb_strmap_next(res->objs, &pos, &key, &len, &val))
         res->sorted[i++] = val;
     res->nsorted = i;
-    qsort(res->sorted, i, sizeof(*res->sorted), key_cmp);
+    if (i > 1)
+        qsort(res->sorted, i, sizeof(*res->sorted), key_cmp);
     res->sorted_valid = true;
 }
 
