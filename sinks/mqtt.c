@@ -29,6 +29,17 @@
  * coming back (the broker drops the connection each time it is sent) is
  * given up after KB_MQTT_MAX_ATTEMPTS with an error ack: never a loop.
  *
+ * A paho 1.3.12 defect shapes one path: when the socket breaks while a
+ * QoS>0 PUBLISH is being written, paho fails the command (token 0) and frees
+ * its topic and payload although the stored in-flight copy still points at
+ * them; the next session resume (or MQTTAsync_destroy) would use that freed
+ * memory. When we see that failure the handle is "poisoned": the worker
+ * abandons it (never resumed, never destroyed — a small leak per event),
+ * puts every in-flight record back in the queue, creates a fresh handle and
+ * connects it once with a clean session (a fresh handle's packet ids could
+ * collide with the old session's QoS 2 state), then persistent again. That
+ * one reconnect is at-least-once; ordering still holds.
+ *
  * Messages the broker could never take (topic over 65535 bytes, packet over
  * the broker's Maximum Packet Size, cloudevents-binary on MQTT 3.1.1) are
  * refused in produce() with an error ack, counted and logged (rate-limited);
@@ -108,7 +119,10 @@ struct kb_mqtt {
     /* everything below: mq->mtx */
     kb_mqtt_rec_t *head, *tail, *cursor;
     size_t queue_bytes, n_inflight;
+    size_t n_acking;           /* unlinked records whose ack is running (flush waits for them) */
     bool connected, connecting, birth_pending, closing;
+    bool poisoned;             /* paho's handle holds freed memory: replace it (see DESIGN) */
+    bool clean_next;           /* the next connect starts a clean session */
     int64_t next_connect_ns;   /* monotonic; when the next connect may start */
     int64_t backoff_ms;
     int64_t send_pause_ns;     /* after a transient send error: not before this */
@@ -394,9 +408,14 @@ static void kb_mqtt_finish(kb_mqtt_t *mq, kb_mqtt_rec_t *rec, kb_err_t err) {
         mq->st.acked++;
     else
         mq->st.failed++;
+    mq->n_acking++;
     pthread_mutex_unlock(&mq->mtx);
     rec->ack(rec->ack_opaque, err);
     kb_mqtt_rec_free(rec);
+    pthread_mutex_lock(&mq->mtx);
+    if (--mq->n_acking == 0)
+        pthread_cond_broadcast(&mq->space_cond);
+    pthread_mutex_unlock(&mq->mtx);
 }
 
 /* ----------------------------------------------------- paho publish callbacks */
@@ -409,11 +428,16 @@ static void kb_mqtt_on_sent(void *context) {
 /* A handed-over record failed. reason >= 0x80 is the broker's verdict on the
  * message (MQTT 5 PUBACK/PUBREC): final. Anything else is the connection's
  * fault: send again in order, unless we are closing or it keeps happening. */
-static void kb_mqtt_on_failed(kb_mqtt_rec_t *rec, int code, int reason) {
+static void kb_mqtt_on_failed(kb_mqtt_rec_t *rec, int token, int code, int reason) {
     kb_mqtt_t *mq = rec->mq;
     kb_err_t final = KB_OK;
     uint64_t suppressed = 0;
     pthread_mutex_lock(&mq->mtx);
+    if (token == 0 && mq->qos > 0 && reason < 0x80 && !mq->poisoned) {
+        mq->poisoned = true;
+        KB_WARN(KB_MQTT_MOD, "sink=%s publish failed mid-write (%s); the client handle will be replaced",
+                mq->name, MQTTAsync_strerror(code));
+    }
     if (reason >= 0x80)
         final = KB_ERR_DELIVERY;
     else if (mq->closing)
@@ -446,11 +470,12 @@ static void kb_mqtt_on_sent5(void *context, MQTTAsync_successData5 *resp) {
 }
 
 static void kb_mqtt_on_failed3(void *context, MQTTAsync_failureData *resp) {
-    kb_mqtt_on_failed(context, resp ? resp->code : MQTTASYNC_FAILURE, 0);
+    kb_mqtt_on_failed(context, resp ? resp->token : 0, resp ? resp->code : MQTTASYNC_FAILURE, 0);
 }
 
 static void kb_mqtt_on_failed5(void *context, MQTTAsync_failureData5 *resp) {
-    kb_mqtt_on_failed(context, resp ? resp->code : MQTTASYNC_FAILURE, resp ? (int)resp->reasonCode : 0);
+    kb_mqtt_on_failed(context, resp ? resp->token : 0, resp ? resp->code : MQTTASYNC_FAILURE,
+                      resp ? (int)resp->reasonCode : 0);
 }
 
 /* ------------------------------------------------------- connection callbacks */
@@ -476,6 +501,7 @@ static void kb_mqtt_connected(kb_mqtt_t *mq, int session_present, const MQTTProp
     mq->backoff_ms = KB_MQTT_BACKOFF_MIN_MS;
     mq->max_packet = max_packet;
     mq->send_pause_ns = 0;
+    mq->clean_next = false;
     size_t inflight = mq->n_inflight, queued = 0;
     for (kb_mqtt_rec_t *r = mq->cursor; r; r = r->next)
         queued++;
@@ -542,6 +568,46 @@ static int kb_mqtt_on_message(void *context, char *topic, int topic_len, MQTTAsy
 
 /* ------------------------------------------------------------------ worker */
 
+/* A paho handle for this sink. Thread: create or worker, without mq->mtx. */
+static int kb_mqtt_new_client(kb_mqtt_t *mq, MQTTAsync *client) {
+    MQTTAsync_createOptions co = MQTTAsync_createOptions_initializer;
+    co.MQTTVersion = mq->version == 5 ? MQTTVERSION_5 : MQTTVERSION_3_1_1;
+    co.sendWhileDisconnected = 0;              /* our own ordered buffer holds messages while offline */
+    co.maxBufferedMessages = mq->max_inflight + 16; /* paho's command queue never exceeds max_inflight */
+    int rc = MQTTAsync_createWithOptions(client, mq->uri, mq->client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL, &co);
+    if (rc != MQTTASYNC_SUCCESS)
+        return rc;
+    rc = MQTTAsync_setCallbacks(*client, mq, kb_mqtt_on_lost, kb_mqtt_on_message, NULL);
+    if (rc != MQTTASYNC_SUCCESS)
+        MQTTAsync_destroy(client);
+    return rc;
+}
+
+/* Replace a poisoned handle (see DESIGN). Thread: worker, mq->mtx held, dropped inside. */
+static void kb_mqtt_replace_client(kb_mqtt_t *mq) {
+    size_t requeued = 0;
+    for (kb_mqtt_rec_t *r = mq->head; r; r = r->next)
+        if (r->state == KB_MQTT_SENT) {
+            kb_mqtt_requeue(mq, r);
+            requeued++;
+        }
+    mq->st.retries += requeued;
+    mq->poisoned = false;
+    mq->clean_next = true;
+    pthread_mutex_unlock(&mq->mtx);
+    MQTTAsync fresh = NULL;
+    int rc = kb_mqtt_new_client(mq, &fresh);
+    if (rc == MQTTASYNC_SUCCESS) {
+        /* the old handle is left alone on purpose: destroying it would free memory twice */
+        mq->client = fresh;
+        KB_WARN(KB_MQTT_MOD, "sink=%s replaced the paho client handle; %zu in-flight messages will be sent again",
+                mq->name, requeued);
+    } else {
+        KB_ERROR(KB_MQTT_MOD, "sink=%s cannot create a new paho client: %s", mq->name, MQTTAsync_strerror(rc));
+    }
+    pthread_mutex_lock(&mq->mtx);
+}
+
 /* Start a connect attempt. Thread: worker, without mq->mtx. */
 static int kb_mqtt_connect(kb_mqtt_t *mq) {
     MQTTAsync_connectOptions co = MQTTAsync_connectOptions_initializer;
@@ -556,12 +622,12 @@ static int kb_mqtt_connect(kb_mqtt_t *mq) {
         p.identifier = MQTTPROPERTY_CODE_SESSION_EXPIRY_INTERVAL;
         p.value.integer4 = KB_MQTT_SESSION_EXPIRY_S;
         MQTTProperties_add(&props, &p);
-        opts->cleanstart = 0;
+        opts->cleanstart = mq->clean_next;
         opts->connectProperties = &props;
         opts->onSuccess5 = kb_mqtt_on_connect5;
         opts->onFailure5 = kb_mqtt_on_connect_failed5;
     } else {
-        opts->cleansession = 0;
+        opts->cleansession = mq->clean_next;
         opts->MQTTVersion = MQTTVERSION_3_1_1;
         opts->onSuccess = kb_mqtt_on_connect3;
         opts->onFailure = kb_mqtt_on_connect_failed3;
@@ -642,6 +708,10 @@ static void *kb_mqtt_worker(void *arg) {
     pthread_mutex_lock(&mq->mtx);
     while (!atomic_load(&mq->stop)) {
         int64_t now = kb_now_mono_ns();
+        if (!mq->connected && !mq->connecting && mq->poisoned) {
+            kb_mqtt_replace_client(mq);
+            continue;
+        }
         if (!mq->connected && !mq->connecting && now >= mq->next_connect_ns) {
             mq->connecting = true;
             pthread_mutex_unlock(&mq->mtx);
@@ -777,22 +847,11 @@ static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *
         }
     }
 
-    MQTTAsync_createOptions co = MQTTAsync_createOptions_initializer;
-    co.MQTTVersion = conf->version == 5 ? MQTTVERSION_5 : MQTTVERSION_3_1_1;
-    co.sendWhileDisconnected = 0;              /* our own ordered buffer holds messages while offline */
-    co.maxBufferedMessages = conf->max_inflight + 16; /* paho's command queue never exceeds max_inflight */
-    int rc = MQTTAsync_createWithOptions(&mq->client, conf->uri, conf->client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL,
-                                         &co);
+    int rc = kb_mqtt_new_client(mq, &mq->client);
     if (rc != MQTTASYNC_SUCCESS) {
         err = kb_mqtt_conf_err(errstr, errstr_size, cfg, conf->line, "uri", "paho refused \"%s\": %s", conf->uri,
                                MQTTAsync_strerror(rc));
         goto fail;
-    }
-    rc = MQTTAsync_setCallbacks(mq->client, mq, kb_mqtt_on_lost, kb_mqtt_on_message, NULL);
-    if (rc != MQTTASYNC_SUCCESS) {
-        snprintf(errstr, errstr_size, "sink %s: paho setCallbacks: %s", mq->name, MQTTAsync_strerror(rc));
-        err = KB_ERR_INTERNAL;
-        goto fail_client;
     }
     if (pthread_create(&mq->thread, NULL, kb_mqtt_worker, mq) != 0) {
         snprintf(errstr, errstr_size, "sink %s: cannot start its thread", mq->name);
@@ -896,10 +955,10 @@ static kb_err_t kb_mqtt_flush(void *state, int timeout_ms) {
     struct timespec deadline = kb_deadline_mono(timeout_ms < 0 ? 0 : timeout_ms);
     kb_err_t err = KB_OK;
     pthread_mutex_lock(&mq->mtx);
-    while (mq->head) {
+    while (mq->head || mq->n_acking) {
         int rc = timeout_ms < 0 ? pthread_cond_wait(&mq->space_cond, &mq->mtx)
                                 : pthread_cond_timedwait(&mq->space_cond, &mq->mtx, &deadline);
-        if (rc == ETIMEDOUT && mq->head) {
+        if (rc == ETIMEDOUT && (mq->head || mq->n_acking)) {
             err = KB_ERR_TIMEDOUT;
             break;
         }
@@ -994,8 +1053,13 @@ static void kb_mqtt_destroy(void *state) {
     if (mq->thread_started)
         pthread_join(mq->thread, NULL);
     kb_mqtt_say_goodbye(mq);
-    /* paho fails what it still holds (our callbacks ack those with STOPPED). */
-    MQTTAsync_destroy(&mq->client);
+    pthread_mutex_lock(&mq->mtx);
+    bool poisoned = mq->poisoned;
+    pthread_mutex_unlock(&mq->mtx);
+    /* paho fails what it still holds (our callbacks ack those with STOPPED);
+     * a poisoned handle is left alone (see DESIGN). */
+    if (!poisoned)
+        MQTTAsync_destroy(&mq->client);
     size_t left = 0;
     for (;;) {
         pthread_mutex_lock(&mq->mtx);
