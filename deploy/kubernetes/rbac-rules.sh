@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# deploy/kubernetes/rbac-rules.sh — print a least-privilege ClusterRole for kbridge's informers.
+#
+#   deploy/kubernetes/rbac-rules.sh [--name NAME] RESOURCE...
+#
+# Each RESOURCE is `resource` for the core group or `group/resource` for any
+# other group, exactly as the informer's `group` and `resource` keys say:
+#
+#   deploy/kubernetes/rbac-rules.sh pods configmaps apps/deployments example.com/widgets
+#
+# prints one rule per API group with verbs get, list and watch (what an
+# informer uses, nothing more). Paste it over the ClusterRole in
+# base/rbac.yaml. For informers restricted to namespaces, change kind to Role
+# (and the binding to a RoleBinding) in each of those namespaces.
+set -euo pipefail
+name=kbridge-reader
+if [[ ${1:-} == --name ]]; then
+    name=$2
+    shift 2
+fi
+if [[ $# -eq 0 ]]; then
+    sed -n '2,/^set -e/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+    exit 2
+fi
+declare -A by_group=()
+order=()
+for arg in "$@"; do
+    if [[ $arg == */* ]]; then group=${arg%/*} res=${arg##*/}; else group="" res=$arg; fi
+    if [[ ! $res =~ ^[a-z0-9.-]+$ || ! $group =~ ^[a-z0-9.-]*$ ]]; then
+        echo "rbac-rules.sh: \"$arg\" is not [group/]resource (lower-case plural, e.g. apps/deployments)" >&2
+        exit 2
+    fi
+    k=":$group" # bash arrays refuse "" as a key
+    [[ -v by_group[$k] ]] || order+=("$k")
+    by_group[$k]+="${by_group[$k]:+, }$res"
+done
+cat <<HEAD
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: $name
+rules:
+HEAD
+for k in "${order[@]}"; do
+    printf -- '- apiGroups: ["%s"]\n  resources: [%s]\n  verbs: [get, list, watch]\n' "${k#:}" "${by_group[$k]}"
+done
