@@ -199,7 +199,7 @@ static int kb_kc_file_load(kb_kc_file_t *f, const char *path, char *errstr, size
     int ok = yaml_parser_load(&parser, &f->doc);
     if (!ok) {
         if (parser.context)
-            snprintf(errstr, errstr_size, "%s:%zu: YAML does not parse: %s %s (line %zu)", path,
+            snprintf(errstr, errstr_size, "%s:%zu: YAML does not parse: %s %s that starts on line %zu", path,
                      parser.problem_mark.line + 1, parser.problem ? parser.problem : "error", parser.context,
                      parser.context_mark.line + 1);
         else
