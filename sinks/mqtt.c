@@ -127,6 +127,7 @@ struct kb_mqtt {
     int64_t backoff_ms;
     int64_t send_pause_ns;     /* after a transient send error: not before this */
     uint64_t max_packet;       /* the broker's Maximum Packet Size */
+    size_t window;             /* in-flight bound: min(max_inflight, the broker's Receive Maximum) */
     int offline_done;          /* destroy: 1 when the "offline" publish completed */
     kb_sink_stats_t st;
 };
@@ -494,7 +495,15 @@ static void kb_mqtt_connected(kb_mqtt_t *mq, int session_present, const MQTTProp
     if (props && MQTTProperties_hasProperty((MQTTProperties *)props, MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE))
         max_packet = (uint64_t)(uint32_t)MQTTProperties_getNumericValue((MQTTProperties *)props,
                                                                         MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE);
+    size_t window = (size_t)mq->max_inflight;
+    if (props && MQTTProperties_hasProperty((MQTTProperties *)props, MQTTPROPERTY_CODE_RECEIVE_MAXIMUM)) {
+        /* exceeding the broker's Receive Maximum is a protocol error that costs the connection */
+        int rm = MQTTProperties_getNumericValue((MQTTProperties *)props, MQTTPROPERTY_CODE_RECEIVE_MAXIMUM);
+        if (rm > 0 && (size_t)rm < window)
+            window = (size_t)rm;
+    }
     pthread_mutex_lock(&mq->mtx);
+    mq->window = window;
     mq->connected = true;
     mq->connecting = false;
     mq->birth_pending = true;
@@ -507,8 +516,8 @@ static void kb_mqtt_connected(kb_mqtt_t *mq, int session_present, const MQTTProp
         queued++;
     pthread_cond_signal(&mq->work_cond);
     pthread_mutex_unlock(&mq->mtx);
-    KB_INFO(KB_MQTT_MOD, "sink=%s connected uri=%s session_present=%d max_packet=%llu inflight=%zu queued=%zu",
-            mq->name, mq->uri, session_present, (unsigned long long)max_packet, inflight, queued);
+    KB_INFO(KB_MQTT_MOD, "sink=%s connected uri=%s session_present=%d max_packet=%llu window=%zu inflight=%zu queued=%zu",
+            mq->name, mq->uri, session_present, (unsigned long long)max_packet, window, inflight, queued);
 }
 
 static void kb_mqtt_on_connect3(void *context, MQTTAsync_successData *resp) {
@@ -733,7 +742,7 @@ static void *kb_mqtt_worker(void *arg) {
             pthread_mutex_lock(&mq->mtx);
             continue;
         }
-        if (mq->connected && mq->cursor && mq->n_inflight < (size_t)mq->max_inflight && now >= mq->send_pause_ns) {
+        if (mq->connected && mq->cursor && mq->n_inflight < mq->window && now >= mq->send_pause_ns) {
             kb_mqtt_rec_t *rec = mq->cursor;
             rec->state = KB_MQTT_SENT;
             rec->attempts++;
