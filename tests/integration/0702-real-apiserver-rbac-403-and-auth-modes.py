@@ -123,7 +123,7 @@ users:
     bridges = {"kb-limited": token, "kb-client": cert, "system:serviceaccount:allowed:kbridge": incluster,
                "kb-limited (exec)": execb}
     # The in-cluster bridge is refused until its token is right; then it must pick the new one up.
-    incluster.wait_log("401", 120)
+    incluster.wait_log("HTTP 401", 120)
     write(os.path.join(sa_dir, "token"),
           k("create", "token", "kbridge", "-n", "allowed", "--duration=1h").strip() + "\n")
 
