@@ -74,9 +74,11 @@ static char *fault_status_body(int code, const char *reason, const char *message
 
 static int verb_mask(const char *v) {
     if (!v || !strcmp(v, "any"))
-        return KB_SIM_VERB_LIST | KB_SIM_VERB_WATCH | KB_SIM_VERB_GET | KB_SIM_VERB_WRITE;
+        return KB_SIM_VERB_LIST | KB_SIM_VERB_WATCH | KB_SIM_VERB_GET | KB_SIM_VERB_WRITE | KB_SIM_VERB_CONTINUE;
     if (!strcmp(v, "list"))
-        return KB_SIM_VERB_LIST;
+        return KB_SIM_VERB_LIST | KB_SIM_VERB_CONTINUE;
+    if (!strcmp(v, "continue"))
+        return KB_SIM_VERB_CONTINUE;
     if (!strcmp(v, "watch"))
         return KB_SIM_VERB_WATCH;
     if (!strcmp(v, "get"))
@@ -108,7 +110,7 @@ static const char *post_fault(kb_sim_t *sim, json_t *root) {
         if (code < 100 || code > 599)
             err = "fault status: \"code\" must be an HTTP status (100-599)";
         else if (!verb)
-            err = "fault status: \"verb\" must be list, watch, get, write or any";
+            err = "fault status: \"verb\" must be list, continue, watch, get, write or any";
         else if (sim->nfaults == KB_SIM_MAX_FAULTS)
             err = "fault status: too many pending faults";
         else if (count > 0) {

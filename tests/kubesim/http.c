@@ -13,6 +13,7 @@
 
 #include "common/alloc.h"
 #include "common/hash.h"
+#include "common/time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -95,7 +96,7 @@ void kb_sim__reqlog(kb_sim_t *sim, struct MHD_Connection *conn, const char *meth
     kb_buf_append_json_str(&b, url, strlen(url));
     kb_buf_append_str(&b, ",\"query\":{");
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, query_to_json, &b);
-    kb_buf_appendf(&b, "},\"status\":%d}", status);
+    kb_buf_appendf(&b, "},\"status\":%d,\"t\":%.6f}", status, (double)kb_now_mono_ns() / 1e9);
     char *line = kb_buf_steal(&b, NULL);
     pthread_mutex_lock(&sim->mtx);
     free(sim->reqlog[sim->reqlog_next]);
@@ -629,6 +630,8 @@ static enum MHD_Result do_resource(kb_sim_t *sim, struct MHD_Connection *conn, c
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool watch = get && !p.has_name && is_true(qarg(conn, "watch"));
     int verb = !get ? KB_SIM_VERB_WRITE : p.has_name ? KB_SIM_VERB_GET : watch ? KB_SIM_VERB_WATCH : KB_SIM_VERB_LIST;
+    if (verb == KB_SIM_VERB_LIST && qarg(conn, "continue") && *qarg(conn, "continue"))
+        verb = KB_SIM_VERB_CONTINUE;
     int code = 0, retry_after = 0;
     pthread_mutex_lock(&sim->mtx);
     char *fbody = kb_sim__fault_take_locked(sim, verb, res->resource, &code, &retry_after);

@@ -124,7 +124,8 @@ typedef struct kb_sim_fault {
     char *body;           /* NULL = a Status JSON */
 } kb_sim_fault_t;
 
-enum { KB_SIM_VERB_LIST = 1, KB_SIM_VERB_WATCH = 2, KB_SIM_VERB_GET = 4, KB_SIM_VERB_WRITE = 8 };
+/* CONTINUE: a list page that carries continue= (the first page is LIST only). */
+enum { KB_SIM_VERB_LIST = 1, KB_SIM_VERB_WATCH = 2, KB_SIM_VERB_GET = 4, KB_SIM_VERB_WRITE = 8, KB_SIM_VERB_CONTINUE = 16 };
 
 #define KB_SIM_REQLOG 1000
 #define KB_SIM_MAX_FAULTS 64
