@@ -86,24 +86,50 @@ kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_
     return KB_OK;
 }
 
+/* One event on its way to its routes' sinks: acknowledged to the informer
+ * (and so to the checkpoint) when the last of them acknowledged it. */
+typedef struct kb_delivery {
+    kb_pipeline_t *p;
+    uint64_t seq;
+    _Atomic int pending;  /* messages not yet acknowledged, +1 while routing */
+    _Atomic bool failed;  /* a sink gave up on one: the checkpoint must not pass it */
+} kb_delivery_t;
+
+static void kb_delivery_release(kb_delivery_t *d) {
+    if (atomic_fetch_sub(&d->pending, 1) != 1)
+        return;
+    if (!atomic_load(&d->failed))
+        kb_informer_done(d->p->inf, d->seq);
+    free(d);
+}
+
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
-    kb_pipeline_t *p = opaque;
+    kb_delivery_t *d = opaque;
+    kb_pipeline_t *p = d->p;
     if (err == KB_OK) {
         atomic_fetch_add(&p->delivered, 1);
     } else {
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
         atomic_fetch_add(&p->failed, 1);
+        atomic_store(&d->failed, true);
         if (kb_ratelimit_allow(&rl, 10000, &sup))
-            KB_ERROR("bridge", "informer=%s delivery failed: %s (suppressed=%llu)", kb_informer_conf(p->inf)->name,
+            KB_ERROR("bridge", "informer=%s delivery failed: %s; the checkpoint stays before it, so it is "
+                     "delivered again after a restart (suppressed=%llu)", kb_informer_conf(p->inf)->name,
                      kb_err_str(err), (unsigned long long)sup);
     }
     atomic_fetch_sub(&p->inflight, 1);
+    kb_delivery_release(d);
 }
 
 /* Hand one event to every route that takes it, in route order. */
 static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key) {
     bool routed = false;
+    kb_delivery_t *d = kb_malloc(sizeof(*d));
+    d->p = p;
+    d->seq = ev->seq;
+    atomic_init(&d->pending, 1);
+    atomic_init(&d->failed, false);
     for (size_t i = 0; i < p->router->n; i++) {
         const kb_route_t *route = &p->router->routes[i];
         if (!kb_route_match(route, ev))
@@ -120,9 +146,10 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             .mode = route->conf->mode,
             .route = route->conf->name,
             .ack = kb_bridge_ack,
-            .ack_opaque = p,
+            .ack_opaque = d,
         };
         atomic_fetch_add(&p->inflight, 1);
+        atomic_fetch_add(&d->pending, 1);
         for (;;) {
             kb_err_t err = kb_sink_produce(route->sink, &msg, 1000);
             if (err == KB_OK) {
@@ -138,6 +165,8 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             }
             atomic_fetch_sub(&p->inflight, 1);
             atomic_fetch_add(&p->failed, 1);
+            atomic_store(&d->failed, true);
+            atomic_fetch_sub(&d->pending, 1);
             static kb_ratelimit_t rl2;
             if (kb_ratelimit_allow(&rl2, 10000, NULL))
                 KB_ERROR("bridge", "sink=%s refused key=%s rv=%s: %s", route->sink->name, ev->key, ev->rv,
@@ -147,6 +176,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     }
     if (!routed)
         atomic_fetch_add(&p->unrouted, 1);
+    kb_delivery_release(d);
 }
 
 static void *kb_worker_main(void *arg) {
@@ -268,6 +298,8 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
         if (kb_sink_stop(b->sinks[i], left_ms > 0 ? (int)left_ms : 0) != KB_OK)
             result = KB_ERR_TIMEDOUT;
     }
+    for (size_t i = 0; i < b->n_pipes; i++)
+        kb_informer_save_checkpoint(b->pipes[i].inf);
     int64_t left = kb_bridge_inflight(b);
     if (left > 0) {
         KB_WARN("bridge", "stopped with %lld message(s) not acknowledged after %d ms", (long long)left, timeout_ms);

@@ -107,6 +107,8 @@ typedef struct kb_config {
     char *path;                    /* the file it came from */
     kb_config_cluster_t cluster;
     char *state_dir;               /* "" = memory only */
+    int64_t journal_max_bytes;     /* acknowledged journal kept per informer, 256 MiB */
+    int journal_max_age;           /* seconds, 86400 */
     int shutdown_timeout;          /* seconds, 10 */
     char *log_level;               /* "info" */
     char *log_format;              /* "text" | "json" */

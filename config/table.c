@@ -84,6 +84,19 @@ static const kb_csection_t kb_sec_log = {
     .keys = kb_keys_log, .n_keys = KB_NKEYS(kb_keys_log), .disc = -1,
 };
 
+static const kb_ckey_t kb_keys_journal[] = {
+    {.name = "max_bytes", .type = KB_CT_INT64, .off = TOP(journal_max_bytes), .def = "268435456", .min = 1048576,
+     .max = 1e15, .doc = "Acknowledged changes kept per informer for replay, in bytes of state_dir."},
+    {.name = "max_age", .type = KB_CT_INT, .off = TOP(journal_max_age), .def = "86400", .min = 0, .max = 31536000,
+     .doc = "Seconds an acknowledged change is kept for replay (also bounded by max_bytes)."},
+};
+static const kb_csection_t kb_sec_journal = {
+    .title = "journal",
+    .doc = "The per-informer journal of recent changes in state_dir (replay; the unacknowledged tail is "
+           "always kept).",
+    .line_off = SIZE_MAX, .keys = kb_keys_journal, .n_keys = KB_NKEYS(kb_keys_journal), .disc = -1,
+};
+
 static const kb_ckey_t kb_keys_http[] = {
     {.name = "listen", .type = KB_CT_STRING, .off = TOP(http_listen), .def = "127.0.0.1:9464",
      .flags = KB_CF_LISTEN,
@@ -257,6 +270,7 @@ static const kb_ckey_t kb_keys_root[] = {
      .doc = "Directory for checkpoints and the persisted index; \"\" = memory only."},
     {.name = "shutdown_timeout", .type = KB_CT_INT, .off = TOP(shutdown_timeout), .def = "10", .min = 0,
      .max = 3600, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
+    {.name = "journal", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_journal},
     {.name = "log", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_log},
     {.name = "http", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_http},
     {.name = "sharding", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_sharding},

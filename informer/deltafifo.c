@@ -55,6 +55,8 @@ struct kb_deltafifo {
     unsigned room_waiters;    /* pushers inside a wait on room_cv */
     bool closed;              /* set once by close; never cleared */
     uint64_t pushed, compacted, full_waits; /* counters for stats */
+    kb_deltafifo_drop_fn drop_fn;            /* told of every event compaction removes */
+    void *drop_opaque;
 };
 
 void kb_deltas_init(kb_deltas_t *d) {
@@ -123,13 +125,20 @@ static void kb_df_append(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev
     fifo->deltas++;
 }
 
+/* An event compaction made unnecessary: tell the owner, then let it go. */
+static void kb_df_discard(kb_deltafifo_t *fifo, kb_event_t *ev) {
+    if (fifo->drop_fn)
+        fifo->drop_fn(fifo->drop_opaque, ev);
+    kb_event_unref(ev);
+}
+
 static void kb_df_drop_last(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
     kb_event_t *ev = node->deltas.ev[--node->deltas.n];
     size_t sz = kb_event_size(ev);
     node->bytes -= sz;
     fifo->bytes -= sz;
     fifo->deltas--;
-    kb_event_unref(ev);
+    kb_df_discard(fifo, ev);
 }
 
 /* Replace the last delta with ev retyped as type (consumes ev). */
@@ -168,7 +177,7 @@ static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev)
         case KB_EV_SNAPSHOT:
             /* A pending Added/Modified already delivers the state. */
             if (last->type != KB_EV_DELETED) {
-                kb_event_unref(ev);
+                kb_df_discard(fifo, ev);
                 return;
             }
             break;
@@ -193,7 +202,7 @@ static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev)
                 kb_df_drop_last(fifo, node);
                 if (d->n > 0 && d->ev[d->n - 1]->type != KB_EV_DELETED)
                     continue;
-                kb_event_unref(ev);
+                kb_df_discard(fifo, ev);
                 return;
             }
             if (last->type == KB_EV_MODIFIED) {
@@ -202,7 +211,7 @@ static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev)
             }
             /* Deleted + Deleted → one; a real delete beats a relist tombstone. */
             if (ev->final_state_unknown && !last->final_state_unknown)
-                kb_event_unref(ev);
+                kb_df_discard(fifo, ev);
             else
                 kb_df_replace_last(fifo, node, ev, KB_EV_DELETED);
             return;
@@ -343,6 +352,13 @@ bool kb_deltafifo_has_pending(kb_deltafifo_t *fifo, const char *key, size_t len,
     bool pending = kb_strmap_get(fifo->keys, key, len, hash) != NULL;
     pthread_mutex_unlock(&fifo->mtx);
     return pending;
+}
+
+void kb_deltafifo_set_drop(kb_deltafifo_t *fifo, kb_deltafifo_drop_fn fn, void *opaque) {
+    pthread_mutex_lock(&fifo->mtx);
+    fifo->drop_fn = fn;
+    fifo->drop_opaque = opaque;
+    pthread_mutex_unlock(&fifo->mtx);
 }
 
 void kb_deltafifo_close(kb_deltafifo_t *fifo) {

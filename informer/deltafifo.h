@@ -65,6 +65,13 @@ kb_err_t kb_deltafifo_pop(kb_deltafifo_t *fifo, kb_deltas_t *out, int timeout_ms
 /* True if key has deltas waiting (resync skips such keys). Thread: any. */
 bool kb_deltafifo_has_pending(kb_deltafifo_t *fifo, const char *key, size_t len, uint64_t hash);
 
+/* Called (with fifo->mtx held: keep it short, take no lock that a pusher may
+ * hold) for every queued event LATEST compaction removes — merged into a later
+ * event of its key or cancelled by a delete — so the owner can count it done.
+ * The event is borrowed. */
+typedef void (*kb_deltafifo_drop_fn)(void *opaque, const kb_event_t *ev);
+void kb_deltafifo_set_drop(kb_deltafifo_t *fifo, kb_deltafifo_drop_fn fn, void *opaque);
+
 /* Wake all waiters; pushes fail with KB_ERR_CLOSED; pops drain what is left
  * and then return KB_ERR_CLOSED. Thread: any. */
 void kb_deltafifo_close(kb_deltafifo_t *fifo);

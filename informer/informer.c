@@ -36,6 +36,7 @@
 #include "common/strmap.h"
 #include "common/time.h"
 #include "informer/decode.h"
+#include "informer/state.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -51,7 +52,7 @@
 #define KB_LIST_RESTARTS 5 /* expired continue tokens in a row before backing off */
 
 static const char *const kb_watch_err_names[KB_WATCH_ERR_COUNT] = {
-    "gone", "throttled", "server_error", "connect", "malformed", "http", "decode"};
+    "gone", "throttled", "server_error", "connect", "malformed", "http", "decode", "state"};
 
 const char *kb_watch_err_name(kb_watch_err_t e) {
     return (unsigned)e < KB_WATCH_ERR_COUNT ? kb_watch_err_names[e] : "unknown";
@@ -63,7 +64,9 @@ typedef struct kb_backoff {
 } kb_backoff_t;
 
 /* 0.8 s doubling to 30 s, each step jittered up to +100 %; after two quiet
- * minutes it starts again from 0.8 s (client-go ≤ v0.35 rule). */
+ * minutes it starts again from 0.8 s (client-go ≤ v0.35 rule), and also after
+ * a complete list or a watch that delivered something (the server is
+ * healthy again; earlier trouble should not slow the next recovery). */
 static int64_t kb_backoff_next(kb_backoff_t *b) {
     int64_t now = kb_now_mono_ns();
     if (b->base_ms == 0 || now - b->last_ns > KB_BACKOFF_RESET_MS * KB_NS_PER_MS)
@@ -75,6 +78,26 @@ static int64_t kb_backoff_next(kb_backoff_t *b) {
 }
 
 typedef enum { KB_SRC_WATCH, KB_SRC_LIST } kb_src_t;
+
+typedef struct kb_inf_staged {
+    kb_event_t *ev;        /* NULL for a resume-point marker */
+    uint64_t seq;
+    int refl;              /* reflector whose resume point rv_after is, -1 for none */
+    char rv_after[64];     /* "" = the resume point does not move */
+} kb_inf_staged_t;
+
+typedef struct kb_inf_undo {
+    char *key;
+    size_t key_len;
+    uint64_t hash;
+    kb_event_t *old;       /* the entry before the batch; NULL = absent */
+} kb_inf_undo_t;
+
+typedef struct kb_ack_slot {
+    bool done;
+    int refl;
+    char rv_after[64];
+} kb_ack_slot_t;
 
 typedef struct kb_reflector {
     struct kb_informer *inf;
@@ -116,8 +139,41 @@ struct kb_informer {
     _Atomic uint64_t st_events[KB_EV_TYPE_COUNT];
     _Atomic uint64_t st_errors[KB_WATCH_ERR_COUNT];
     _Atomic uint64_t st_frames, st_bookmarks, st_relists, st_lists, st_pages, st_gated, st_watches;
+    _Atomic uint64_t st_rv_regressions;
     pthread_mutex_t err_mtx;
     char last_error[256];          /* err_mtx */
+
+    /* The open ingestion batch (ingest_mtx): events decided, journalled and
+     * applied to the cache, queued only after the batch commits. */
+    kb_state_t *state;             /* NULL without state_dir */
+    kb_inf_staged_t *out;          /* staged entries, in seq order */
+    size_t n_out, cap_out;
+    kb_inf_undo_t *undo;           /* cache entries to restore if the commit fails */
+    size_t n_undo, cap_undo;
+    uint64_t batch_seq0;           /* inf->seq when the batch began */
+    bool batch_open, batch_failed;
+    char batch_err[256];
+
+    /* Acknowledgement tracking → checkpoint (ack_mtx, a leaf lock). */
+    pthread_mutex_t ack_mtx;
+    kb_ack_slot_t *ring;           /* in-flight seqs from ack_base, ring_len of them */
+    size_t ring_cap, ring_head, ring_len;
+    uint64_t ack_base;             /* seq of ring[ring_head] */
+    uint64_t ack_seq;              /* everything <= ack_seq is acknowledged */
+    char (*ack_rv)[64];            /* per reflector: resume RV at ack_seq */
+    uint64_t saved_seq;            /* the checkpoint last written to state (checkpointer) */
+    int64_t ack_time_ns;           /* realtime of the newest acknowledged event */
+    pthread_t ckpt_thread;
+    bool ckpt_running;
+    _Atomic bool ckpt_stop;
+    kb_inf_staged_t *replay;       /* the journal's unacknowledged tail, queued again at start */
+    size_t n_replay, cap_replay;
+    /* Deleted keys → the deletion's RV (ingest_mtx). The per-key gate needs
+     * them: after a restart the server replays changes from the checkpoint,
+     * and a change older than a delete we already delivered must not bring
+     * the key back. Kept until the checkpoint has passed the deletion. */
+    kb_strmap_t *graves;
+    unsigned grave_prune_tick;
 };
 
 static void kb_inf_error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...)
@@ -149,42 +205,274 @@ static bool kb_inf_ours(const kb_informer_t *inf, uint64_t hash) {
     return n <= 1 || hash % (uint64_t)n == (uint64_t)inf->cfg->sharding_index;
 }
 
-/* Queue ev (consumes it) and make it the cache's state of its key.
- * Caller holds ingest_mtx. False if the informer is stopping. */
-static bool kb_inf_enqueue(kb_informer_t *inf, kb_event_t *ev) {
-    ev->seq = ++inf->seq;
-    kb_event_type_t type = ev->type;
-    kb_event_t *keep = type == KB_EV_SYNC || type == KB_EV_DELETED ? NULL : kb_event_ref(ev);
-    const char *key = ev->key;
-    size_t key_len = ev->key_len;
-    uint64_t hash = ev->key_hash;
-    char *key_copy = type == KB_EV_DELETED ? kb_strndup(key, key_len) : NULL;
-    kb_err_t err = kb_deltafifo_push(inf->fifos[hash % inf->n_shards], ev, -1);
-    if (err != KB_OK) {
-        kb_event_unref(keep);
-        free(key_copy);
-        return false;
+/* ---- acknowledgement tracking ---------------------------------------- */
+
+/* A new in-flight seq (seqs arrive in order; a gap is counted as done). */
+static void kb_ack_add(kb_informer_t *inf, uint64_t seq, int refl, const char *rv_after, bool done) {
+    pthread_mutex_lock(&inf->ack_mtx);
+    if (inf->ring_len == 0 && seq > inf->ack_base)
+        inf->ack_base = seq; /* nothing in flight: start here */
+    while (inf->ack_base + inf->ring_len <= seq) {
+        if (inf->ring_len == inf->ring_cap) {
+            size_t cap = inf->ring_cap ? inf->ring_cap * 2 : 1024;
+            kb_ack_slot_t *ring = kb_calloc(cap, sizeof(*ring));
+            for (size_t i = 0; i < inf->ring_len; i++)
+                ring[i] = inf->ring[(inf->ring_head + i) % inf->ring_cap];
+            free(inf->ring);
+            inf->ring = ring;
+            inf->ring_cap = cap;
+            inf->ring_head = 0;
+        }
+        kb_ack_slot_t *slot = &inf->ring[(inf->ring_head + inf->ring_len) % inf->ring_cap];
+        bool this = inf->ack_base + inf->ring_len == seq;
+        slot->done = this ? done : true;
+        slot->refl = this ? refl : -1;
+        snprintf(slot->rv_after, sizeof(slot->rv_after), "%s", this && rv_after ? rv_after : "");
+        inf->ring_len++;
     }
-    atomic_fetch_add(&inf->st_events[type], 1);
-    if (keep)
-        kb_indexer_put(inf->idx, keep, NULL);
-    else if (key_copy)
-        kb_indexer_delete(inf->idx, key_copy, key_len, hash, NULL);
-    kb_event_unref(keep);
-    free(key_copy);
-    return true;
+    pthread_mutex_unlock(&inf->ack_mtx);
+}
+
+/* Advance the watermark over the done prefix. Caller holds ack_mtx. */
+static void kb_ack_advance(kb_informer_t *inf) {
+    while (inf->ring_len && inf->ring[inf->ring_head].done) {
+        kb_ack_slot_t *slot = &inf->ring[inf->ring_head];
+        if (slot->refl >= 0 && slot->rv_after[0])
+            memcpy(inf->ack_rv[slot->refl], slot->rv_after, sizeof(slot->rv_after));
+        inf->ack_seq = inf->ack_base;
+        inf->ack_base++;
+        inf->ring_head = (inf->ring_head + 1) % inf->ring_cap;
+        inf->ring_len--;
+    }
+}
+
+void kb_informer_done(kb_informer_t *inf, uint64_t seq) {
+    pthread_mutex_lock(&inf->ack_mtx);
+    if (seq >= inf->ack_base && seq < inf->ack_base + inf->ring_len) {
+        inf->ring[(inf->ring_head + (seq - inf->ack_base)) % inf->ring_cap].done = true;
+        inf->ack_time_ns = kb_now_real_ns();
+        kb_ack_advance(inf);
+    }
+    pthread_mutex_unlock(&inf->ack_mtx);
+}
+
+/* A queued event that compaction made unnecessary counts as delivered. */
+static void kb_inf_dropped(void *opaque, const kb_event_t *ev) {
+    kb_informer_done(opaque, ev->seq);
+}
+
+/* The resume point as the journal and checkpoint store it: "rv" for a
+ * cluster-wide reflector, "namespace/rv" for a per-namespace one. */
+static void kb_inf_rv_tag(const kb_informer_t *inf, int refl, const char *rv, char *out, size_t size) {
+    if (refl < 0 || !rv[0])
+        snprintf(out, size, "%s", rv && refl >= 0 ? rv : "");
+    else if (inf->refl[refl].ns)
+        snprintf(out, size, "%s/%s", inf->refl[refl].ns, rv);
+    else
+        snprintf(out, size, "%s", rv);
+}
+
+/* The reverse: which reflector a tagged RV belongs to (-1: none of ours). */
+static int kb_inf_rv_untag(const kb_informer_t *inf, const char *tagged, const char **rv) {
+    const char *slash = strchr(tagged, '/');
+    *rv = slash ? slash + 1 : tagged;
+    if (!tagged[0])
+        return -1;
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        const char *ns = inf->refl[i].ns;
+        if (!slash && !ns)
+            return (int)i;
+        if (slash && ns && strlen(ns) == (size_t)(slash - tagged) && !memcmp(ns, tagged, (size_t)(slash - tagged)))
+            return (int)i;
+    }
+    return -1;
+}
+
+/* ---- deleted keys --------------------------------------------------- */
+
+/* Remember a delete (or forget one when the key comes back). Caller holds ingest_mtx. */
+static void kb_inf_grave_note(kb_informer_t *inf, const kb_event_t *ev) {
+    if (ev->type == KB_EV_DELETED && ev->rv_num)
+        kb_strmap_put(inf->graves, ev->key, ev->key_len, ev->key_hash, (void *)(uintptr_t)ev->rv_num);
+    else if (ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED)
+        kb_strmap_del(inf->graves, ev->key, ev->key_len, ev->key_hash);
+}
+
+/* Forget deletes every reflector's checkpoint has passed: no resume can
+ * replay anything older. Caller holds ingest_mtx. */
+static void kb_inf_graves_prune(kb_informer_t *inf) {
+    if (!kb_strmap_count(inf->graves))
+        return;
+    uint64_t floor = UINT64_MAX;
+    pthread_mutex_lock(&inf->ack_mtx);
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        uint64_t v = kb_rv_parse(inf->ack_rv[i], strlen(inf->ack_rv[i]));
+        floor = v < floor ? v : floor;
+    }
+    pthread_mutex_unlock(&inf->ack_mtx);
+    if (floor == 0 || floor == UINT64_MAX)
+        return;
+    kb_strmap_t *keep = kb_strmap_new(64);
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    while (kb_strmap_next(inf->graves, &pos, &key, &len, &v))
+        if ((uintptr_t)v > floor)
+            kb_strmap_put(keep, key, len, kb_fnv1a64(key, len), v);
+    kb_strmap_destroy(inf->graves);
+    inf->graves = keep;
+}
+
+/* ---- ingestion batches ------------------------------------------------ */
+
+static void kb_inf_batch_begin(kb_informer_t *inf) {
+    KB_ASSERT(!inf->batch_open);
+    inf->batch_open = true;
+    inf->batch_failed = false;
+    inf->batch_seq0 = inf->seq;
+}
+
+static void kb_inf_batch_fail(kb_informer_t *inf, const char *what) {
+    if (!inf->batch_failed)
+        snprintf(inf->batch_err, sizeof(inf->batch_err), "%s: %s", what,
+                 inf->state ? kb_state_error(inf->state) : "");
+    inf->batch_failed = true;
+}
+
+/* Open the state transaction lazily: a batch that stages nothing costs nothing. */
+static void kb_inf_batch_txn(kb_informer_t *inf) {
+    if (inf->state && inf->n_out == 0 && !inf->batch_failed && kb_state_begin(inf->state) != KB_OK)
+        kb_inf_batch_fail(inf, "state_dir begin");
+}
+
+static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq, int refl, const char *rv_after) {
+    if (inf->n_out == inf->cap_out) {
+        inf->cap_out = inf->cap_out ? inf->cap_out * 2 : 64;
+        inf->out = kb_realloc(inf->out, inf->cap_out * sizeof(*inf->out));
+    }
+    kb_inf_staged_t *o = &inf->out[inf->n_out++];
+    o->ev = ev;
+    o->seq = seq;
+    o->refl = refl;
+    snprintf(o->rv_after, sizeof(o->rv_after), "%s", rv_after ? rv_after : "");
+}
+
+/* Stage ev (consumes it): journal it and make it the cache's state of its key,
+ * remembering the previous entry in case the batch cannot be committed.
+ * refl/rv_after: the resume point this event completes (-1/"" if none).
+ * Caller holds ingest_mtx inside an open batch. */
+static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const char *rv_after) {
+    kb_inf_batch_txn(inf);
+    ev->seq = ++inf->seq;
+    char tag[160];
+    kb_inf_rv_tag(inf, refl, rv_after, tag, sizeof(tag));
+    if (inf->state && !inf->batch_failed && kb_state_put_event(inf->state, ev, tag) != KB_OK)
+        kb_inf_batch_fail(inf, "state_dir write");
+    if (ev->type != KB_EV_SYNC) {
+        if (inf->n_undo == inf->cap_undo) {
+            inf->cap_undo = inf->cap_undo ? inf->cap_undo * 2 : 64;
+            inf->undo = kb_realloc(inf->undo, inf->cap_undo * sizeof(*inf->undo));
+        }
+        kb_inf_undo_t *u = &inf->undo[inf->n_undo++];
+        u->key = kb_strndup(ev->key, ev->key_len);
+        u->key_len = ev->key_len;
+        u->hash = ev->key_hash;
+        u->old = NULL;
+        if (ev->type == KB_EV_DELETED)
+            kb_indexer_delete(inf->idx, ev->key, ev->key_len, ev->key_hash, &u->old);
+        else
+            kb_indexer_put(inf->idx, ev, &u->old);
+    }
+    kb_inf_push_staged(inf, ev, ev->seq, refl, rv_after);
+}
+
+/* Stage a resume-point marker (a bookmark, a finished list). */
+static void kb_inf_stage_mark(kb_informer_t *inf, int refl, const char *rv) {
+    kb_inf_batch_txn(inf);
+    uint64_t seq = ++inf->seq;
+    char tag[160];
+    kb_inf_rv_tag(inf, refl, rv, tag, sizeof(tag));
+    if (inf->state && !inf->batch_failed && kb_state_put_mark(inf->state, seq, tag) != KB_OK)
+        kb_inf_batch_fail(inf, "state_dir write");
+    kb_inf_push_staged(inf, NULL, seq, refl, rv);
+}
+
+/* Commit the batch, then queue its events. On a failed commit the cache is
+ * put back as it was and nothing is queued: the caller re-reads the changes
+ * from the server. Returns KB_OK, KB_ERR_STOPPED, or KB_ERR_IO (state_dir). */
+static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
+    KB_ASSERT(inf->batch_open);
+    inf->batch_open = false;
+    kb_err_t err = KB_OK;
+    if (inf->state && inf->n_out && !inf->batch_failed && kb_state_commit(inf->state) != KB_OK)
+        kb_inf_batch_fail(inf, "state_dir commit");
+    if (inf->batch_failed) {
+        if (inf->state)
+            kb_state_abort(inf->state);
+        for (size_t i = inf->n_undo; i-- > 0;) {
+            kb_inf_undo_t *u = &inf->undo[i];
+            if (u->old)
+                kb_indexer_put(inf->idx, u->old, NULL);
+            else
+                kb_indexer_delete(inf->idx, u->key, u->key_len, u->hash, NULL);
+        }
+        for (size_t i = 0; i < inf->n_out; i++)
+            kb_event_unref(inf->out[i].ev);
+        inf->seq = inf->batch_seq0;
+        static kb_ratelimit_t rl;
+        uint64_t sup = 0;
+        if (kb_ratelimit_allow(&rl, 10000, &sup))
+            KB_ERROR("informer", "informer=%s %s; nothing of this batch was delivered; retrying (suppressed=%llu)",
+                     inf->conf->name, inf->batch_err, (unsigned long long)sup);
+        kb_inf_error(inf, KB_WATCH_ERR_STATE, "%s", inf->batch_err);
+        err = KB_ERR_IO;
+    } else {
+        for (size_t i = 0; i < inf->n_out; i++)
+            if (inf->out[i].ev)
+                kb_inf_grave_note(inf, inf->out[i].ev);
+        if (++inf->grave_prune_tick % 256 == 0)
+            kb_inf_graves_prune(inf);
+        for (size_t i = 0; i < inf->n_out; i++) {
+            kb_inf_staged_t *o = &inf->out[i];
+            kb_ack_add(inf, o->seq, o->refl, o->rv_after, o->ev == NULL);
+            if (!o->ev)
+                continue;
+            kb_event_type_t type = o->ev->type;
+            kb_deltafifo_t *fifo = inf->fifos[o->ev->key_hash % inf->n_shards];
+            if (err == KB_OK && kb_deltafifo_push(fifo, o->ev, -1) == KB_OK)
+                atomic_fetch_add(&inf->st_events[type], 1);
+            else
+                err = KB_ERR_STOPPED; /* closed: it stays unacknowledged, so it is delivered after a restart */
+        }
+        if (inf->n_out) {
+            pthread_mutex_lock(&inf->ack_mtx);
+            kb_ack_advance(inf);
+            pthread_mutex_unlock(&inf->ack_mtx);
+        }
+    }
+    for (size_t i = 0; i < inf->n_undo; i++) {
+        free(inf->undo[i].key);
+        kb_event_unref(inf->undo[i].old);
+    }
+    inf->n_undo = 0;
+    inf->n_out = 0;
+    return err;
 }
 
 typedef enum {
-    KB_INGEST_OK,       /* queued, or nothing to say */
-    KB_INGEST_STOPPED,  /* the informer is stopping */
-    KB_INGEST_BAD,      /* the bytes are not one valid object (nothing was queued) */
+    KB_INGEST_OK,       /* staged, or nothing to say */
+    KB_INGEST_STOPPED,  /* the informer is stopping, or the batch cannot be committed */
+    KB_INGEST_BAD,      /* the bytes are not one valid object (nothing was staged) */
 } kb_ingest_t;
 
-/* Decode one object and queue what it means for the cache.
+static int kb_refl_index(const kb_reflector_t *r) {
+    return (int)(r - r->inf->refl);
+}
+
+/* Decode one object and stage what it means for the cache.
  * server_type: for watch events, the frame type; for list items, ADDED.
  * A bad object is counted and skipped unless quiet_bad (the caller will
- * try another reading of the bytes). Caller holds ingest_mtx. */
+ * try another reading of the bytes). Caller holds ingest_mtx in a batch. */
 static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_t server_type, const char *obj,
                                  size_t len, int64_t read_ns, bool quiet_bad) {
     kb_informer_t *inf = r->inf;
@@ -210,6 +498,11 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         kb_resource_set_kind(inf->res, out->data + m.kind.off, m.kind.len);
     if (src == KB_SRC_WATCH) /* every accepted frame moves the resume point, whatever it leads to */
         kb_refl_set_rv(r, out->data + m.rv.off, m.rv.len);
+    /* A watch event completes a resume point; list items do not (the list does, when it ends). */
+    int refl = src == KB_SRC_WATCH ? kb_refl_index(r) : -1;
+    char rv_after[64] = "";
+    if (src == KB_SRC_WATCH)
+        snprintf(rv_after, sizeof(rv_after), "%.*s", (int)m.rv.len, out->data + m.rv.off);
 
     kb_event_init_t in = {
         .res = inf->res,
@@ -230,7 +523,6 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     }
     kb_buf_append(&keyb, in.name, in.name_len);
     uint64_t hash = kb_fnv1a64(keyb.data, keyb.len);
-    bool ok = true;
     if (!kb_inf_ours(inf, hash))
         goto out;
     if (src == KB_SRC_LIST && r->seen)
@@ -241,6 +533,13 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     bool same_rv = old && old->rv_len == in.rv_len && !memcmp(old->rv, in.rv, in.rv_len);
     uint64_t new_rv = kb_rv_parse(in.rv, in.rv_len);
 
+    uintptr_t grave = !old && src == KB_SRC_WATCH ? (uintptr_t)kb_strmap_get(inf->graves, keyb.data, keyb.len, hash) : 0;
+    if (grave && new_rv && new_rv <= grave) {
+        atomic_fetch_add(&inf->st_gated, 1);
+        KB_DEBUG("informer", "informer=%s key=%s rv=%.*s is older than its delete at rv=%llu: skipped", inf->conf->name,
+                 keyb.data, (int)in.rv_len, in.rv, (unsigned long long)grave);
+        goto done;
+    }
     if (src == KB_SRC_WATCH && old && same_uid && (same_rv || (new_rv && old->rv_num && new_rv < old->rv_num))) {
         atomic_fetch_add(&inf->st_gated, 1);
         KB_DEBUG("informer", "informer=%s key=%s rv=%.*s not newer than cached rv=%s: skipped", inf->conf->name,
@@ -249,48 +548,45 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     }
     if (server_type == KB_WATCH_DELETED) {
         in.type = KB_EV_DELETED;
-        ok = kb_inf_enqueue(inf, kb_event_new(&in));
+        kb_inf_stage(inf, kb_event_new(&in), refl, rv_after);
         goto done;
     }
     if (src == KB_SRC_LIST && same_uid && same_rv)
         goto done; /* unchanged since we last said anything about it */
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch. */
-        ok = kb_inf_enqueue(inf, kb_event_retype(old, KB_EV_DELETED, true));
+        kb_inf_stage(inf, kb_event_retype(old, KB_EV_DELETED, true), -1, "");
         kb_event_unref(old);
         old = NULL;
     }
     in.type = old ? KB_EV_MODIFIED : KB_EV_ADDED;
-    if (ok)
-        ok = kb_inf_enqueue(inf, kb_event_new(&in));
+    kb_inf_stage(inf, kb_event_new(&in), refl, rv_after);
 done:
     kb_event_unref(old);
 out:
     kb_buf_fini(&keyb);
-    return ok ? KB_INGEST_OK : KB_INGEST_STOPPED;
+    return inf->batch_failed ? KB_INGEST_STOPPED : KB_INGEST_OK;
 }
 
 /* After a complete list: every cached key of this reflector's scope that the
  * list did not contain was deleted while we were not watching. */
-static bool kb_inf_delete_unseen(kb_reflector_t *r) {
+static void kb_inf_delete_unseen(kb_reflector_t *r) {
     kb_informer_t *inf = r->inf;
     kb_event_list_t cached;
     kb_event_list_init(&cached);
     kb_indexer_list(inf->idx, r->ns, &cached);
-    bool ok = true;
     size_t n = 0;
-    for (size_t i = 0; i < cached.n && ok; i++) {
+    for (size_t i = 0; i < cached.n; i++) {
         kb_event_t *ev = cached.ev[i];
         if (kb_strmap_get(r->seen, ev->key, ev->key_len, ev->key_hash))
             continue;
-        ok = kb_inf_enqueue(inf, kb_event_retype(ev, KB_EV_DELETED, true));
+        kb_inf_stage(inf, kb_event_retype(ev, KB_EV_DELETED, true), -1, "");
         n++;
     }
     kb_event_list_fini(&cached);
     if (n)
         KB_INFO("informer", "informer=%s relist found %zu deleted object(s); delivered as DELETED finalStateUnknown",
                 inf->conf->name, n);
-    return ok;
 }
 
 /* ---- requests --------------------------------------------------------- */
@@ -407,10 +703,11 @@ restart:
         }
         int64_t now = kb_now_mono_ns();
         pthread_mutex_lock(&inf->ingest_mtx);
-        bool ok = true;
-        for (size_t i = 0; i < page.n_items && ok; i++)
-            ok = kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, body.data + page.items[i].off, page.items[i].len,
-                               now, false) != KB_INGEST_STOPPED;
+        kb_inf_batch_begin(inf);
+        for (size_t i = 0; i < page.n_items && !inf->batch_failed; i++)
+            kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, body.data + page.items[i].off, page.items[i].len, now,
+                          false);
+        kb_err_t berr = kb_inf_batch_end(inf);
         pthread_mutex_unlock(&inf->ingest_mtx);
         items += page.n_items;
         pages++;
@@ -419,20 +716,30 @@ restart:
         if (page.cont.len)
             kb_buf_append(&cont, body.data + page.cont.off, page.cont.len);
         kb_list_page_fini(&page);
-        if (!ok) {
-            err = KB_ERR_STOPPED;
+        if (berr != KB_OK) {
+            err = berr;
             goto out;
         }
         if (!cont.len)
             break;
     }
-    pthread_mutex_lock(&inf->ingest_mtx);
-    bool ok = kb_inf_delete_unseen(r);
-    pthread_mutex_unlock(&inf->ingest_mtx);
-    if (!ok) {
-        err = KB_ERR_STOPPED;
-        goto out;
+    /* A list below where we were: the server's history went back (etcd restored). */
+    uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
+    if (prev && now_rv && now_rv < prev) {
+        atomic_fetch_add(&inf->st_rv_regressions, 1);
+        KB_WARN("reflector",
+                "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
+                "delivering the difference by content, some keys' RVs will go down",
+                inf->conf->name, r->rv, list_rv);
     }
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_inf_batch_begin(inf);
+    kb_inf_delete_unseen(r);
+    kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
+    err = kb_inf_batch_end(inf);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    if (err != KB_OK)
+        goto out;
     kb_refl_set_rv(r, list_rv, strlen(list_rv));
     atomic_fetch_add(&inf->st_lists, 1);
     KB_INFO("reflector", "informer=%s%s%s listed items=%zu pages=%zu rv=%s", inf->conf->name, r->ns ? " namespace=" : "",
@@ -483,9 +790,9 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     char why[256];
     kb_ingest_t res;
     if (kb_refl_fast_frame(frame, len, &f.type, &f.object)) {
-        pthread_mutex_lock(&inf->ingest_mtx);
         res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, frame + f.object.off, f.object.len, read_ns, true);
-        pthread_mutex_unlock(&inf->ingest_mtx);
+        if (res == KB_INGEST_STOPPED)
+            r->watch_err = KB_ERR_IO;
         if (res != KB_INGEST_BAD)
             goto counted;
         /* Not the canonical shape after all (say, a member after "object"). */
@@ -514,13 +821,11 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     default:
         break;
     }
-    pthread_mutex_lock(&inf->ingest_mtx);
     res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, obj, f.object.len, read_ns, false);
-    pthread_mutex_unlock(&inf->ingest_mtx);
     if (res == KB_INGEST_BAD)
         res = KB_INGEST_OK; /* a well-formed frame whose object we cannot use: counted, skipped */
     else if (res == KB_INGEST_STOPPED)
-        r->watch_err = KB_ERR_STOPPED;
+        r->watch_err = KB_ERR_IO;
 counted:
     r->frames++;
     atomic_fetch_add(&inf->st_frames, 1);
@@ -570,12 +875,21 @@ static bool kb_refl_line(kb_reflector_t *r, const char *line, size_t len, int64_
     return false;
 }
 
-/* curl write callback for watches: the server ends each frame with '\n'. */
+/* curl write callback for watches: the server ends each frame with '\n'.
+ * One call is one ingestion batch: its events are committed to state_dir
+ * together and only then queued. */
 static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
     kb_reflector_t *r = opaque;
+    kb_informer_t *inf = r->inf;
     int64_t now = kb_now_mono_ns();
-    size_t had = r->stream.len;
     kb_buf_append(&r->stream, data, len);
+    if (!memchr(data, '\n', len) && r->stream.len < KB_WATCH_MAX_FRAME)
+        return true;
+    size_t had = r->stream.len - len;
+    char rv0[sizeof(r->rv)];
+    memcpy(rv0, r->rv, sizeof(rv0));
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_inf_batch_begin(inf);
     const char *buf = r->stream.data;
     size_t pos = 0, scan = had; /* bytes before `had` hold no '\n' */
     bool ok = true;
@@ -589,8 +903,21 @@ static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
         if (!ok)
             break;
     }
+    /* Bookmarks and skipped events move the resume point too: record it. */
+    int idx = kb_refl_index(r);
+    bool staged = inf->n_out && inf->out[inf->n_out - 1].refl == idx && !strcmp(inf->out[inf->n_out - 1].rv_after, r->rv);
+    if (ok && !staged && strcmp(rv0, r->rv) != 0)
+        kb_inf_stage_mark(inf, idx, r->rv);
+    kb_err_t berr = kb_inf_batch_end(inf);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    if (berr != KB_OK) {
+        if (berr == KB_ERR_IO) /* nothing of this chunk counts: read it again */
+            kb_refl_set_rv(r, rv0, strlen(rv0));
+        r->watch_err = berr;
+        ok = false;
+    }
     if (ok && r->stream.len - pos >= KB_WATCH_MAX_FRAME) {
-        kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes without a newline", KB_WATCH_MAX_FRAME);
+        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes without a newline", KB_WATCH_MAX_FRAME);
         r->watch_err = KB_ERR_PARSE;
         ok = false;
     }
@@ -688,7 +1015,13 @@ static void *kb_refl_main(void *arg) {
     char tname[32];
     snprintf(tname, sizeof(tname), "kb:refl/%s", inf->conf->name);
     kb_thread_set_name(tname);
-    bool need_list = true;
+    bool need_list = !r->rv[0]; /* a checkpoint to resume from: watch first */
+    if (!need_list) {
+        KB_INFO("reflector", "informer=%s%s%s resuming from the checkpoint at rv=%s", inf->conf->name,
+                r->ns ? " namespace=" : "", r->ns ? r->ns : "", r->rv);
+        r->listed = true;
+        atomic_fetch_add(&inf->synced_refl, 1);
+    }
     int malformed_in_row = 0;
     while (!atomic_load(&inf->stop)) {
         int retry_after = -1;
@@ -700,6 +1033,7 @@ static void *kb_refl_main(void *arg) {
                 kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
                 continue;
             }
+            r->backoff.base_ms = 0; /* the server answered in full: start backing off from scratch */
             if (r->listed)
                 atomic_fetch_add(&inf->st_relists, 1);
             if (!r->listed) {
@@ -711,6 +1045,8 @@ static void *kb_refl_main(void *arg) {
         kb_err_t err = kb_refl_watch(r, &retry_after);
         if (err != KB_ERR_PARSE)
             malformed_in_row = 0;
+        if (r->frames > 0 && err != KB_ERR_PARSE)
+            r->backoff.base_ms = 0; /* the watch made progress: the server is healthy */
         switch (err) {
         case KB_OK:
             break; /* a normal end: resume at once from the last RV */
@@ -764,8 +1100,10 @@ static void *kb_resync_main(void *arg) {
             kb_event_t *cur = kb_indexer_get(inf->idx, ev->key, ev->key_len, ev->key_hash);
             kb_deltafifo_t *fifo = inf->fifos[ev->key_hash % inf->n_shards];
             if (cur && !kb_deltafifo_has_pending(fifo, cur->key, cur->key_len, cur->key_hash)) {
-                kb_inf_enqueue(inf, kb_event_retype(cur, KB_EV_SYNC, false));
-                queued++;
+                kb_inf_batch_begin(inf);
+                kb_inf_stage(inf, kb_event_retype(cur, KB_EV_SYNC, false), -1, "");
+                if (kb_inf_batch_end(inf) == KB_OK)
+                    queued++;
             }
             pthread_mutex_unlock(&inf->ingest_mtx);
             kb_event_unref(cur);
@@ -788,6 +1126,127 @@ static char *kb_inf_path(const kb_config_informer_t *c, const char *ns) {
         kb_buf_appendf(&p, "/namespaces/%s", ns);
     kb_buf_appendf(&p, "/%s", c->resource);
     return kb_buf_steal(&p, NULL);
+}
+
+static void kb_inf_load_index_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
+    kb_informer_t *inf = opaque;
+    KB_UNUSED(seq);
+    KB_UNUSED(rv_after);
+    kb_indexer_put(inf->idx, ev, NULL);
+    kb_event_unref(ev);
+}
+
+static void kb_inf_load_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
+    kb_informer_t *inf = opaque;
+    if (inf->n_replay == inf->cap_replay) {
+        inf->cap_replay = inf->cap_replay ? inf->cap_replay * 2 : 256;
+        inf->replay = kb_realloc(inf->replay, inf->cap_replay * sizeof(*inf->replay));
+    }
+    kb_inf_staged_t *o = &inf->replay[inf->n_replay++];
+    const char *rv;
+    if (ev)
+        kb_inf_grave_note(inf, ev); /* deletes not yet checkpointed still gate replays */
+    o->ev = ev;
+    o->seq = seq;
+    o->refl = kb_inf_rv_untag(inf, rv_after, &rv);
+    snprintf(o->rv_after, sizeof(o->rv_after), "%s", o->refl >= 0 ? rv : "");
+}
+
+/* Open state_dir/<informer>[.replica-<i>-of-<n>], load the cache, the
+ * checkpoint and the journal's unacknowledged tail. */
+static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errstr_size) {
+    const kb_config_t *cfg = inf->cfg;
+    char dir[4096], why[512];
+    if (cfg->sharding_replicas > 1)
+        snprintf(dir, sizeof(dir), "%s/%s.replica-%d-of-%d", cfg->state_dir, inf->conf->name, cfg->sharding_index,
+                 cfg->sharding_replicas);
+    else
+        snprintf(dir, sizeof(dir), "%s/%s", cfg->state_dir, inf->conf->name);
+    kb_state_opts_t so = {.dir = dir, .map_bytes = UINT64_C(64) << 30,
+                          .journal_max_bytes = (uint64_t)cfg->journal_max_bytes,
+                          .journal_max_age_s = cfg->journal_max_age};
+    inf->state = kb_state_open(&so, why, sizeof(why));
+    if (!inf->state) {
+        snprintf(errstr, errstr_size, "%s: %s", cfg->path, why);
+        return KB_ERR_IO;
+    }
+    kb_state_checkpoint_t cp;
+    if (kb_state_read_checkpoint(inf->state, &cp) != KB_OK ||
+        kb_state_load_index(inf->state, inf->res, kb_inf_load_index_cb, inf) != KB_OK ||
+        kb_state_load_journal(inf->state, cp.seq, inf->res, kb_inf_load_tail_cb, inf) != KB_OK) {
+        snprintf(errstr, errstr_size, "%s: state_dir \"%s\": %s", cfg->path, dir, kb_state_error(inf->state));
+        return KB_ERR_IO;
+    }
+    inf->seq = cp.last_seq;
+    inf->ack_seq = inf->saved_seq = cp.seq;
+    inf->ack_base = cp.seq + 1;
+    /* The checkpoint's resume points: "rv", or "ns/rv,ns/rv" per namespace. */
+    char *list = kb_strdup(cp.rv), *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const char *rv;
+        int i = kb_inf_rv_untag(inf, tok, &rv);
+        if (i >= 0) {
+            snprintf(inf->ack_rv[i], sizeof(inf->ack_rv[i]), "%s", rv);
+            snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", rv);
+        }
+    }
+    free(list);
+    /* A kind learned before the restart. */
+    kb_event_list_t some;
+    kb_event_list_init(&some);
+    kb_indexer_list(inf->idx, NULL, &some);
+    if (some.n) {
+        kb_span_t k;
+        if (kb_json_object_get(some.ev[0]->obj, some.ev[0]->obj_len, "kind", &k) && k.len > 2)
+            kb_resource_set_kind(inf->res, some.ev[0]->obj + k.off + 1, k.len - 2);
+    }
+    kb_event_list_fini(&some);
+    KB_INFO("informer", "informer=%s state_dir=%s: %zu cached object(s), checkpoint seq=%llu rv=%s, %zu change(s) to "
+            "deliver again", inf->conf->name, dir, kb_indexer_count(inf->idx), (unsigned long long)cp.seq,
+            cp.rv[0] ? cp.rv : "(none: list first)", inf->n_replay);
+    return KB_OK;
+}
+
+/* Write the checkpoint if it moved. Thread: checkpointer, or main at shutdown. */
+static void kb_inf_write_checkpoint(kb_informer_t *inf) {
+    if (!inf->state)
+        return;
+    char rvs[1024] = "";
+    pthread_mutex_lock(&inf->ack_mtx);
+    uint64_t seq = inf->ack_seq;
+    size_t n = 0;
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        char tag[160];
+        if (!inf->ack_rv[i][0])
+            continue;
+        kb_inf_rv_tag(inf, (int)i, inf->ack_rv[i], tag, sizeof(tag));
+        n += (size_t)snprintf(rvs + n, n < sizeof(rvs) ? sizeof(rvs) - n : 0, "%s%s", n ? "," : "", tag);
+    }
+    pthread_mutex_unlock(&inf->ack_mtx);
+    if (seq == inf->saved_seq)
+        return;
+    if (kb_state_set_checkpoint(inf->state, seq, rvs) == KB_OK) {
+        inf->saved_seq = seq;
+    } else {
+        static kb_ratelimit_t rl;
+        if (kb_ratelimit_allow(&rl, 10000, NULL))
+            KB_ERROR("informer", "informer=%s cannot write the checkpoint: %s", inf->conf->name,
+                     kb_state_error(inf->state));
+    }
+}
+
+static void *kb_ckpt_main(void *arg) {
+    kb_informer_t *inf = arg;
+    char tname[32];
+    snprintf(tname, sizeof(tname), "kb:ckpt/%s", inf->conf->name);
+    kb_thread_set_name(tname);
+    while (!kb_sleep_ms_interruptible(200, &inf->ckpt_stop))
+        kb_inf_write_checkpoint(inf);
+    return NULL;
+}
+
+void kb_informer_save_checkpoint(kb_informer_t *inf) {
+    kb_inf_write_checkpoint(inf);
 }
 
 kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_t *conf, kb_apiclient_t *api,
@@ -823,10 +1282,43 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
         r->path = kb_inf_path(conf, r->ns);
         pthread_mutex_init(&r->rv_mtx, NULL);
     }
+    pthread_mutex_init(&inf->ack_mtx, NULL);
+    inf->graves = kb_strmap_new(64);
+    inf->ack_rv = kb_calloc(inf->n_refl, sizeof(*inf->ack_rv));
+    inf->ack_base = 1;
+    for (size_t i = 0; i < inf->n_shards; i++)
+        kb_deltafifo_set_drop(inf->fifos[i], kb_inf_dropped, inf);
+    if (cfg->state_dir && cfg->state_dir[0] && kb_inf_open_state(inf, errstr, errstr_size) != KB_OK) {
+        kb_informer_destroy(inf);
+        return NULL;
+    }
     return inf;
 }
 
 kb_err_t kb_informer_start(kb_informer_t *inf) {
+    if (inf->n_replay) {
+        KB_INFO("informer", "informer=%s delivering %zu unacknowledged change(s) from the journal again",
+                inf->conf->name, inf->n_replay);
+        for (size_t i = 0; i < inf->n_replay; i++) {
+            kb_inf_staged_t *o = &inf->replay[i];
+            kb_ack_add(inf, o->seq, o->refl, o->rv_after, o->ev == NULL);
+            if (o->ev) {
+                kb_event_type_t type = o->ev->type; /* the push hands the event to a worker */
+                if (kb_deltafifo_push(inf->fifos[o->ev->key_hash % inf->n_shards], o->ev, -1) == KB_OK)
+                    atomic_fetch_add(&inf->st_events[type], 1);
+            }
+            o->ev = NULL;
+        }
+        pthread_mutex_lock(&inf->ack_mtx);
+        kb_ack_advance(inf);
+        pthread_mutex_unlock(&inf->ack_mtx);
+        inf->n_replay = 0;
+    }
+    if (inf->state) {
+        if (pthread_create(&inf->ckpt_thread, NULL, kb_ckpt_main, inf) != 0)
+            KB_FATAL("cannot start the checkpoint thread");
+        inf->ckpt_running = true;
+    }
     for (size_t i = 0; i < inf->n_refl; i++) {
         if (pthread_create(&inf->refl[i].thread, NULL, kb_refl_main, &inf->refl[i]) != 0)
             KB_FATAL("cannot start a reflector thread");
@@ -861,6 +1353,20 @@ void kb_informer_stop(kb_informer_t *inf) {
 void kb_informer_destroy(kb_informer_t *inf) {
     if (!inf)
         return;
+    atomic_store(&inf->ckpt_stop, true);
+    if (inf->ckpt_running)
+        pthread_join(inf->ckpt_thread, NULL);
+    kb_inf_write_checkpoint(inf);
+    kb_state_close(inf->state);
+    for (size_t i = 0; i < inf->n_replay; i++)
+        kb_event_unref(inf->replay[i].ev);
+    free(inf->replay);
+    kb_strmap_destroy(inf->graves);
+    free(inf->ring);
+    free(inf->ack_rv);
+    free(inf->out);
+    free(inf->undo);
+    pthread_mutex_destroy(&inf->ack_mtx);
     for (size_t i = 0; i < inf->n_refl; i++) {
         kb_reflector_t *r = &inf->refl[i];
         free(r->ns);
@@ -919,6 +1425,14 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     st->list_pages = atomic_load(&inf->st_pages);
     st->gated = atomic_load(&inf->st_gated);
     st->watches = atomic_load(&inf->st_watches);
+    st->rv_regressions = atomic_load(&inf->st_rv_regressions);
+    st->persistent = inf->state != NULL;
+    pthread_mutex_lock(&inf->ack_mtx);
+    st->ack_seq = inf->ack_seq;
+    st->seq = inf->ack_base + inf->ring_len - 1;
+    st->ack_time_ns = inf->ack_time_ns;
+    memcpy(st->checkpoint_rv, inf->ack_rv[0], sizeof(st->checkpoint_rv));
+    pthread_mutex_unlock(&inf->ack_mtx);
     st->objects = kb_indexer_count(inf->idx);
     st->cache_bytes = kb_indexer_bytes(inf->idx);
     for (size_t i = 0; i < inf->n_shards; i++) {

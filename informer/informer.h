@@ -16,8 +16,15 @@
  *   - events go to shard (FNV-1a(key) % shards); replicas other than ours
  *     (hash % sharding.replicas != index) are not taken at all.
  *
- * Threads: kb_informer_* calls come from the bridge's main thread; stats
- * and the accessors may be called from any thread.
+ * With state_dir set, every accepted change is journalled (LMDB, group
+ * commit) before it is queued, the cache is persisted, and the checkpoint —
+ * the seq and watch RV up to which every sink acknowledged — advances as
+ * kb_informer_done() reports acknowledgements. A restart loads the cache,
+ * queues the journal's unacknowledged tail again (exact repeats at worst),
+ * and resumes the watch at the checkpoint; a 410 there relists and diffs.
+ *
+ * Threads: kb_informer_* calls come from the bridge's main thread; stats,
+ * done and the accessors may be called from any thread.
  */
 #ifndef KB_INFORMER_INFORMER_H
 #define KB_INFORMER_INFORMER_H
@@ -44,6 +51,7 @@ typedef enum {
     KB_WATCH_ERR_MALFORMED,   /* a frame that is not a watch event */
     KB_WATCH_ERR_HTTP,        /* other statuses: 400, 401, 403, 404 … */
     KB_WATCH_ERR_DECODE,      /* an object without name/metadata (skipped) */
+    KB_WATCH_ERR_STATE,       /* state_dir could not be written (the changes are read again) */
     KB_WATCH_ERR_COUNT
 } kb_watch_err_t;
 
@@ -59,6 +67,12 @@ typedef struct kb_informer_stats {
     uint64_t list_pages;
     uint64_t gated;                    /* watch events refused as not newer than the cache */
     uint64_t watches;                  /* watch requests opened */
+    uint64_t rv_regressions;           /* lists below the previous resume point (SPEC §7) */
+    uint64_t seq;                      /* the newest event or marker accepted */
+    uint64_t ack_seq;                  /* everything up to here is acknowledged by every sink */
+    int64_t ack_time_ns;               /* realtime of the newest acknowledgement (0: none) */
+    char checkpoint_rv[64];            /* resume RV at ack_seq (of the first reflector) */
+    bool persistent;                   /* state_dir is in use */
     size_t objects;                    /* keys in the indexer */
     size_t cache_bytes;
     size_t pending_deltas, pending_bytes;
@@ -76,6 +90,13 @@ kb_err_t kb_informer_start(kb_informer_t *inf);
  * FIFOs so workers drain what is queued and see KB_ERR_CLOSED. */
 void kb_informer_stop(kb_informer_t *inf);
 void kb_informer_destroy(kb_informer_t *inf); /* after stop; NULL is a no-op */
+
+/* Every route of event seq has been acknowledged by its sink (or the event
+ * went nowhere). Thread: any (sink ack callbacks). Locks: the ack lock (leaf). */
+void kb_informer_done(kb_informer_t *inf, uint64_t seq);
+
+/* Write the checkpoint now (after the sinks flushed at shutdown). */
+void kb_informer_save_checkpoint(kb_informer_t *inf);
 
 const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf);
 size_t kb_informer_shards(const kb_informer_t *inf);

@@ -1,0 +1,553 @@
+/* informer/state.c — the LMDB store behind an informer (see state.h).
+ *
+ * Design note. Three named databases in one environment:
+ *   "index"   key bytes → record
+ *   "journal" 8-byte big-endian seq → record (+ key and resume RV)
+ *   "meta"    "ack_seq" (8 bytes BE), "ack_rv", "trimmed_rv" (string)
+ * A record is a fixed little header followed by the strings and the object,
+ * so loading an entry is one memcpy into a kb_event_t. Big-endian seqs sort
+ * in numeric order under LMDB's default byte comparison.
+ *
+ * Durability: MDB_NOMETASYNC makes every commit flush its data pages while
+ * the meta page is flushed lazily; a crash can undo the last commit but never
+ * corrupt. The informer commits once per watch chunk or list page, so one
+ * fdatasync (~0.4 ms here) covers many events under load.
+ *
+ * Journal bounds: only acknowledged entries are ever trimmed (the tail past
+ * the checkpoint is what a restart must deliver again); beyond that the
+ * journal keeps at most journal_max_bytes and journal_max_age_s, for replay.
+ */
+#include "informer/state.h"
+
+#include "common/alloc.h"
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/time.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define KB_STATE_FORMAT 1
+#define KB_REC_MARK 0xff /* journal entry type of a resume-point marker */
+
+typedef struct kb_rec_hdr {
+    uint8_t format;
+    uint8_t type;        /* kb_event_type_t, or KB_REC_MARK */
+    uint8_t fsu;
+    uint8_t pad;
+    uint32_t key_len, uid_len, rv_len, rv_after_len, obj_len;
+    uint32_t labels_off, labels_len;
+    int64_t observed_ns;
+} kb_rec_hdr_t;
+
+struct kb_state {
+    char *dir;
+    MDB_env *env;
+    MDB_dbi index, journal, meta;
+    MDB_txn *txn;                 /* the open write txn (writer thread) */
+    uint64_t journal_max_bytes;
+    int64_t journal_max_age_s;
+    pthread_mutex_t err_mtx;
+    char err[256];                /* err_mtx */
+    _Atomic uint64_t commits, commit_errors;
+};
+
+static kb_err_t kb_st_fail(kb_state_t *st, const char *what, int rc) {
+    pthread_mutex_lock(&st->err_mtx);
+    snprintf(st->err, sizeof(st->err), "%s: %s", what, mdb_strerror(rc));
+    pthread_mutex_unlock(&st->err_mtx);
+    return rc == MDB_MAP_FULL || rc == ENOSPC ? KB_ERR_FULL : KB_ERR_IO;
+}
+
+const char *kb_state_error(const kb_state_t *st) {
+    return st->err;
+}
+
+const char *kb_state_dir(const kb_state_t *st) {
+    return st->dir;
+}
+
+static void kb_be64(uint64_t v, unsigned char out[8]) {
+    for (int i = 7; i >= 0; i--) {
+        out[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+static uint64_t kb_from_be64(const void *p) {
+    const unsigned char *b = p;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+static int kb_mkdirs(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errstr_size) {
+    if (kb_mkdirs(opts->dir) != 0) {
+        snprintf(errstr, errstr_size, "state_dir: cannot create \"%s\": %s", opts->dir, strerror(errno));
+        return NULL;
+    }
+    kb_state_t *st = kb_calloc(1, sizeof(*st));
+    st->dir = kb_strdup(opts->dir);
+    st->journal_max_bytes = opts->journal_max_bytes;
+    st->journal_max_age_s = opts->journal_max_age_s;
+    pthread_mutex_init(&st->err_mtx, NULL);
+    int rc = mdb_env_create(&st->env);
+    if (!rc)
+        rc = mdb_env_set_maxdbs(st->env, 4);
+    if (!rc)
+        rc = mdb_env_set_mapsize(st->env, (size_t)opts->map_bytes);
+    if (!rc)
+        rc = mdb_env_open(st->env, opts->dir, MDB_NOMETASYNC | MDB_NOTLS, 0644);
+    MDB_txn *txn = NULL;
+    if (!rc)
+        rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+    if (!rc)
+        rc = mdb_dbi_open(txn, "index", MDB_CREATE, &st->index);
+    if (!rc)
+        rc = mdb_dbi_open(txn, "journal", MDB_CREATE, &st->journal);
+    if (!rc)
+        rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &st->meta);
+    if (!rc) {
+        MDB_val k = {6, (void *)"format"}, v;
+        rc = mdb_get(txn, st->meta, &k, &v);
+        if (rc == MDB_NOTFOUND) {
+            unsigned char f = KB_STATE_FORMAT;
+            v.mv_size = 1;
+            v.mv_data = &f;
+            rc = mdb_put(txn, st->meta, &k, &v, 0);
+        } else if (!rc && (v.mv_size != 1 || *(unsigned char *)v.mv_data != KB_STATE_FORMAT)) {
+            mdb_txn_abort(txn);
+            snprintf(errstr, errstr_size, "state_dir \"%s\": written by another kbridge state format", opts->dir);
+            goto fail;
+        }
+    }
+    if (!rc)
+        rc = mdb_txn_commit(txn);
+    else if (txn)
+        mdb_txn_abort(txn);
+    if (rc) {
+        snprintf(errstr, errstr_size, "state_dir \"%s\": %s", opts->dir, mdb_strerror(rc));
+        goto fail;
+    }
+    return st;
+fail:
+    kb_state_close(st);
+    return NULL;
+}
+
+void kb_state_close(kb_state_t *st) {
+    if (!st)
+        return;
+    if (st->txn)
+        mdb_txn_abort(st->txn);
+    if (st->env) {
+        mdb_env_sync(st->env, 1);
+        mdb_env_close(st->env);
+    }
+    pthread_mutex_destroy(&st->err_mtx);
+    free(st->dir);
+    free(st);
+}
+
+/* ---- records ---------------------------------------------------------- */
+
+static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const char *rv_after, bool with_key) {
+    size_t rva = rv_after ? strlen(rv_after) : 0;
+    kb_rec_hdr_t h = {
+        .format = KB_STATE_FORMAT,
+        .type = type,
+        .fsu = ev && ev->final_state_unknown,
+        .key_len = (uint32_t)(ev && with_key ? ev->key_len : 0),
+        .uid_len = (uint32_t)(ev ? ev->uid_len : 0),
+        .rv_len = (uint32_t)(ev ? ev->rv_len : 0),
+        .rv_after_len = (uint32_t)rva,
+        .obj_len = (uint32_t)(ev ? ev->obj_len : 0),
+        .labels_off = (uint32_t)(ev ? ev->labels_off : 0),
+        .labels_len = (uint32_t)(ev ? ev->labels_len : 0),
+        .observed_ns = ev ? ev->observed_ns : kb_now_real_ns(),
+    };
+    kb_buf_reset(b);
+    kb_buf_append(b, &h, sizeof(h));
+    if (ev) {
+        if (with_key)
+            kb_buf_append(b, ev->key, ev->key_len);
+        kb_buf_append(b, ev->uid, ev->uid_len);
+        kb_buf_append(b, ev->rv, ev->rv_len);
+    }
+    if (rva)
+        kb_buf_append(b, rv_after, rva);
+    if (ev)
+        kb_buf_append(b, ev->obj, ev->obj_len);
+}
+
+/* Decode a record; key comes from the record (journal) or from the caller (index). */
+static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_len, kb_resource_t *res,
+                                 char *rv_after, size_t rv_after_size, bool *is_mark) {
+    kb_rec_hdr_t h;
+    if (v->mv_size < sizeof(h))
+        return NULL;
+    memcpy(&h, v->mv_data, sizeof(h));
+    size_t need = sizeof(h) + (size_t)h.key_len + h.uid_len + h.rv_len + h.rv_after_len + h.obj_len;
+    if (h.format != KB_STATE_FORMAT || need != v->mv_size)
+        return NULL;
+    const char *p = (const char *)v->mv_data + sizeof(h);
+    if (h.key_len) {
+        key = p;
+        key_len = h.key_len;
+        p += h.key_len;
+    }
+    const char *uid = p;
+    p += h.uid_len;
+    const char *rv = p;
+    p += h.rv_len;
+    size_t n = h.rv_after_len < rv_after_size ? h.rv_after_len : rv_after_size - 1;
+    memcpy(rv_after, p, n);
+    rv_after[n] = '\0';
+    p += h.rv_after_len;
+    *is_mark = h.type == KB_REC_MARK;
+    if (*is_mark)
+        return NULL;
+    const char *slash = memchr(key, '/', key_len);
+    kb_event_init_t in = {
+        .type = (kb_event_type_t)h.type,
+        .final_state_unknown = h.fsu != 0,
+        .res = res,
+        .ns = slash ? key : "", .ns_len = slash ? (size_t)(slash - key) : 0,
+        .name = slash ? slash + 1 : key, .name_len = slash ? key_len - (size_t)(slash - key) - 1 : key_len,
+        .uid = uid, .uid_len = h.uid_len,
+        .rv = rv, .rv_len = h.rv_len,
+        .obj = p, .obj_len = h.obj_len,
+        .labels_off = h.labels_off, .labels_len = h.labels_len,
+        .observed_ns = h.observed_ns,
+        .read_mono_ns = kb_now_mono_ns(),
+    };
+    return kb_event_new(&in);
+}
+
+/* ---- reads ------------------------------------------------------------ */
+
+static int kb_meta_get(MDB_txn *txn, kb_state_t *st, const char *name, MDB_val *v) {
+    MDB_val k = {strlen(name), (void *)name};
+    return mdb_get(txn, st->meta, &k, v);
+}
+
+static int kb_meta_put(MDB_txn *txn, kb_state_t *st, const char *name, const void *data, size_t len) {
+    MDB_val k = {strlen(name), (void *)name}, v = {len, (void *)data};
+    return mdb_put(txn, st->meta, &k, &v, 0);
+}
+
+kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp) {
+    memset(cp, 0, sizeof(*cp));
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kb_st_fail(st, "read checkpoint", rc);
+    MDB_val v;
+    if (!kb_meta_get(txn, st, "ack_seq", &v) && v.mv_size == 8)
+        cp->seq = kb_from_be64(v.mv_data);
+    if (!kb_meta_get(txn, st, "ack_rv", &v) && v.mv_size < sizeof(cp->rv)) {
+        memcpy(cp->rv, v.mv_data, v.mv_size);
+        cp->rv[v.mv_size] = '\0';
+    }
+    MDB_cursor *cur;
+    if (!mdb_cursor_open(txn, st->journal, &cur)) {
+        MDB_val k;
+        if (!mdb_cursor_get(cur, &k, &v, MDB_LAST) && k.mv_size == 8)
+            cp->last_seq = kb_from_be64(k.mv_data);
+        mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    if (cp->last_seq < cp->seq)
+        cp->last_seq = cp->seq;
+    return KB_OK;
+}
+
+kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, kb_state_fn fn, void *opaque) {
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kb_st_fail(st, "load index", rc);
+    rc = mdb_cursor_open(txn, st->index, &cur);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return kb_st_fail(st, "load index", rc);
+    }
+    MDB_val k, v;
+    char rv_after[64];
+    size_t bad = 0;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        bool mark;
+        kb_event_t *ev = kb_rec_decode(&v, k.mv_data, k.mv_size, res, rv_after, sizeof(rv_after), &mark);
+        if (!ev) {
+            bad++;
+            continue;
+        }
+        fn(opaque, 0, ev, rv_after);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    if (bad)
+        KB_WARN("state", "dir=%s %zu index record(s) unreadable and ignored", st->dir, bad);
+    return KB_OK;
+}
+
+kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t *res, kb_state_fn fn,
+                               void *opaque) {
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kb_st_fail(st, "load journal", rc);
+    rc = mdb_cursor_open(txn, st->journal, &cur);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return kb_st_fail(st, "load journal", rc);
+    }
+    unsigned char kb[8];
+    kb_be64(after_seq + 1, kb);
+    MDB_val k = {8, kb}, v;
+    char rv_after[64];
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 8)
+            continue;
+        bool mark = false;
+        kb_event_t *ev = kb_rec_decode(&v, NULL, 0, res, rv_after, sizeof(rv_after), &mark);
+        uint64_t seq = kb_from_be64(k.mv_data);
+        if (ev)
+            ev->seq = seq;
+        if (ev || mark)
+            fn(opaque, seq, ev, rv_after);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    return KB_OK;
+}
+
+kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kb_st_fail(st, "journal seek", rc);
+    kb_err_t err = KB_OK;
+    MDB_val k, v;
+    if (!kb_meta_get(txn, st, "trimmed_rv", &v)) {
+        char buf[32] = "";
+        memcpy(buf, v.mv_data, v.mv_size < sizeof(buf) - 1 ? v.mv_size : sizeof(buf) - 1);
+        if (rv < kb_rv_parse(buf, strlen(buf)))
+            err = KB_ERR_GONE;
+    }
+    *seq = 1;
+    if (err == KB_OK && !mdb_cursor_open(txn, st->journal, &cur)) {
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            kb_rec_hdr_t h;
+            if (k.mv_size != 8 || v.mv_size < sizeof(h))
+                continue;
+            memcpy(&h, v.mv_data, sizeof(h));
+            *seq = kb_from_be64(k.mv_data);
+            const char *p = (const char *)v.mv_data + sizeof(h) + h.key_len + h.uid_len;
+            if (h.type != KB_REC_MARK && kb_rv_parse(p, h.rv_len) > rv)
+                break;
+            *seq += 1;
+        }
+        mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    return err;
+}
+
+/* ---- writes ----------------------------------------------------------- */
+
+kb_err_t kb_state_begin(kb_state_t *st) {
+    KB_ASSERT(!st->txn);
+    int rc = mdb_txn_begin(st->env, NULL, 0, &st->txn);
+    if (rc) {
+        st->txn = NULL;
+        return kb_st_fail(st, "begin", rc);
+    }
+    return KB_OK;
+}
+
+static kb_err_t kb_state_journal_put(kb_state_t *st, uint64_t seq, kb_buf_t *rec) {
+    unsigned char kb[8];
+    kb_be64(seq, kb);
+    MDB_val k = {8, kb}, v = {rec->len, rec->data};
+    int rc = mdb_put(st->txn, st->journal, &k, &v, MDB_APPEND);
+    if (rc == MDB_KEYEXIST) /* a seq re-used after an undone commit: overwrite */
+        rc = mdb_put(st->txn, st->journal, &k, &v, 0);
+    return rc ? kb_st_fail(st, "journal put", rc) : KB_OK;
+}
+
+kb_err_t kb_state_put_event(kb_state_t *st, const kb_event_t *ev, const char *rv_after) {
+    kb_buf_t rec = KB_BUF_INIT;
+    kb_rec_encode(&rec, ev, (uint8_t)ev->type, rv_after, true);
+    kb_err_t err = kb_state_journal_put(st, ev->seq, &rec);
+    if (err == KB_OK && ev->type != KB_EV_SYNC && ev->type != KB_EV_SNAPSHOT) {
+        MDB_val k = {ev->key_len, (void *)ev->key};
+        int rc;
+        if (ev->type == KB_EV_DELETED) {
+            rc = mdb_del(st->txn, st->index, &k, NULL);
+            if (rc == MDB_NOTFOUND)
+                rc = 0;
+        } else {
+            kb_rec_encode(&rec, ev, (uint8_t)ev->type, NULL, false);
+            MDB_val v = {rec.len, rec.data};
+            rc = mdb_put(st->txn, st->index, &k, &v, 0);
+        }
+        if (rc)
+            err = kb_st_fail(st, "index put", rc);
+    }
+    kb_buf_fini(&rec);
+    return err;
+}
+
+kb_err_t kb_state_put_mark(kb_state_t *st, uint64_t seq, const char *rv_after) {
+    kb_buf_t rec = KB_BUF_INIT;
+    kb_rec_encode(&rec, NULL, KB_REC_MARK, rv_after, false);
+    kb_err_t err = kb_state_journal_put(st, seq, &rec);
+    kb_buf_fini(&rec);
+    return err;
+}
+
+kb_err_t kb_state_commit(kb_state_t *st) {
+    KB_ASSERT(st->txn);
+    int rc = mdb_txn_commit(st->txn);
+    st->txn = NULL;
+    if (rc) {
+        atomic_fetch_add(&st->commit_errors, 1);
+        return kb_st_fail(st, "commit", rc);
+    }
+    atomic_fetch_add(&st->commits, 1);
+    return KB_OK;
+}
+
+void kb_state_abort(kb_state_t *st) {
+    if (st->txn)
+        mdb_txn_abort(st->txn);
+    st->txn = NULL;
+}
+
+/* Trim acknowledged journal entries over the size or age bound. */
+static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
+    MDB_stat ms;
+    int rc = mdb_stat(txn, st->journal, &ms);
+    if (rc)
+        return rc;
+    uint64_t bytes = (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages + ms.ms_overflow_pages) * ms.ms_psize;
+    int64_t oldest_ok = kb_now_real_ns() - st->journal_max_age_s * KB_NS_PER_SEC;
+    MDB_cursor *cur;
+    rc = mdb_cursor_open(txn, st->journal, &cur);
+    if (rc)
+        return rc;
+    MDB_val k, v;
+    char last_rv[64] = "";
+    size_t trimmed = 0;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        kb_rec_hdr_t h;
+        if (k.mv_size != 8 || v.mv_size < sizeof(h) || kb_from_be64(k.mv_data) > ack_seq)
+            break;
+        memcpy(&h, v.mv_data, sizeof(h));
+        if (bytes <= st->journal_max_bytes && h.observed_ns >= oldest_ok)
+            break;
+        const char *rv = (const char *)v.mv_data + sizeof(h) + h.key_len + h.uid_len;
+        const char *rva = rv + h.rv_len;
+        const char *keep = h.rv_after_len ? rva : rv;
+        size_t n = h.rv_after_len ? h.rv_after_len : h.rv_len;
+        if (n && n < sizeof(last_rv)) {
+            memcpy(last_rv, keep, n);
+            last_rv[n] = '\0';
+        }
+        bytes = bytes > v.mv_size ? bytes - v.mv_size : 0;
+        if ((rc = mdb_cursor_del(cur, 0)) != 0)
+            break;
+        trimmed++;
+    }
+    mdb_cursor_close(cur);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    if (trimmed && last_rv[0])
+        return kb_meta_put(txn, st, "trimmed_rv", last_rv, strlen(last_rv));
+    return 0;
+}
+
+kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv) {
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+    if (rc)
+        return kb_st_fail(st, "checkpoint", rc);
+    unsigned char kb[8];
+    kb_be64(seq, kb);
+    rc = kb_meta_put(txn, st, "ack_seq", kb, 8);
+    if (!rc)
+        rc = kb_meta_put(txn, st, "ack_rv", rv, strlen(rv));
+    if (!rc)
+        rc = kb_state_trim(st, txn, seq);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return kb_st_fail(st, "checkpoint", rc);
+    }
+    rc = mdb_txn_commit(txn);
+    return rc ? kb_st_fail(st, "checkpoint commit", rc) : KB_OK;
+}
+
+kb_err_t kb_state_reset(kb_state_t *st) {
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+    if (!rc)
+        rc = mdb_drop(txn, st->index, 0);
+    if (!rc)
+        rc = mdb_drop(txn, st->journal, 0);
+    if (!rc) {
+        MDB_val k = {6, (void *)"ack_rv"};
+        rc = mdb_del(txn, st->meta, &k, NULL);
+        if (rc == MDB_NOTFOUND)
+            rc = 0;
+    }
+    if (rc) {
+        mdb_txn_abort(txn);
+        return kb_st_fail(st, "reset", rc);
+    }
+    rc = mdb_txn_commit(txn);
+    return rc ? kb_st_fail(st, "reset commit", rc) : KB_OK;
+}
+
+void kb_state_stats(kb_state_t *st, kb_state_stats_t *out) {
+    memset(out, 0, sizeof(*out));
+    out->commits = atomic_load(&st->commits);
+    out->commit_errors = atomic_load(&st->commit_errors);
+    MDB_txn *txn;
+    if (mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn))
+        return;
+    MDB_stat ms;
+    if (!mdb_stat(txn, st->index, &ms))
+        out->index_entries = ms.ms_entries;
+    if (!mdb_stat(txn, st->journal, &ms))
+        out->journal_entries = ms.ms_entries;
+    mdb_txn_abort(txn);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/data.mdb", st->dir);
+    struct stat sb;
+    if (stat(path, &sb) == 0)
+        out->file_bytes = (uint64_t)sb.st_blocks * 512;
+}
