@@ -125,7 +125,7 @@ def main():
     base_lines = count_lines(out)
     br.send_signal(signal.SIGSTOP)
     post(url + "/_sim/churn", {"resource": "pods", "count": a.updates, "rate": 0})
-    wait(lambda: json.loads(urllib.request.urlopen(url + "/_sim/churn", timeout=30).read()).get("done"), 900, 0.1)
+    wait(lambda: json.loads(urllib.request.urlopen(url + "/_sim/churn", timeout=30).read()).get("running") is False, 900, 0.1)
     cpu0 = cpu_seconds(br.pid)
     t1 = time.monotonic()
     br.send_signal(signal.SIGCONT)

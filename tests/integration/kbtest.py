@@ -9,6 +9,7 @@ bounded; every process is stopped by pid, also when a test fails.
 import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -230,9 +231,17 @@ class Bridge:
             missing = sorted(set(want) - set(got))[:5]
             extra = sorted(set(got) - set(want))[:5]
             diff = [k for k in want if k in got and want[k] != got[k]][:5]
-            raise Failure("not converged: missing=%s extra=%s differ=%s (want %d keys, have %d)\n--- log tail ---\n%s"
+            raise Failure("not converged: missing=%s extra=%s differ=%s (want %d keys, have %d)\n--- log tail ---\n%s%s"
                           % (missing, extra, [(k, want[k], got[k]) for k in diff], len(want), len(got),
-                             self.logtext()[-3000:]))
+                             self.logtext()[-3000:], self.stacks()))
+
+    def stacks(self):
+        """Every thread's stack of a running bridge (gdb), to see where it waits."""
+        if not self.alive() or not shutil.which("gdb"):
+            return ""
+        p = subprocess.run(["gdb", "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt"],
+                           capture_output=True, text=True, timeout=60)
+        return "\n--- threads ---\n" + "\n".join(l for l in p.stdout.splitlines() if l.startswith(("#", "Thread")))
 
 
 def _name_of(informer_text):
@@ -330,7 +339,8 @@ class ControlPlane:
         print("control plane %s at %s" % (self.version, self.server))
 
     def stop(self):
-        subprocess.run([CONTROLPLANE_SH, "stop"], env=self.envs, stdout=subprocess.DEVNULL,
+        """Stop both servers and remove their directory (etcd data, certificates, logs: ~60 MB)."""
+        subprocess.run([CONTROLPLANE_SH, "clean"], env=self.envs, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=120)
 
     def kubectl(self, *args, input=None, check_rc=True, timeout=120):
