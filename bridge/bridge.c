@@ -21,6 +21,7 @@
 
 #include "common/alloc.h"
 #include "common/buf.h"
+#include "common/histogram.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "informer/apiclient.h"
@@ -55,6 +56,7 @@ struct kb_pipeline {
     _Atomic uint64_t routed;     /* messages handed to sinks */
     _Atomic uint64_t unrouted;   /* events no route took */
     _Atomic int64_t inflight;    /* produced, not yet acked */
+    kb_histogram_t handle[KB_EV_TYPE_COUNT]; /* worker time per event, by type */
 };
 
 struct kb_bridge {
@@ -64,6 +66,8 @@ struct kb_bridge {
     kb_pipeline_t *pipes;        /* parallel to cfg->informers */
     size_t n_pipes;
     _Atomic bool hard_stop;      /* the drain deadline passed: stop delivering */
+    kb_histogram_t *delivery;    /* per sink: watch read → sink acknowledgement */
+    _Atomic uint64_t *sink_acked, *sink_failed; /* per sink, counted here for every sink type */
 };
 
 kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
@@ -91,6 +95,7 @@ kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_
 typedef struct kb_delivery {
     kb_pipeline_t *p;
     uint64_t seq;
+    int64_t read_mono_ns;  /* when the change came off the wire */
     _Atomic int pending;  /* messages not yet acknowledged, +1 while routing */
     _Atomic bool failed;  /* a sink gave up on one: the checkpoint must not pass it */
 } kb_delivery_t;
@@ -103,12 +108,23 @@ static void kb_delivery_release(kb_delivery_t *d) {
     free(d);
 }
 
+/* The per-message ack context: which sink, and the event's delivery. */
+typedef struct kb_msg_ack {
+    kb_delivery_t *d;
+    size_t sink;           /* index into cfg->sinks */
+} kb_msg_ack_t;
+
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
-    kb_delivery_t *d = opaque;
+    kb_msg_ack_t *ma = opaque;
+    kb_delivery_t *d = ma->d;
     kb_pipeline_t *p = d->p;
+    kb_bridge_t *b = p->bridge;
     if (err == KB_OK) {
         atomic_fetch_add(&p->delivered, 1);
+        atomic_fetch_add(&b->sink_acked[ma->sink], 1);
+        kb_histogram_observe_ns(&b->delivery[ma->sink], kb_now_mono_ns() - d->read_mono_ns);
     } else {
+        atomic_fetch_add(&b->sink_failed[ma->sink], 1);
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
         atomic_fetch_add(&p->failed, 1);
@@ -119,6 +135,7 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
                      kb_err_str(err), (unsigned long long)sup);
     }
     atomic_fetch_sub(&p->inflight, 1);
+    free(ma);
     kb_delivery_release(d);
 }
 
@@ -128,6 +145,8 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     kb_delivery_t *d = kb_malloc(sizeof(*d));
     d->p = p;
     d->seq = ev->seq;
+    d->read_mono_ns = ev->read_mono_ns;
+    int64_t t0 = kb_now_mono_ns();
     atomic_init(&d->pending, 1);
     atomic_init(&d->failed, false);
     for (size_t i = 0; i < p->router->n; i++) {
@@ -138,6 +157,9 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
         kb_buf_reset(topic);
         kb_buf_reset(key);
         kb_route_render(route, ev, topic, key);
+        kb_msg_ack_t *ma = kb_malloc(sizeof(*ma));
+        ma->d = d;
+        ma->sink = route->sink_index;
         kb_msg_t msg = {
             .ev = ev,
             .topic = topic->data, .topic_len = topic->len,
@@ -146,7 +168,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             .mode = route->conf->mode,
             .route = route->conf->name,
             .ack = kb_bridge_ack,
-            .ack_opaque = d,
+            .ack_opaque = ma,
         };
         atomic_fetch_add(&p->inflight, 1);
         atomic_fetch_add(&d->pending, 1);
@@ -167,6 +189,8 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             atomic_fetch_add(&p->failed, 1);
             atomic_store(&d->failed, true);
             atomic_fetch_sub(&d->pending, 1);
+            atomic_fetch_add(&p->bridge->sink_failed[ma->sink], 1);
+            free(ma);
             static kb_ratelimit_t rl2;
             if (kb_ratelimit_allow(&rl2, 10000, NULL))
                 KB_ERROR("bridge", "sink=%s refused key=%s rv=%s: %s", route->sink->name, ev->key, ev->rv,
@@ -176,6 +200,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     }
     if (!routed)
         atomic_fetch_add(&p->unrouted, 1);
+    kb_histogram_observe_ns(&p->handle[ev->type], kb_now_mono_ns() - t0);
     kb_delivery_release(d);
 }
 
@@ -214,6 +239,9 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         goto fail;
     }
     b->sinks = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->sinks));
+    b->delivery = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->delivery));
+    b->sink_acked = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->sink_acked));
+    b->sink_failed = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->sink_failed));
     for (size_t i = 0; i < cfg->n_sinks; i++) {
         b->sinks[i] = kb_sink_create(&cfg->sinks[i], cfg, errstr, errstr_size);
         if (!b->sinks[i])
@@ -347,8 +375,130 @@ void kb_bridge_destroy(kb_bridge_t *b) {
     for (size_t i = 0; b->sinks && i < b->cfg->n_sinks; i++)
         kb_sink_destroy(b->sinks[i]);
     free(b->sinks);
+    free(b->delivery);
+    free(b->sink_acked);
+    free(b->sink_failed);
     kb_apiclient_destroy(b->api);
     free(b);
+}
+
+/* ---- introspection (HTTP API) ------------------------------------------ */
+
+size_t kb_bridge_informer_count(const kb_bridge_t *b) {
+    return b->n_pipes;
+}
+
+kb_informer_t *kb_bridge_informer(kb_bridge_t *b, size_t i) {
+    return i < b->n_pipes ? b->pipes[i].inf : NULL;
+}
+
+kb_informer_t *kb_bridge_find_informer(kb_bridge_t *b, const char *name) {
+    for (size_t i = 0; i < b->n_pipes; i++)
+        if (!strcmp(kb_informer_conf(b->pipes[i].inf)->name, name))
+            return b->pipes[i].inf;
+    return NULL;
+}
+
+const kb_config_t *kb_bridge_config(const kb_bridge_t *b) {
+    return b->cfg;
+}
+
+void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t i, kb_pipeline_stats_t *st) {
+    memset(st, 0, sizeof(*st));
+    if (i >= b->n_pipes)
+        return;
+    kb_pipeline_t *p = &b->pipes[i];
+    st->delivered = atomic_load(&p->delivered);
+    st->failed = atomic_load(&p->failed);
+    st->routed = atomic_load(&p->routed);
+    st->unrouted = atomic_load(&p->unrouted);
+    st->inflight = atomic_load(&p->inflight);
+}
+
+const kb_histogram_t *kb_bridge_handle_histogram(kb_bridge_t *b, size_t i, int type) {
+    return i < b->n_pipes && type >= 0 && type < KB_EV_TYPE_COUNT ? &b->pipes[i].handle[type] : NULL;
+}
+
+kb_sink_t *kb_bridge_sink(kb_bridge_t *b, size_t i) {
+    return i < b->cfg->n_sinks ? b->sinks[i] : NULL;
+}
+
+const kb_histogram_t *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t i) {
+    return i < b->cfg->n_sinks ? &b->delivery[i] : NULL;
+}
+
+void kb_bridge_sink_counts(kb_bridge_t *b, size_t i, uint64_t *acked, uint64_t *failed) {
+    *acked = i < b->cfg->n_sinks ? atomic_load(&b->sink_acked[i]) : 0;
+    *failed = i < b->cfg->n_sinks ? atomic_load(&b->sink_failed[i]) : 0;
+}
+
+typedef struct kb_snap_ack {
+    _Atomic size_t pending;
+} kb_snap_ack_t;
+
+static void kb_snapshot_ack(void *opaque, kb_err_t err) {
+    kb_snap_ack_t *sa = opaque;
+    if (err != KB_OK)
+        KB_WARN("bridge", "a SNAPSHOT message was not delivered: %s", kb_err_str(err));
+    if (atomic_fetch_sub(&sa->pending, 1) == 1)
+        free(sa);
+}
+
+kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const char *route, size_t *count,
+                                    char *errstr, size_t errstr_size) {
+    *count = 0;
+    kb_pipeline_t *p = NULL;
+    for (size_t i = 0; i < b->n_pipes && !p; i++)
+        if (!strcmp(kb_informer_conf(b->pipes[i].inf)->name, informer))
+            p = &b->pipes[i];
+    if (!p) {
+        snprintf(errstr, errstr_size, "no informer named \"%s\"", informer);
+        return KB_ERR_NOTFOUND;
+    }
+    const kb_route_t *rt = NULL;
+    for (size_t i = 0; i < p->router->n && !rt; i++)
+        if (!strcmp(p->router->routes[i].conf->name, route))
+            rt = &p->router->routes[i];
+    if (!rt) {
+        snprintf(errstr, errstr_size, "informer \"%s\" has no route named \"%s\"", informer, route);
+        return KB_ERR_NOTFOUND;
+    }
+    kb_event_list_t all;
+    kb_event_list_init(&all);
+    char rv[64];
+    kb_informer_snapshot(p->inf, NULL, &all, rv, sizeof(rv));
+    kb_snap_ack_t *sa = kb_calloc(1, sizeof(*sa));
+    atomic_init(&sa->pending, 1);
+    kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
+    kb_err_t err = KB_OK;
+    for (size_t i = 0; i < all.n && err == KB_OK; i++) {
+        kb_event_t *ev = kb_event_retype(all.ev[i], KB_EV_SNAPSHOT, false);
+        kb_buf_reset(&topic);
+        kb_buf_reset(&key);
+        kb_route_render(rt, ev, &topic, &key);
+        kb_msg_t msg = {.ev = ev, .topic = topic.data, .topic_len = topic.len, .key = key.data,
+                        .key_len = key.len, .format = rt->conf->format, .mode = rt->conf->mode,
+                        .route = rt->conf->name, .ack = kb_snapshot_ack, .ack_opaque = sa};
+        atomic_fetch_add(&sa->pending, 1);
+        for (int tries = 0;; tries++) {
+            err = kb_sink_produce(rt->sink, &msg, 1000);
+            if (err != KB_ERR_FULL || tries >= 30)
+                break;
+        }
+        if (err == KB_OK)
+            (*count)++;
+        else
+            atomic_fetch_sub(&sa->pending, 1);
+        kb_event_unref(ev);
+    }
+    if (err != KB_OK)
+        snprintf(errstr, errstr_size, "sink \"%s\" refused a SNAPSHOT message: %s", rt->sink->name, kb_err_str(err));
+    kb_snapshot_ack(sa, KB_OK); /* drop the routing hold */
+    kb_buf_fini(&topic);
+    kb_buf_fini(&key);
+    kb_event_list_fini(&all);
+    KB_INFO("bridge", "informer=%s route=%s published %zu SNAPSHOT message(s) at rv=%s", informer, route, *count, rv);
+    return err;
 }
 
 char *kb_demo_config_text(int port) {

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct kb_bridge kb_bridge_t;
 
@@ -31,6 +32,40 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms);
 void kb_bridge_destroy(kb_bridge_t *b);
 /* One log line per informer and sink with the counters. */
 void kb_bridge_log_stats(kb_bridge_t *b);
+
+/* ---- introspection, for the HTTP API (bridge/http.c) ------------------ *
+ * All of these may be called from any thread while the bridge runs (between
+ * kb_bridge_start and kb_bridge_stop); pointers returned stay valid until
+ * kb_bridge_destroy. */
+struct kb_informer;
+struct kb_sink;
+struct kb_histogram;
+
+size_t kb_bridge_informer_count(const kb_bridge_t *b);
+struct kb_informer *kb_bridge_informer(kb_bridge_t *b, size_t i);      /* in cfg->informers order */
+struct kb_informer *kb_bridge_find_informer(kb_bridge_t *b, const char *name);
+const kb_config_t *kb_bridge_config(const kb_bridge_t *b);
+
+typedef struct kb_pipeline_stats {
+    uint64_t delivered, failed, routed, unrouted;
+    int64_t inflight;
+} kb_pipeline_stats_t;
+void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t informer, kb_pipeline_stats_t *st);
+/* Time a shard worker spends per event (routing + handing to sinks), by event type. */
+const struct kb_histogram *kb_bridge_handle_histogram(kb_bridge_t *b, size_t informer, int type);
+
+struct kb_sink *kb_bridge_sink(kb_bridge_t *b, size_t i);             /* in cfg->sinks order */
+/* Watch read → sink acknowledgement, per sink. */
+const struct kb_histogram *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t sink);
+void kb_bridge_sink_counts(kb_bridge_t *b, size_t sink, uint64_t *acked, uint64_t *failed);
+
+/* Publish every cached object of informer as SNAPSHOT to the sink of route
+ * (a consistent cut; *count gets how many). The messages bypass the
+ * checkpoint (they repeat state, they are no new change). KB_ERR_NOTFOUND
+ * with a reason for an unknown informer or route, or a route of another
+ * informer. Thread: any. */
+kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const char *route, size_t *count,
+                                    char *errstr, size_t errstr_size);
 
 /* The embedded default configuration of `kbridge --demo`, for a simulator on port. */
 char *kb_demo_config_text(int port);

@@ -174,6 +174,10 @@ struct kb_informer {
      * the key back. Kept until the checkpoint has passed the deletion. */
     kb_strmap_t *graves;
     unsigned grave_prune_tick;
+    /* Live subscribers (the HTTP replay API); sub_mtx, taken inside ingest_mtx. */
+    pthread_mutex_t sub_mtx;
+    struct { kb_informer_sub_fn fn; void *opaque; } subs[64];
+    size_t n_subs;
 };
 
 static void kb_inf_error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...)
@@ -427,9 +431,15 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         kb_inf_error(inf, KB_WATCH_ERR_STATE, "%s", inf->batch_err);
         err = KB_ERR_IO;
     } else {
-        for (size_t i = 0; i < inf->n_out; i++)
-            if (inf->out[i].ev)
-                kb_inf_grave_note(inf, inf->out[i].ev);
+        pthread_mutex_lock(&inf->sub_mtx);
+        for (size_t i = 0; i < inf->n_out; i++) {
+            if (!inf->out[i].ev)
+                continue;
+            kb_inf_grave_note(inf, inf->out[i].ev);
+            for (size_t j = 0; j < inf->n_subs; j++)
+                inf->subs[j].fn(inf->subs[j].opaque, inf->out[i].ev);
+        }
+        pthread_mutex_unlock(&inf->sub_mtx);
         if (++inf->grave_prune_tick % 256 == 0)
             kb_inf_graves_prune(inf);
         for (size_t i = 0; i < inf->n_out; i++) {
@@ -1283,6 +1293,7 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
         pthread_mutex_init(&r->rv_mtx, NULL);
     }
     pthread_mutex_init(&inf->ack_mtx, NULL);
+    pthread_mutex_init(&inf->sub_mtx, NULL);
     inf->graves = kb_strmap_new(64);
     inf->ack_rv = kb_calloc(inf->n_refl, sizeof(*inf->ack_rv));
     inf->ack_base = 1;
@@ -1367,6 +1378,7 @@ void kb_informer_destroy(kb_informer_t *inf) {
     free(inf->out);
     free(inf->undo);
     pthread_mutex_destroy(&inf->ack_mtx);
+    pthread_mutex_destroy(&inf->sub_mtx);
     for (size_t i = 0; i < inf->n_refl; i++) {
         kb_reflector_t *r = &inf->refl[i];
         free(r->ns);
@@ -1386,6 +1398,71 @@ void kb_informer_destroy(kb_informer_t *inf) {
     pthread_mutex_destroy(&inf->ingest_mtx);
     pthread_mutex_destroy(&inf->err_mtx);
     free(inf);
+}
+
+void kb_informer_snapshot(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size) {
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_indexer_list(inf->idx, ns, out);
+    /* The newest resume point over the reflectors (one RV space per cluster). */
+    uint64_t best = 0;
+    rv[0] = '\0';
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        pthread_mutex_lock(&inf->refl[i].rv_mtx);
+        uint64_t v = kb_rv_parse(inf->refl[i].rv, strlen(inf->refl[i].rv));
+        if (v >= best && inf->refl[i].rv[0]) {
+            best = v;
+            snprintf(rv, rv_size, "%s", inf->refl[i].rv);
+        }
+        pthread_mutex_unlock(&inf->refl[i].rv_mtx);
+    }
+    pthread_mutex_unlock(&inf->ingest_mtx);
+}
+
+bool kb_informer_subscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *opaque) {
+    pthread_mutex_lock(&inf->sub_mtx);
+    bool ok = inf->n_subs < KB_ARRAY_LEN(inf->subs);
+    if (ok) {
+        inf->subs[inf->n_subs].fn = fn;
+        inf->subs[inf->n_subs].opaque = opaque;
+        inf->n_subs++;
+    }
+    pthread_mutex_unlock(&inf->sub_mtx);
+    return ok;
+}
+
+void kb_informer_unsubscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *opaque) {
+    pthread_mutex_lock(&inf->sub_mtx);
+    for (size_t i = 0; i < inf->n_subs; i++) {
+        if (inf->subs[i].fn == fn && inf->subs[i].opaque == opaque) {
+            inf->subs[i] = inf->subs[--inf->n_subs];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&inf->sub_mtx);
+}
+
+typedef struct kb_replay_ctx {
+    kb_informer_replay_fn fn;
+    void *opaque;
+} kb_replay_ctx_t;
+
+static void kb_inf_replay_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
+    kb_replay_ctx_t *ctx = opaque;
+    KB_UNUSED(seq);
+    KB_UNUSED(rv_after);
+    if (ev)
+        ctx->fn(ctx->opaque, ev);
+}
+
+kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, kb_informer_replay_fn fn, void *opaque) {
+    if (!inf->state)
+        return KB_ERR_UNSUPPORTED;
+    uint64_t from = 0;
+    kb_err_t err = kb_state_journal_seek(inf->state, rv, &from);
+    if (err != KB_OK)
+        return err;
+    kb_replay_ctx_t ctx = {fn, opaque};
+    return kb_state_load_journal(inf->state, from ? from - 1 : 0, inf->res, kb_inf_replay_cb, &ctx);
 }
 
 const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf) {

@@ -98,6 +98,31 @@ void kb_informer_done(kb_informer_t *inf, uint64_t seq);
 /* Write the checkpoint now (after the sinks flushed at shutdown). */
 void kb_informer_save_checkpoint(kb_informer_t *inf);
 
+/* A consistent cut of the cache: references to every cached object (of one
+ * namespace when ns is not NULL) into *out, and in rv the resume RV the cut
+ * corresponds to (a replay from rv continues exactly after it).
+ * Thread: any. Locks: ingest lock (briefly: no event is accepted meanwhile). */
+void kb_informer_snapshot(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size);
+
+/* Called for every event the informer accepts, right after it is committed
+ * and before it is queued, in acceptance order. It runs under the ingest lock
+ * on the reflector's thread: take a reference and return at once (never
+ * block). */
+typedef void (*kb_informer_sub_fn)(void *opaque, kb_event_t *ev);
+/* Register / remove a subscriber (at most 64). subscribe returns false when full.
+ * Thread: any. Locks: the subscriber lock (taken inside the ingest lock). */
+bool kb_informer_subscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *opaque);
+void kb_informer_unsubscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *opaque);
+
+/* Journal replay: every event accepted after the cut at rv (see
+ * kb_informer_snapshot), oldest first, to fn (a new reference each).
+ * KB_ERR_GONE when rv is older than the journal, KB_ERR_UNSUPPORTED without
+ * state_dir. To continue live without a gap, subscribe first, then replay,
+ * and drop live events whose seq is <= the last replayed seq.
+ * Thread: any (reads only). */
+typedef void (*kb_informer_replay_fn)(void *opaque, kb_event_t *ev);
+kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, kb_informer_replay_fn fn, void *opaque);
+
 const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf);
 size_t kb_informer_shards(const kb_informer_t *inf);
 kb_deltafifo_t *kb_informer_fifo(kb_informer_t *inf, size_t shard);

@@ -352,24 +352,41 @@ kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
         return kb_st_fail(st, "journal seek", rc);
     kb_err_t err = KB_OK;
     MDB_val k, v;
+    uint64_t trimmed = 0;
     if (!kb_meta_get(txn, st, "trimmed_rv", &v)) {
-        char buf[32] = "";
+        char buf[160] = "";
         memcpy(buf, v.mv_data, v.mv_size < sizeof(buf) - 1 ? v.mv_size : sizeof(buf) - 1);
-        if (rv < kb_rv_parse(buf, strlen(buf)))
+        const char *slash = strrchr(buf, '/');
+        const char *num = slash ? slash + 1 : buf;
+        trimmed = kb_rv_parse(num, strlen(num));
+        if (rv < trimmed)
             err = KB_ERR_GONE;
     }
+    /* Replay starts after the last entry whose resume point is <= rv: every
+     * entry after it happened after a cut taken at rv (resume points only
+     * move forward in seq order). */
     *seq = 1;
     if (err == KB_OK && !mdb_cursor_open(txn, st->journal, &cur)) {
+        bool first = true;
         for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
             kb_rec_hdr_t h;
             if (k.mv_size != 8 || v.mv_size < sizeof(h))
                 continue;
             memcpy(&h, v.mv_data, sizeof(h));
-            *seq = kb_from_be64(k.mv_data);
-            const char *p = (const char *)v.mv_data + sizeof(h) + h.key_len + h.uid_len;
-            if (h.type != KB_REC_MARK && kb_rv_parse(p, h.rv_len) > rv)
+            uint64_t s = kb_from_be64(k.mv_data);
+            if (first) {
+                *seq = s;
+                first = false;
+            }
+            if (!h.rv_after_len)
+                continue;
+            const char *p = (const char *)v.mv_data + sizeof(h) + h.key_len + h.uid_len + h.rv_len;
+            const char *slash = memchr(p, '/', h.rv_after_len);
+            const char *num = slash ? slash + 1 : p;
+            uint64_t after = kb_rv_parse(num, h.rv_after_len - (size_t)(num - p));
+            if (after > rv)
                 break;
-            *seq += 1;
+            *seq = s + 1;
         }
         mdb_cursor_close(cur);
     }

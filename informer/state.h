@@ -60,8 +60,9 @@ typedef void (*kb_state_fn)(void *opaque, uint64_t seq, kb_event_t *ev, const ch
 kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, kb_state_fn fn, void *opaque);
 /* Journal entries with seq > after_seq, oldest first. */
 kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t *res, kb_state_fn fn, void *opaque);
-/* The seq of the first journal entry whose resume RV is numerically > rv
- * (for replay); KB_ERR_GONE if rv is older than the journal; *seq = last+1 if none. */
+/* Where a replay from rv starts: the seq after the last journal entry whose
+ * resume RV is <= rv (so a snapshot taken at rv plus this replay sees every
+ * change once). KB_ERR_GONE if rv is older than what the journal still holds. */
 kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq);
 
 /* Group commit. begin opens a write txn; put_event journals ev (ev->seq) and

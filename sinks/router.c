@@ -47,6 +47,7 @@ kb_router_t *kb_router_new(const kb_config_t *cfg, const char *informer, kb_sink
         memset(route, 0, sizeof(*route));
         route->conf = rc;
         route->sink = sinks[si];
+        route->sink_index = si;
         kb_sink_type_t type = cfg->sinks[si].type;
         const char *topic = rc->topic && rc->topic[0] ? rc->topic : kb_router_default_topic(type);
         route->render_flags = type == KB_SINK_MQTT ? KB_TEMPLATE_ESCAPE_MQTT : 0;

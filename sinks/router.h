@@ -25,6 +25,7 @@
 typedef struct kb_route {
     const kb_config_route_t *conf; /* borrowed from the config */
     kb_sink_t *sink;               /* borrowed; outlives the router */
+    size_t sink_index;             /* index of the sink in cfg->sinks */
     kb_template_t *topic;          /* the route's topic or the sink type's default */
     kb_template_t *key;
     unsigned render_flags;         /* KB_TEMPLATE_ESCAPE_MQTT for MQTT topics */
