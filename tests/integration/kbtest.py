@@ -438,3 +438,180 @@ class ConfigBridge(Bridge):
             raise Failure("not converged: missing=%s extra=%s (want %d, have %d)\n--- log tail ---\n%s"
                           % (sorted(set(want) - set(got))[:5], sorted(set(got) - set(want))[:5], len(want),
                              len(got), self.logtext()[-3000:]))
+
+
+# ---- A real Mosquitto (tests/infra/mosquitto.sh) and mosquitto_sub consumers ----------------------------------
+
+MOSQUITTO_SH = os.path.join(SOURCE, "tests", "infra", "mosquitto.sh")
+# One line per message: retained flag, QoS, topic, MQTT 5 user properties ("name:value" separated by
+# spaces), payload length, payload (kbridge's payloads are single-line JSON or empty).
+MQTT_SUB_FORMAT = "%r\t%q\t%t\t%P\t%l\t%p"
+
+
+def _sigterm_exits(signum, frame):
+    sys.exit("terminated by signal %d" % signum)
+
+
+class Mosquitto:
+    """A private broker for one test (tests/infra/mosquitto.sh start plain|tls|auth), stopped by pid and
+    deleted at exit, also when the test fails or is sent SIGTERM. Persistent: stop() + start() or
+    restart() keep the port, sessions and retained messages."""
+
+    def __init__(self, variant="plain"):
+        self.variant = variant
+        self.dir = tempfile.mkdtemp(prefix="kbtest-mqtt-")
+        self.envs = dict(os.environ, KB_MQTT_DIR=self.dir)
+        atexit.register(self.clean)
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _sigterm_exits)
+        self.start()
+
+    def _run(self, *args):
+        r = subprocess.run([MOSQUITTO_SH] + list(args), env=self.envs, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=300)
+        check(r.returncode == 0, "mosquitto.sh %s failed (exit %d):\n%s" % (" ".join(args), r.returncode,
+                                                                           r.stderr[-3000:]))
+        return r.stdout
+
+    def start(self):
+        self.env = dict(l.split("=", 1) for l in self._run("start", self.variant).splitlines() if "=" in l)
+        self.uri = self.env["KB_MQTT_URI"]
+        self.client_args = self.env["KB_MQTT_CLIENT_ARGS"].split()
+
+    def stop(self):
+        self._run("stop")
+
+    def restart(self):
+        self._run("restart")
+
+    def clean(self):
+        if os.path.isdir(self.dir):
+            subprocess.run([MOSQUITTO_SH, "stop"], env=self.envs, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=60)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def logtext(self):
+        try:
+            with open(os.path.join(self.dir, "mosquitto.log"), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def publish(self, topic, payload=None, retain=False, qos=1):
+        """mosquitto_pub one message (payload None: zero-length)."""
+        args = ["mosquitto_pub"] + self.client_args + ["-V", "5", "-q", str(qos), "-t", topic]
+        args += ["-n"] if payload is None else ["-m", payload]
+        if retain:
+            args.append("-r")
+        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        check(r.returncode == 0, "mosquitto_pub %s -> %d: %s" % (topic, r.returncode, r.stdout))
+
+    def retained(self, topic_filter, timeout=60):
+        """What a new subscriber to topic_filter receives at once: {topic: message} (parse_mqtt_line) of
+        the retained messages. The end is a retained marker subscribed after the filter: Mosquitto
+        sends the retained messages of a SUBSCRIBE's filters in their order."""
+        marker = "kbtest/end/%d-%d" % (os.getpid(), time.monotonic_ns())
+        self.publish(marker, "end", retain=True)
+        p = subprocess.Popen(["mosquitto_sub"] + self.client_args +
+                             ["-V", "5", "-q", "1", "-F", MQTT_SUB_FORMAT, "-t", topic_filter, "-t", marker],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _procs.append(p)
+        out, buf, deadline = {}, b"", time.monotonic() + timeout
+        try:
+            import select
+            while True:
+                left = deadline - time.monotonic()
+                check(left > 0, "no end marker from mosquitto_sub within %ds (%d messages so far)"
+                      % (timeout, len(out)))
+                ready, _, _ = select.select([p.stdout], [], [], min(left, 1.0))
+                if not ready:
+                    check(p.poll() is None, "mosquitto_sub exited %s: %s" % (p.returncode, p.stderr.read()[-500:]))
+                    continue
+                chunk = os.read(p.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    p.wait(10)
+                    raise Failure("mosquitto_sub exited %s: %s" % (p.returncode, p.stderr.read()[-500:]))
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    m = parse_mqtt_line(line)
+                    if m["topic"] == marker:
+                        return out
+                    out[m["topic"]] = m
+        finally:
+            p.kill()
+            p.wait()
+            self.publish(marker, None, retain=True)
+
+
+def parse_mqtt_line(line):
+    """One MQTT_SUB_FORMAT line → {retained, qos, topic, props, payload (str)}."""
+    if isinstance(line, bytes):
+        line = line.decode()
+    r, q, topic, props, n, payload = line.split("\t", 5)
+    check(len(payload.encode()) == int(n), "payload of %s is %s bytes, line has %d" % (topic, n,
+                                                                                     len(payload.encode())))
+    return {"retained": r == "1", "qos": int(q), "topic": topic, "payload": payload,
+            "props": dict(kv.split(":", 1) for kv in props.split(" ") if kv)}
+
+
+class MqttSub:
+    """A long-running mosquitto_sub (MQTT 5) writing every message to a file; stopped by pid.
+
+    With client_id the session is persistent (-c): subscribe() first registers it (mosquitto_sub -E),
+    so nothing published afterwards is missed, even while this process or the broker is down."""
+
+    def __init__(self, broker, topics, qos=2, client_id=None, start=True):
+        self.broker, self.topics, self.qos, self.client_id = broker, list(topics), qos, client_id
+        self.path = os.path.join(tempfile.mkdtemp(prefix="kbtest-sub-"), "messages.txt")
+        self.proc = None
+        if start:
+            self.start()
+
+    def _args(self):
+        args = ["mosquitto_sub"] + self.broker.client_args + ["-V", "5", "-q", str(self.qos), "-F", MQTT_SUB_FORMAT]
+        if self.client_id:
+            args += ["-c", "-i", self.client_id]
+        for t in self.topics:
+            args += ["-t", t]
+        return args
+
+    def subscribe(self):
+        """Register the persistent session and its subscriptions, then exit."""
+        r = subprocess.run(self._args() + ["-E"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=60)
+        check(r.returncode == 0, "mosquitto_sub -E -> %d: %s" % (r.returncode, r.stdout))
+
+    def start(self):
+        self.out = open(self.path, "ab")
+        self.proc = subprocess.Popen(self._args(), stdout=self.out, stderr=subprocess.STDOUT)
+        _procs.append(self.proc)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.out.close()
+
+    def messages(self):
+        """Every whole line received so far, parsed (a line still being written is left out)."""
+        with open(self.path, "rb") as f:
+            data = f.read()
+        return [parse_mqtt_line(l) for l in data.split(b"\n")[:-1] if l and not l.startswith(b"Error")]
+
+
+def mqtt_sequences(messages):
+    """Per topic and key: [(k8s-type, rv)] in arrival order, from the MQTT 5 user properties and payload."""
+    seq = {}
+    for m in messages:
+        if not m["payload"]:
+            continue
+        env = json.loads(m["payload"])
+        seq.setdefault((m["topic"], key_of(env)), []).append((m["props"]["k8s-type"],
+                                                              int(m["props"]["k8s-resource-version"])))
+    return seq
