@@ -183,11 +183,11 @@ kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errst
     pthread_mutex_init(&api->cred_mtx, NULL);
     pthread_mutex_init(&api->rate_mtx, NULL);
     bool has_server = kb_is_set(cluster->server), has_kc = kb_is_set(cluster->kubeconfig);
-    bool ok;
+    bool ok = true;
     if (cluster->in_cluster || (!has_server && !has_kc && kb_is_set(getenv("KUBERNETES_SERVICE_HOST"))))
         ok = kb_api_from_in_cluster(api, errstr, errstr_size);
     else if (has_server && !has_kc)
-        ok = (api->source = kb_strdup("cluster.server")) != NULL;
+        api->source = kb_strdup("cluster.server");
     else
         ok = kb_api_from_kubeconfig(api, cluster, errstr, errstr_size);
     if (!ok)
@@ -290,18 +290,27 @@ static void kb_api_read_token_file(kb_apiclient_t *api, bool force) {
     api->token_mtime = st.st_mtim;
 }
 
-/* Run the exec plugin unless another thread already replaced the credential
- * of generation used_gen (or, when used_gen is 0, a valid one is cached).
- * Takes exec_mtx, then cred_mtx; holds neither... except exec_mtx while the
- * plugin runs, so at most one runs. */
-static kb_err_t kb_api_exec_refresh(kb_apiclient_t *api, uint64_t used_gen, char *errmsg, size_t errmsg_size) {
-    kb_err_t err = KB_OK;
-    pthread_mutex_lock(&api->exec_mtx);
+/* Whether the cached plugin credential is usable: newer than generation
+ * used_gen after a 401, or (used_gen 0) not yet near its expiry. Locks: cred_mtx. */
+static bool kb_api_exec_fresh(kb_apiclient_t *api, uint64_t used_gen) {
     pthread_mutex_lock(&api->cred_mtx);
     bool have = api->cred.token || api->cred.cert.data;
     bool fresh = have && (used_gen ? api->cred_gen != used_gen
                                    : api->cred_refresh_ns == 0 || kb_now_mono_ns() < api->cred_refresh_ns);
     pthread_mutex_unlock(&api->cred_mtx);
+    return fresh;
+}
+
+/* Run the exec plugin unless the cached credential is fresh (see above).
+ * Single flight: exec_mtx is held while the plugin runs, so concurrent
+ * callers wait for its result instead of running it again; cred_mtx is taken
+ * only to look and to swap. */
+static kb_err_t kb_api_exec_refresh(kb_apiclient_t *api, uint64_t used_gen, char *errmsg, size_t errmsg_size) {
+    if (kb_api_exec_fresh(api, used_gen))
+        return KB_OK;
+    kb_err_t err = KB_OK;
+    pthread_mutex_lock(&api->exec_mtx);
+    bool fresh = kb_api_exec_fresh(api, used_gen);
     if (!fresh) {
         kb_exec_cred_t cred;
         err = kb_kubeconfig_exec_run(api->exec, KB_EXEC_TIMEOUT_S, &cred, errmsg, errmsg_size);
