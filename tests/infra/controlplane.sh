@@ -31,6 +31,8 @@
 # the env. Exit codes: 0 ok; 1 failed (build, start); never "skip".
 set -euo pipefail
 
+# Go's caches and ours hang off $HOME; a CI environment without it still finds them.
+export HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 K8S_VERSION=${KB_K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${KB_ETCD_VERSION:-v3.6.8}   # what k8s.io/kubernetes $K8S_VERSION requires
 CACHE_DIR=${KB_CACHE_DIR:-$HOME/.cache/kbridge}
