@@ -39,10 +39,17 @@
 
 typedef enum { KB_TACT_NONE, KB_TACT_DROP, KB_TACT_REDACT } kb_tact_t;
 
+/* keep_fields marks, after kb_tkeep_normalize(): KB_KEEP_SOME on every node
+ * strictly above the end of a keep path (its object's members are filtered),
+ * KB_KEEP_ALL where a keep path ends (kept whole), KB_KEEP_NO elsewhere,
+ * including everything below a KB_KEEP_ALL node. */
+typedef enum { KB_KEEP_NO, KB_KEEP_SOME, KB_KEEP_ALL } kb_tkeep_t;
+
 typedef struct kb_tnode {
     char *name;                /* member name (raw bytes); NULL for the root */
     size_t name_len;
     kb_tact_t act;             /* what happens to a member reaching this node */
+    kb_tkeep_t keep;           /* allow-list mark (keep_fields) */
     struct kb_tnode **kids;    /* owned */
     size_t n_kids;
 } kb_tnode_t;
@@ -197,8 +204,37 @@ static void kb_tnode_free_kids(kb_tnode_t *node) {
     free(node->kids);
 }
 
-kb_transform_t *kb_transform_new(const char *const *drop, size_t n_drop, const char *const *redact,
-                                 size_t n_redact, char *errstr, size_t errstr_size) {
+/* Mark one keep path: every node on the way KB_KEEP_SOME, its end KB_KEEP_ALL. */
+static void kb_tkeep_add(kb_tnode_t *root, const kb_path_seg_t *segs, size_t n) {
+    kb_tnode_add(root, segs, n, KB_TACT_NONE); /* make sure every node exists */
+    kb_tnode_t *node = root;
+    for (size_t s = 0; s < n; s++) {
+        if (node->keep == KB_KEEP_NO)
+            node->keep = KB_KEEP_SOME;
+        node = (kb_tnode_t *)kb_tnode_find(node, segs[s].p, segs[s].len);
+    }
+    node->keep = KB_KEEP_ALL;
+}
+
+/* Below a node kept whole nothing is filtered: clear the marks there, so a
+ * container's frame can decide from its own node alone. */
+static void kb_tkeep_normalize(kb_tnode_t *node, bool under_all) {
+    if (under_all)
+        node->keep = KB_KEEP_NO;
+    bool all = under_all || node->keep == KB_KEEP_ALL;
+    for (size_t k = 0; k < node->n_kids; k++)
+        kb_tkeep_normalize(node->kids[k], all);
+}
+
+/* What survives keep_fields besides the listed paths: the event's identity. */
+static const char *const kb_keep_identity[] = {
+    "kind", "apiVersion", "metadata.name", "metadata.namespace", "metadata.uid", "metadata.resourceVersion",
+    "metadata.labels",
+};
+
+kb_transform_t *kb_transform_new_keep(const char *const *drop, size_t n_drop, const char *const *redact,
+                                      size_t n_redact, const char *const *keep, size_t n_keep, char *errstr,
+                                      size_t errstr_size) {
     kb_transform_t *tf = kb_calloc(1, sizeof(*tf));
     kb_path_seg_t segs[KB_PATH_MAX_SEGS];
     size_t n;
@@ -208,10 +244,31 @@ kb_transform_t *kb_transform_new(const char *const *drop, size_t n_drop, const c
             goto fail;
         kb_tnode_add(&tf->root, segs, n, k < n_drop ? KB_TACT_DROP : KB_TACT_REDACT);
     }
+    for (size_t k = 0; k < n_keep; k++) {
+        if (!kb_path_split(keep[k], segs, &n, errstr, errstr_size))
+            goto fail;
+        kb_tkeep_add(&tf->root, segs, n);
+    }
+    for (size_t k = 0; n_keep && k < KB_ARRAY_LEN(kb_keep_identity); k++) {
+        kb_path_split(kb_keep_identity[k], segs, &n, NULL, 0);
+        kb_tkeep_add(&tf->root, segs, n);
+    }
+    kb_tkeep_normalize(&tf->root, false);
     return tf;
 fail:
     kb_transform_free(tf);
     return NULL;
+}
+
+kb_transform_t *kb_transform_new(const char *const *drop, size_t n_drop, const char *const *redact,
+                                 size_t n_redact, char *errstr, size_t errstr_size) {
+    return kb_transform_new_keep(drop, n_drop, redact, n_redact, NULL, 0, errstr, errstr_size);
+}
+
+bool kb_transform_keep_path_valid(const char *path, char *errstr, size_t errstr_size) {
+    kb_path_seg_t segs[KB_PATH_MAX_SEGS];
+    size_t n;
+    return kb_path_split(path, segs, &n, errstr, errstr_size);
 }
 
 void kb_transform_free(kb_transform_t *tf) {
@@ -247,6 +304,8 @@ typedef struct kb_dec_frame {
     uint8_t is_array;
     uint8_t nonempty;       /* something was written into this container */
     uint8_t redact_members; /* object at a redact path: each member value is redacted */
+    uint8_t filter;         /* object at a KB_KEEP_SOME node: members off every keep path
+                               are dropped (node is then never NULL) */
     uint8_t role;           /* KB_ROLE_* (root object, root metadata object, other) */
     uint8_t pending;        /* KB_PEND_* for the current value */
 } kb_dec_frame_t;
@@ -326,14 +385,15 @@ static size_t kb_dec_finish_value(kb_dec_t *d, kb_dec_frame_t *f, size_t w, size
 /* The pending action for member key k[0..klen) of frame f (key not yet written). */
 static unsigned kb_dec_member_action(kb_dec_t *d, const kb_dec_frame_t *f, const char *k,
                                      size_t klen, const kb_tnode_t **kid) {
-    *kid = NULL;
-    if (f->redact_members)
+    *kid = f->node ? kb_tnode_find(f->node, k, klen) : NULL;
+    if (f->filter && (!*kid || (*kid)->keep == KB_KEEP_NO))
+        return KB_PEND_DROP;
+    if (f->redact_members) {
+        *kid = NULL; /* the whole value is replaced: no paths below */
         return KB_PEND_REDACT;
-    if (f->node) {
-        *kid = kb_tnode_find(f->node, k, klen);
-        if (*kid && (*kid)->act == KB_TACT_DROP)
-            return KB_PEND_DROP;
     }
+    if (*kid && (*kid)->act == KB_TACT_DROP)
+        return KB_PEND_DROP;
 #define KB_KEY_IS(lit) (klen == sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
     if (f->role == KB_ROLE_ROOT) {
         if (KB_KEY_IS("kind"))
@@ -455,10 +515,12 @@ value:
             f->pending = KB_PEND_NONE;
             f->node = node && node->act != KB_TACT_DROP ? node : NULL;
             f->redact_members = 0;
+            f->filter = f->node && !f->is_array && f->node->keep == KB_KEEP_SOME;
             if (f->node && f->node->act == KB_TACT_REDACT) {
                 if (!f->is_array) {
                     f->redact_members = 1;
-                    f->node = NULL;
+                    if (!f->filter)
+                        f->node = NULL;
                 }
             } else if (f->node && !f->node->n_kids) {
                 f->node = NULL;

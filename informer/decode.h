@@ -11,7 +11,8 @@
  * resourceVersion, kind, apiVersion, labels) and writes its output form into
  * a buffer in the same pass: compact (insignificant whitespace removed),
  * kind and apiVersion inserted first when missing (list items lack them),
- * drop paths removed, redact paths' values replaced by "<redacted>".
+ * drop paths removed, redact paths' values replaced by "<redacted>", and,
+ * when keep paths are given, members off them removed.
  *
  * Paths: dot-separated member names; a segment in brackets is taken whole,
  * so a key with dots can be named:
@@ -34,6 +35,17 @@
  *  - kind, apiVersion, metadata and metadata.name/namespace/uid/
  *    resourceVersion cannot be dropped or redacted (kb_transform_new and
  *    kb_transform_path_valid refuse them): they are the event's identity.
+ *
+ * Keep paths (keep_fields, an allow-list; none = keep everything): when any
+ * is given, an object member survives only if it lies on a keep path or is
+ * identity — kind, apiVersion, metadata.name/namespace/uid/resourceVersion/
+ * labels — which always survives. A member where a keep path ends is kept
+ * whole; a member on the way to one is kept and, when it is an object, its
+ * own members are filtered by the rest of the path (for an array, each object
+ * element is; scalar elements and a scalar standing where an object was
+ * expected are kept as they are). Objects left empty stay as {}. Drop and
+ * redact still apply inside what is kept, and drop wins over keep. Keep paths
+ * may name anything, identity included ("metadata" keeps all metadata).
  *
  * Input rules of kb_decode_object: strict JSON (RFC 8259) with nesting up to
  * KB_JSON_MAX_DEPTH; a NUL byte or other control byte in a string is invalid;
@@ -60,9 +72,15 @@ typedef struct kb_transform kb_transform_t;
 /* Compile drop and redact paths. NULL on a bad path, with the reason in errstr. */
 kb_transform_t *kb_transform_new(const char *const *drop, size_t n_drop, const char *const *redact,
                                  size_t n_redact, char *errstr, size_t errstr_size);
+/* Same, plus keep paths (n_keep 0: no allow-list, exactly kb_transform_new). */
+kb_transform_t *kb_transform_new_keep(const char *const *drop, size_t n_drop, const char *const *redact,
+                                      size_t n_redact, const char *const *keep, size_t n_keep, char *errstr,
+                                      size_t errstr_size);
 void kb_transform_free(kb_transform_t *tf);
-/* Check one path's syntax (used by the config loader). */
+/* Check one drop or redact path (used by the config loader): syntax, and not identity. */
 bool kb_transform_path_valid(const char *path, char *errstr, size_t errstr_size);
+/* Check one keep path: syntax only. */
+bool kb_transform_keep_path_valid(const char *path, char *errstr, size_t errstr_size);
 
 /* Identity of one object; spans are offsets into the OUTPUT buffer of
  * kb_decode_object() (so they stay valid when it is reallocated). */
