@@ -59,9 +59,13 @@ typedef struct kb_config_informer {
     int resync_seconds;  /* 0 = off */
     int shards;          /* 4, 1..256 */
     kb_compaction_t compaction;
-    kb_strlist_t drop_fields;     /* default [ "metadata.managedFields" ] */
-    kb_strlist_t redact_fields;   /* default [] */
+    kb_strlist_t drop_fields;     /* default [ "metadata.managedFields",
+                                     "metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]" ] */
+    kb_strlist_t redact_fields;   /* default [], or [ "data", "stringData" ] for core secrets */
     bool redact_fields_set;       /* the key was present in the file */
+    kb_strlist_t keep_fields;     /* allow-list (informer/decode.h); default [] = keep everything */
+    bool secrets_unredacted;      /* core "secrets" with redact_fields = [] written explicitly:
+                                     Secret values go out in clear; the bridge warns at start */
     int64_t queue_bytes;          /* 64 MiB: the bound over all shards' queues */
     int line;                     /* where the informer's group starts */
 } kb_config_informer_t;
@@ -96,10 +100,13 @@ typedef struct kb_config_route {
     char *topic;         /* "" = the sink type's default */
     char *key;           /* "{namespace}/{name}" */
     uint32_t types;      /* bit mask over kb_event_type_t; default ADDED|MODIFIED|DELETED|SYNC|SNAPSHOT */
+    bool types_set;      /* types was written in the file (SYNC listed explicitly is never suppressed) */
     kb_strlist_t namespaces;
     char *label_selector;
     kb_format_t format;
     kb_mode_t mode;
+    bool suppress_noop;  /* true: skip MODIFIED (and implicit SYNC) identical to the last delivery (sinks/noop.h) */
+    int heartbeat_seconds; /* 0 = off; else a HEARTBEAT record this often (sinks/heartbeat.h) */
     int line;
 } kb_config_route_t;
 

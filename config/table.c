@@ -149,24 +149,55 @@ static const kb_ckey_t kb_keys_informer[] = {
      .doc = "Worker queues in this process; one object always goes to the same shard."},
     {.name = "compaction", .type = KB_CT_ENUM, .off = INF(compaction), .def = "none", .values = kb_v_compaction,
      .doc = "none: deliver every change; latest: merge the queued changes of one object."},
-    {.name = "drop_fields", .type = KB_CT_STRLIST, .off = INF(drop_fields), .def = "metadata.managedFields",
+    {.name = "drop_fields", .type = KB_CT_STRLIST, .off = INF(drop_fields),
+     .def = "metadata.managedFields,metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]",
      .flags = KB_CF_PATH,
      .doc = "Field paths removed from every object: dot-separated names, a [bracketed] segment taken whole "
-            "(metadata.annotations[kubectl.kubernetes.io/last-applied-configuration])."},
+            "(metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]); when a path reaches "
+            "an array it applies to each element."},
     {.name = "redact_fields", .type = KB_CT_STRLIST, .off = INF(redact_fields), .off2 = INF(redact_fields_set),
-     .def = "", .flags = KB_CF_PATH | KB_CF_SEEN,
-     .doc = "Field paths whose values are replaced by `\"<redacted>\"`, e.g. `[ \"data\" ]` for secrets."},
+     .def = "", .defdoc = "[] (core secrets: [ \"data\", \"stringData\" ])",
+     .flags = KB_CF_PATH | KB_CF_SEEN,
+     .doc = "Field paths whose values are replaced by `\"<redacted>\"` (an object keeps its keys). Secrets are "
+            "redacted unless this key is written; `redact_fields = []` on secrets sends them in clear and "
+            "the bridge logs a warning at start."},
+    {.name = "keep_fields", .type = KB_CT_STRLIST, .off = INF(keep_fields), .def = "", .flags = KB_CF_PATH,
+     .doc = "Allow-list of field paths: when set, only these survive, plus kind, apiVersion and "
+            "metadata.name/namespace/uid/resourceVersion/labels. drop_fields and redact_fields still apply "
+            "inside what is kept; [] keeps everything."},
     {.name = "queue_bytes", .type = KB_CT_INT64, .off = INF(queue_bytes), .def = "67108864",
      .defdoc = "67108864 (64 MiB)", .min = 65536, .max = 1099511627776.0,
      .doc = "Bound on the bytes queued over all shards; when full the bridge stops reading the watch."},
 };
 #undef INF
 
+/* Secrets are redacted unless the file says otherwise; saying [] is recorded
+ * so the bridge can warn. Only the core group's "secrets" is a Secret. */
+static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
+                               const char *prefix) {
+    KB_UNUSED(ld);
+    KB_UNUSED(index);
+    KB_UNUSED(grp);
+    KB_UNUSED(prefix);
+    static const char *const secret_paths[] = {"data", "stringData"};
+    kb_config_informer_t *inf = base;
+    if (strcmp(inf->group, "") != 0 || strcmp(inf->resource, "secrets") != 0)
+        return true;
+    if (inf->redact_fields_set) {
+        inf->secrets_unredacted = inf->redact_fields.n == 0;
+        return true;
+    }
+    inf->redact_fields.v = kb_realloc(inf->redact_fields.v, (inf->redact_fields.n + 2) * sizeof(char *));
+    for (size_t i = 0; i < KB_ARRAY_LEN(secret_paths); i++)
+        inf->redact_fields.v[inf->redact_fields.n++] = kb_strdup(secret_paths[i]);
+    return true;
+}
+
 static const kb_csection_t kb_sec_informer = {
     .title = "informers",
     .doc = "A list of groups, one per watched resource: `informers = ( { name = \"pods\"; resource = \"pods\"; } );`",
     .size = sizeof(kb_config_informer_t), .line_off = offsetof(kb_config_informer_t, line),
-    .keys = kb_keys_informer, .n_keys = KB_NKEYS(kb_keys_informer), .disc = -1,
+    .keys = kb_keys_informer, .n_keys = KB_NKEYS(kb_keys_informer), .disc = -1, .finish = kb_finish_informer,
 };
 
 /* ---- sinks -------------------------------------------------------------- */
@@ -240,7 +271,7 @@ static const kb_ckey_t kb_keys_route[] = {
             "{resource} {kind} {namespace} {name} {uid} {type}."},
     {.name = "key", .type = KB_CT_STRING, .off = RT(key), .def = "{namespace}/{name}", .flags = KB_CF_TEMPLATE,
      .doc = "Message key template (Kafka key, CloudEvents partitionkey)."},
-    {.name = "types", .type = KB_CT_TYPES, .off = RT(types),
+    {.name = "types", .type = KB_CT_TYPES, .off = RT(types), .off2 = RT(types_set), .flags = KB_CF_SEEN,
      .defdoc = "[ \"ADDED\", \"MODIFIED\", \"DELETED\", \"SYNC\", \"SNAPSHOT\" ]",
      .doc = "Change types delivered: ADDED, MODIFIED, DELETED, SYNC, SNAPSHOT."},
     {.name = "namespaces", .type = KB_CT_STRLIST, .off = RT(namespaces), .def = "",
@@ -251,6 +282,14 @@ static const kb_ckey_t kb_keys_route[] = {
      .doc = "Envelope: kbridge JSON, or CloudEvents 1.0 structured or binary mode."},
     {.name = "mode", .type = KB_CT_ENUM, .off = RT(mode), .def = "events", .values = kb_v_mode,
      .doc = "events: every change; state: latest object per key (Kafka tombstones, MQTT retained)."},
+    {.name = "suppress_noop", .type = KB_CT_BOOL, .off = RT(suppress_noop), .def = "true",
+     .doc = "Skip a MODIFIED whose object (as projected, apart from metadata.resourceVersion) is byte-identical "
+            "to what this route last delivered for the key; also a SYNC unless `types` lists SYNC explicitly. "
+            "ADDED, DELETED and SNAPSHOT always go. See docs/routing.md."},
+    {.name = "heartbeat_seconds", .type = KB_CT_INT, .off = RT(heartbeat_seconds), .def = "0", .min = 0,
+     .max = 86400,
+     .doc = "Every so many seconds send a small HEARTBEAT record (cluster, informer, route, last "
+            "resourceVersion, time) so consumers can tell quiet from dead; 0 = never."},
 };
 #undef RT
 

@@ -130,8 +130,9 @@ static void test_defaults(void **state) {
     assert_int_equal(inf->resync_seconds, 0);
     assert_int_equal(inf->shards, 4);
     assert_int_equal(inf->compaction, KB_COMPACTION_NONE);
-    assert_int_equal(inf->drop_fields.n, 1);
+    assert_int_equal(inf->drop_fields.n, 2);
     assert_string_equal(inf->drop_fields.v[0], "metadata.managedFields");
+    assert_string_equal(inf->drop_fields.v[1], "metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]");
     assert_int_equal(inf->redact_fields.n, 0);
     assert_false(inf->redact_fields_set);
     assert_int_equal(inf->queue_bytes, 64 << 20);
