@@ -1,0 +1,770 @@
+/* bridge/http.c — the HTTP API of SPEC §10 on libmicrohttpd.
+ *
+ * DESIGN. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_
+ * CONNECTION with poll(), so descriptors above FD_SETSIZE work), at most
+ * KB_HTTP_MAX_CONNECTIONS at once, idle connections closed after 60 s. A
+ * thread per connection lets a stream's reader block on its own condition
+ * variable instead of suspending and resuming connections; the API is for
+ * probes, scrapes and a few consumers, not for thousands of clients.
+ *
+ * Requests are dispatched through one table (method, path, whether the path
+ * ends in an informer name, whether a token is needed). Answers that are not
+ * 2xx carry a Kubernetes Status object, so kubectl and client-go print them.
+ *
+ * Streams. GET /v1/snapshot takes a consistent cut (references only), sorts
+ * it by key and writes one object at a time: no buffer the size of the List.
+ * GET /v1/replay collects the journal after the cut (bounded by
+ * journal.max_bytes) and writes it as watch lines; with watch=true it first
+ * subscribes to the informer (the callback runs under the ingest lock: it only
+ * takes a reference into this connection's bounded queue, and marks the queue
+ * overflowed when full), then replays, then sends the queued live events whose
+ * seq is above the last replayed one — no gap, no repeat. An overflowed queue
+ * ends the stream after what was queued (the client resumes from its last
+ * resourceVersion). An idle watch sends a BOOKMARK every 20 s (keeps the
+ * connection alive and proves the client is still there) and notices a
+ * client that hung up, or kb_http_stop, within half a second.
+ *
+ * Locks: a watch's mtx is a leaf (taken inside the informer's subscriber
+ * lock by the callback); nothing calls into the informer while holding it.
+ */
+#include "bridge/http.h"
+
+#include "bridge/http_int.h"
+#include "common/alloc.h"
+#include "common/buf.h"
+#include "common/event.h"
+#include "common/log.h"
+#include "common/selector.h"
+#include "common/time.h"
+#include "informer/indexer.h"
+#include "informer/informer.h"
+#include "sinks/sink.h"
+
+#include <microhttpd.h>
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define KB_HTTP_IDLE_TIMEOUT_S 60u
+#define KB_HTTP_BOOKMARK_MS 20000
+#define KB_HTTP_WAIT_MS 500
+#define KB_HTTP_LIVE_MAX_EVENTS 16384
+#define KB_HTTP_LIVE_MAX_BYTES ((size_t)64 << 20)
+#define KB_HTTP_TOKEN_MAX 16384
+#define KB_HTTP_BLOCK 65536
+
+struct kb_http {
+    kb_bridge_t *b;
+    struct MHD_Daemon *mhd;
+    char *token;          /* NULL: no authentication */
+    size_t token_len;
+    int port;
+    int64_t start_real_ns;
+    atomic_bool stopping; /* set by kb_http_stop; open streams end */
+};
+
+/* ---- answers ------------------------------------------------------------ */
+
+static enum MHD_Result kb_http_send(struct MHD_Connection *c, unsigned code, const char *ctype, kb_buf_t *body) {
+    size_t len = body->len;
+    struct MHD_Response *r = len ? MHD_create_response_from_buffer(len, kb_buf_steal(body, NULL),
+                                                                    MHD_RESPMEM_MUST_FREE)
+                                 : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    kb_buf_fini(body);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (code == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"kbridge\"");
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result kb_http_text(struct MHD_Connection *c, unsigned code, const char *text) {
+    kb_buf_t body = KB_BUF_INIT;
+    kb_buf_append_str(&body, text);
+    return kb_http_send(c, code, "text/plain; charset=utf-8", &body);
+}
+
+/* A Kubernetes Status object (what the API server answers on errors). */
+static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, const char *reason, const char *fmt,
+                                      ...) __attribute__((format(printf, 4, 5)));
+
+static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, const char *reason, const char *fmt,
+                                      ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    kb_buf_t body = KB_BUF_INIT;
+    kb_buf_append_str(&body, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
+                             "\"message\":");
+    kb_buf_append_json_str(&body, msg, strlen(msg));
+    kb_buf_append_str(&body, ",\"reason\":");
+    kb_buf_append_json_str(&body, reason, strlen(reason));
+    kb_buf_appendf(&body, ",\"code\":%u}\n", code);
+    return kb_http_send(c, code, "application/json", &body);
+}
+
+static const char *kb_http_arg(struct MHD_Connection *c, const char *name) {
+    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* ---- authentication ------------------------------------------------------ */
+
+/* Compare without an early exit, so the time does not tell how much matched. */
+static bool kb_http_token_equal(const char *a, size_t alen, const char *b, size_t blen) {
+    unsigned diff = alen != blen;
+    size_t n = alen > blen ? alen : blen;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = i < alen ? (unsigned char)a[i] : 0;
+        unsigned char y = i < blen ? (unsigned char)b[i] : 0;
+        diff |= (unsigned)(x ^ y);
+    }
+    return diff == 0;
+}
+
+static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
+    if (!h->token)
+        return true;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!v || strncasecmp(v, "Bearer ", 7) != 0)
+        return false;
+    v += 7;
+    while (*v == ' ')
+        v++;
+    return kb_http_token_equal(v, strlen(v), h->token, h->token_len);
+}
+
+static kb_err_t kb_http_read_token(kb_http_t *h, const char *path, char *errstr, size_t errstr_size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(errstr, errstr_size, "http.token_file: %s: %s", path, strerror(errno));
+        return KB_ERR_IO;
+    }
+    char *tok = kb_malloc(KB_HTTP_TOKEN_MAX + 1);
+    size_t n = fread(tok, 1, KB_HTTP_TOKEN_MAX + 1, f);
+    fclose(f);
+    while (n && strchr(" \t\r\n", tok[n - 1]))
+        n--;
+    tok[n] = '\0';
+    if (n == 0 || n > KB_HTTP_TOKEN_MAX || strpbrk(tok, "\r\n")) {
+        snprintf(errstr, errstr_size, "http.token_file: %s: %s", path,
+                 n == 0 ? "empty" : "not one line of at most 16 KiB");
+        free(tok);
+        return KB_ERR_CONFIG;
+    }
+    h->token = tok;
+    h->token_len = n;
+    return KB_OK;
+}
+
+/* ---- streams ------------------------------------------------------------- */
+
+typedef enum { KB_FILL_OK, KB_FILL_END, KB_FILL_ERR } kb_fill_t;
+
+typedef struct kb_http_stream kb_http_stream_t;
+
+struct kb_http_stream {
+    kb_http_t *h;
+    kb_fill_t (*fill)(kb_http_stream_t *s); /* append the next piece to out */
+    kb_buf_t out;         /* bytes not yet handed to libmicrohttpd */
+    size_t out_off;
+    bool ended;
+    bool head_done;       /* snapshot: the List's head is out */
+    kb_event_list_t items; /* snapshot: the cut; replay: the journal tail */
+    size_t next;
+    const char *kind, *api_version; /* borrowed from the informer's resource */
+    char rv[64];          /* snapshot: the cut; replay: the newest RV sent */
+    /* watch=true only */
+    kb_informer_t *inf;
+    bool subscribed;
+    int fd;               /* the client's socket, to notice a hang-up */
+    uint64_t last_seq;    /* live events up to here were replayed already */
+    int64_t last_write_ms;
+    pthread_mutex_t mtx;  /* guards the live queue (leaf) */
+    pthread_cond_t cond;
+    kb_event_t **q;       /* ring of KB_HTTP_LIVE_MAX_EVENTS references */
+    size_t q_head, q_n, q_bytes;
+    bool overflow;
+};
+
+static ssize_t kb_http_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    kb_http_stream_t *s = cls;
+    KB_UNUSED(pos);
+    while (s->out_off == s->out.len) {
+        if (s->ended)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        kb_buf_reset(&s->out);
+        s->out_off = 0;
+        kb_fill_t r = s->fill(s);
+        if (r == KB_FILL_ERR)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r == KB_FILL_END)
+            s->ended = true;
+    }
+    size_t n = s->out.len - s->out_off;
+    if (n > max)
+        n = max;
+    memcpy(buf, s->out.data + s->out_off, n);
+    s->out_off += n;
+    return (ssize_t)n;
+}
+
+static void kb_http_live(void *opaque, kb_event_t *ev);
+
+static void kb_http_stream_free(void *cls) {
+    kb_http_stream_t *s = cls;
+    if (s->subscribed)
+        kb_informer_unsubscribe(s->inf, kb_http_live, s); /* waits out a running callback */
+    if (s->q) {
+        for (size_t i = 0; i < s->q_n; i++)
+            kb_event_unref(s->q[(s->q_head + i) % KB_HTTP_LIVE_MAX_EVENTS]);
+        free(s->q);
+        pthread_cond_destroy(&s->cond);
+        pthread_mutex_destroy(&s->mtx);
+    }
+    kb_event_list_fini(&s->items);
+    kb_buf_fini(&s->out);
+    free(s);
+}
+
+static kb_http_stream_t *kb_http_stream_new(kb_http_t *h, kb_informer_t *inf,
+                                            kb_fill_t (*fill)(kb_http_stream_t *s)) {
+    kb_http_stream_t *s = kb_calloc(1, sizeof(*s));
+    s->h = h;
+    s->fill = fill;
+    s->fd = -1;
+    kb_event_list_init(&s->items);
+    kb_resource_t *res = kb_informer_resource(inf);
+    s->kind = kb_resource_kind(res);
+    s->api_version = res->api_version;
+    return s;
+}
+
+static enum MHD_Result kb_http_stream_send(struct MHD_Connection *c, kb_http_stream_t *s) {
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, KB_HTTP_BLOCK, kb_http_stream_read, s, kb_http_stream_free);
+    if (!r) {
+        kb_http_stream_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* ---- GET /v1/snapshot/{informer} ------------------------------------------ */
+
+static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
+    if (!s->head_done) {
+        kb_buf_append_str(&s->out, "{\"kind\":");
+        char kind[300];
+        snprintf(kind, sizeof(kind), "%sList", s->kind);
+        kb_buf_append_json_str(&s->out, kind, strlen(kind));
+        kb_buf_append_str(&s->out, ",\"apiVersion\":");
+        kb_buf_append_json_str(&s->out, s->api_version, strlen(s->api_version));
+        kb_buf_append_str(&s->out, ",\"metadata\":{\"resourceVersion\":");
+        kb_buf_append_json_str(&s->out, s->rv, strlen(s->rv));
+        kb_buf_append_str(&s->out, "},\"items\":[");
+        s->head_done = true;
+    }
+    if (s->next < s->items.n) {
+        const kb_event_t *ev = s->items.ev[s->next];
+        if (s->next++)
+            kb_buf_append_char(&s->out, ',');
+        kb_buf_append(&s->out, ev->obj, ev->obj_len);
+        return KB_FILL_OK;
+    }
+    kb_buf_append_str(&s->out, "]}\n");
+    return KB_FILL_END;
+}
+
+static int kb_http_by_key(const void *a, const void *b) {
+    const kb_event_t *x = *(kb_event_t *const *)a, *y = *(kb_event_t *const *)b;
+    return strcmp(x->key, y->key);
+}
+
+static bool kb_http_valid_namespace(const char *ns) {
+    size_t n = strlen(ns);
+    return n <= 253 && strspn(ns, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n;
+}
+
+static enum MHD_Result kb_http_get_snapshot(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
+    const char *ns = kb_http_arg(c, "namespace");
+    const char *sel_text = kb_http_arg(c, "labelSelector");
+    if (ns && !kb_http_valid_namespace(ns))
+        return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "namespace \"%.300s\" is not a valid name", ns);
+    kb_selector_t *sel = NULL;
+    if (sel_text && *sel_text) {
+        char err[256];
+        sel = kb_selector_parse(sel_text, err, sizeof(err));
+        if (!sel)
+            return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "labelSelector: %s", err);
+    }
+    kb_http_stream_t *s = kb_http_stream_new(h, inf, kb_http_list_fill);
+    kb_informer_snapshot(inf, ns && *ns ? ns : NULL, &s->items, s->rv, sizeof(s->rv));
+    if (sel) {
+        size_t keep = 0;
+        for (size_t i = 0; i < s->items.n; i++) {
+            kb_event_t *ev = s->items.ev[i];
+            if (kb_selector_match_json(sel, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len))
+                s->items.ev[keep++] = ev;
+            else
+                kb_event_unref(ev);
+        }
+        s->items.n = keep;
+        kb_selector_free(sel);
+    }
+    if (s->items.n > 1)
+        qsort(s->items.ev, s->items.n, sizeof(s->items.ev[0]), kb_http_by_key);
+    return kb_http_stream_send(c, s);
+}
+
+/* ---- POST /v1/snapshot/{informer}?route= --------------------------------- */
+
+static enum MHD_Result kb_http_post_snapshot(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
+    const char *route = kb_http_arg(c, "route");
+    if (!route || !*route)
+        return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "route=NAME is required");
+    char err[512];
+    size_t count = 0;
+    kb_err_t e = kb_bridge_publish_snapshot(h->b, kb_informer_conf(inf)->name, route, &count, err, sizeof(err));
+    if (e == KB_ERR_NOTFOUND)
+        return kb_http_status(c, MHD_HTTP_NOT_FOUND, "NotFound", "%s", err);
+    if (e != KB_OK)
+        return kb_http_status(c, MHD_HTTP_SERVICE_UNAVAILABLE, "ServiceUnavailable", "%s (%zu published)", err,
+                              count);
+    kb_buf_t body = KB_BUF_INIT;
+    kb_buf_appendf(&body, "{\"published\":%zu}\n", count);
+    return kb_http_send(c, MHD_HTTP_OK, "application/json", &body);
+}
+
+/* ---- GET /v1/replay/{informer}?resourceVersion=RV[&watch=true] ----------- */
+
+/* Append ev as a watch line; false for types the API server never sends. */
+static bool kb_http_watch_line(kb_http_stream_t *s, const kb_event_t *ev) {
+    if (ev->type != KB_EV_ADDED && ev->type != KB_EV_MODIFIED && ev->type != KB_EV_DELETED)
+        return false;
+    kb_buf_appendf(&s->out, "{\"type\":\"%s\",\"object\":", kb_event_type_name(ev->type));
+    kb_buf_append(&s->out, ev->obj, ev->obj_len);
+    kb_buf_append_str(&s->out, "}\n");
+    snprintf(s->rv, sizeof(s->rv), "%s", ev->rv);
+    s->last_write_ms = kb_now_mono_ns() / KB_NS_PER_MS;
+    return true;
+}
+
+static void kb_http_bookmark(kb_http_stream_t *s) {
+    kb_buf_append_str(&s->out, "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":");
+    kb_buf_append_json_str(&s->out, s->kind, strlen(s->kind));
+    kb_buf_append_str(&s->out, ",\"apiVersion\":");
+    kb_buf_append_json_str(&s->out, s->api_version, strlen(s->api_version));
+    kb_buf_append_str(&s->out, ",\"metadata\":{\"resourceVersion\":");
+    kb_buf_append_json_str(&s->out, s->rv, strlen(s->rv));
+    kb_buf_append_str(&s->out, "}}}\n");
+    s->last_write_ms = kb_now_mono_ns() / KB_NS_PER_MS;
+}
+
+/* The informer's subscriber callback: under its ingest lock, so only queue. */
+static void kb_http_live(void *opaque, kb_event_t *ev) {
+    kb_http_stream_t *s = opaque;
+    pthread_mutex_lock(&s->mtx);
+    if (!s->overflow) {
+        size_t sz = kb_event_size(ev);
+        if (s->q_n == KB_HTTP_LIVE_MAX_EVENTS || s->q_bytes + sz > KB_HTTP_LIVE_MAX_BYTES) {
+            s->overflow = true;
+        } else {
+            s->q[(s->q_head + s->q_n++) % KB_HTTP_LIVE_MAX_EVENTS] = kb_event_ref(ev);
+            s->q_bytes += sz;
+        }
+        pthread_cond_signal(&s->cond);
+    }
+    pthread_mutex_unlock(&s->mtx);
+}
+
+static bool kb_http_peer_gone(int fd) {
+    if (fd < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static kb_fill_t kb_http_replay_fill(kb_http_stream_t *s) {
+    while (s->next < s->items.n)
+        if (kb_http_watch_line(s, s->items.ev[s->next++]))
+            return KB_FILL_OK;
+    if (!s->subscribed)
+        return KB_FILL_END;
+    for (;;) {
+        if (atomic_load(&s->h->stopping))
+            return KB_FILL_END;
+        pthread_mutex_lock(&s->mtx);
+        if (!s->q_n && !s->overflow) {
+            struct timespec dl = kb_deadline_mono(KB_HTTP_WAIT_MS);
+            pthread_cond_timedwait(&s->cond, &s->mtx, &dl);
+        }
+        kb_event_t *ev = NULL;
+        if (s->q_n) {
+            ev = s->q[s->q_head];
+            s->q_head = (s->q_head + 1) % KB_HTTP_LIVE_MAX_EVENTS;
+            s->q_n--;
+            s->q_bytes -= kb_event_size(ev);
+        }
+        bool overflow = s->overflow;
+        pthread_mutex_unlock(&s->mtx);
+        if (ev) {
+            bool sent = ev->seq > s->last_seq && kb_http_watch_line(s, ev);
+            kb_event_unref(ev);
+            if (sent)
+                return KB_FILL_OK;
+            continue;
+        }
+        if (overflow) {
+            KB_WARN("http", "replay watch of %s: the client reads slower than changes arrive (more than %d queued); "
+                    "ending the stream", kb_informer_conf(s->inf)->name, KB_HTTP_LIVE_MAX_EVENTS);
+            return KB_FILL_ERR;
+        }
+        if (kb_http_peer_gone(s->fd))
+            return KB_FILL_ERR;
+        if (kb_now_mono_ns() / KB_NS_PER_MS - s->last_write_ms >= KB_HTTP_BOOKMARK_MS) {
+            kb_http_bookmark(s);
+            return KB_FILL_OK;
+        }
+    }
+}
+
+static void kb_http_collect(void *opaque, kb_event_t *ev) {
+    kb_http_stream_t *s = opaque;
+    if (ev->seq > s->last_seq)
+        s->last_seq = ev->seq;
+    kb_event_list_push(&s->items, ev);
+}
+
+static bool kb_http_bool_arg(const char *v, bool *out) {
+    if (!v || !*v || !strcmp(v, "false") || !strcmp(v, "0")) {
+        *out = false;
+        return true;
+    }
+    *out = !strcmp(v, "true") || !strcmp(v, "1");
+    return *out;
+}
+
+static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
+    const char *rv_text = kb_http_arg(c, "resourceVersion");
+    bool watch = false;
+    if (!rv_text || !*rv_text || strlen(rv_text) > 20 || strspn(rv_text, "0123456789") != strlen(rv_text))
+        return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest",
+                              "resourceVersion must be a decimal resourceVersion (of a snapshot or an event)");
+    if (!kb_http_bool_arg(kb_http_arg(c, "watch"), &watch))
+        return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "watch must be true or false");
+    uint64_t rv = strtoull(rv_text, NULL, 10);
+    kb_http_stream_t *s = kb_http_stream_new(h, inf, kb_http_replay_fill);
+    s->inf = inf;
+    snprintf(s->rv, sizeof(s->rv), "%s", rv_text);
+    s->last_write_ms = kb_now_mono_ns() / KB_NS_PER_MS;
+    if (watch) {
+        s->q = kb_calloc(KB_HTTP_LIVE_MAX_EVENTS, sizeof(*s->q));
+        pthread_mutex_init(&s->mtx, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        s->fd = ci ? ci->connect_fd : -1;
+        /* Subscribe before reading the journal: nothing falls in between. */
+        s->subscribed = kb_informer_subscribe(inf, kb_http_live, s);
+        if (!s->subscribed) {
+            kb_http_stream_free(s);
+            return kb_http_status(c, MHD_HTTP_SERVICE_UNAVAILABLE, "ServiceUnavailable",
+                                  "too many live replays of informer \"%s\"", kb_informer_conf(inf)->name);
+        }
+    }
+    kb_err_t e = kb_informer_replay(inf, rv, kb_http_collect, s);
+    if (e == KB_OK)
+        return kb_http_stream_send(c, s);
+    kb_http_stream_free(s);
+    const char *name = kb_informer_conf(inf)->name;
+    if (e == KB_ERR_GONE)
+        return kb_http_status(c, MHD_HTTP_GONE, "Expired",
+                              "too old resource version: %s is older than the journal of informer \"%s\"; "
+                              "take a snapshot and replay from its resourceVersion",
+                              rv_text, name);
+    if (e == KB_ERR_UNSUPPORTED)
+        return kb_http_status(c, MHD_HTTP_NOT_IMPLEMENTED, "NotImplemented",
+                              "replay needs state_dir (the journal lives there); this kbridge keeps no state");
+    return kb_http_status(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "InternalError", "reading the journal of \"%s\": %s",
+                          name, kb_err_str(e));
+}
+
+/* ---- status endpoints ---------------------------------------------------- */
+
+static enum MHD_Result kb_http_healthz(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
+    KB_UNUSED(h);
+    KB_UNUSED(inf);
+    return kb_http_text(c, MHD_HTTP_OK, "ok\n");
+}
+
+static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
+    KB_UNUSED(inf);
+    kb_buf_t body = KB_BUF_INIT;
+    for (size_t i = 0; i < kb_bridge_informer_count(h->b); i++) {
+        kb_informer_t *x = kb_bridge_informer(h->b, i);
+        if (kb_informer_synced(x))
+            continue;
+        kb_informer_stats_t st;
+        kb_informer_stats(x, &st);
+        kb_buf_appendf(&body, "informer %s: not synced (first list not finished)%s%s\n", kb_informer_conf(x)->name,
+                       st.last_error[0] ? "; last error: " : "", st.last_error);
+    }
+    const kb_config_t *cfg = kb_bridge_config(h->b);
+    for (size_t i = 0; i < cfg->n_sinks; i++) {
+        kb_sink_t *sink = kb_bridge_sink(h->b, i);
+        kb_sink_stats_t st = {0};
+        if (sink)
+            sink->ops->stats(sink->state, &st);
+        if (!st.connected)
+            kb_buf_appendf(&body, "sink %s: not connected to its destination\n", cfg->sinks[i].name);
+    }
+    if (body.len)
+        return kb_http_send(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", &body);
+    kb_buf_fini(&body);
+    return kb_http_text(c, MHD_HTTP_OK, "ok\n");
+}
+
+static enum MHD_Result kb_http_metrics(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
+    KB_UNUSED(inf);
+    kb_buf_t body = KB_BUF_INIT;
+    kb_http__metrics(h->b, h->start_real_ns, &body);
+    return kb_http_send(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", &body);
+}
+
+static void kb_http_json_field(kb_buf_t *o, const char *name, const char *v) {
+    kb_buf_appendf(o, ",\"%s\":", name);
+    kb_buf_append_json_str(o, v, strlen(v));
+}
+
+static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *unused) {
+    KB_UNUSED(unused);
+    kb_buf_t o = KB_BUF_INIT;
+    kb_buf_append_str(&o, "{\"informers\":[");
+    for (size_t i = 0; i < kb_bridge_informer_count(h->b); i++) {
+        kb_informer_t *inf = kb_bridge_informer(h->b, i);
+        kb_resource_t *res = kb_informer_resource(inf);
+        kb_informer_stats_t st;
+        kb_pipeline_stats_t ps;
+        kb_informer_stats(inf, &st);
+        kb_bridge_pipeline_stats(h->b, i, &ps);
+        kb_buf_append_str(&o, i ? ",{\"name\":" : "{\"name\":");
+        kb_buf_append_json_str(&o, kb_informer_conf(inf)->name, strlen(kb_informer_conf(inf)->name));
+        kb_http_json_field(&o, "group", res->group);
+        kb_http_json_field(&o, "version", res->version);
+        kb_http_json_field(&o, "resource", res->resource);
+        kb_http_json_field(&o, "kind", kb_resource_kind(res));
+        kb_buf_appendf(&o, ",\"synced\":%s,\"objects\":%zu,\"cacheBytes\":%zu", st.synced ? "true" : "false",
+                       st.objects, st.cache_bytes);
+        kb_http_json_field(&o, "resourceVersion", st.last_rv);
+        kb_buf_appendf(&o,
+                       ",\"pendingDeltas\":%zu,\"pendingBytes\":%zu,\"inflight\":%lld,\"lists\":%llu,"
+                       "\"relists\":%llu,\"watchEvents\":%llu,\"seq\":%llu",
+                       st.pending_deltas, st.pending_bytes, (long long)ps.inflight, (unsigned long long)st.lists,
+                       (unsigned long long)st.relists, (unsigned long long)st.watch_events,
+                       (unsigned long long)st.seq);
+        kb_buf_appendf(&o, ",\"checkpoint\":{\"persistent\":%s,\"seq\":%llu", st.persistent ? "true" : "false",
+                       (unsigned long long)st.ack_seq);
+        kb_http_json_field(&o, "resourceVersion", st.checkpoint_rv);
+        kb_buf_append_char(&o, '}');
+        kb_http_json_field(&o, "lastError", st.last_error);
+        kb_buf_append_char(&o, '}');
+    }
+    kb_buf_append_str(&o, "]}\n");
+    return kb_http_send(c, MHD_HTTP_OK, "application/json", &o);
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+typedef struct kb_http_endpoint {
+    const char *method;
+    const char *path;   /* exact, or the prefix before {informer} */
+    bool named;         /* path + informer name */
+    bool open;          /* no token needed: probes cannot send one */
+    enum MHD_Result (*fn)(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf);
+} kb_http_endpoint_t;
+
+static const kb_http_endpoint_t kb_http_endpoints[] = {
+    {"GET", "/healthz", false, true, kb_http_healthz},
+    {"GET", "/readyz", false, true, kb_http_readyz},
+    {"GET", "/metrics", false, false, kb_http_metrics},
+    {"GET", "/v1/informers", false, false, kb_http_informers},
+    {"GET", "/v1/snapshot/", true, false, kb_http_get_snapshot},
+    {"POST", "/v1/snapshot/", true, false, kb_http_post_snapshot},
+    {"GET", "/v1/replay/", true, false, kb_http_get_replay},
+};
+
+static bool kb_http_path_is(const kb_http_endpoint_t *ep, const char *url) {
+    if (!ep->named)
+        return !strcmp(url, ep->path);
+    size_t n = strlen(ep->path);
+    return !strncmp(url, ep->path, n);
+}
+
+static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, const char *url, const char *method) {
+    const kb_http_endpoint_t *ep = NULL;
+    bool path_known = false;
+    for (size_t i = 0; i < KB_ARRAY_LEN(kb_http_endpoints) && !ep; i++) {
+        if (!kb_http_path_is(&kb_http_endpoints[i], url))
+            continue;
+        path_known = true;
+        if (!strcmp(method, kb_http_endpoints[i].method))
+            ep = &kb_http_endpoints[i];
+    }
+    if (!ep && path_known)
+        return kb_http_status(c, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", "%.16s is not allowed on %.300s",
+                              method, url);
+    if (!ep && !kb_http_authorized(h, c))
+        return kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized", "a valid bearer token is required");
+    if (!ep)
+        return kb_http_status(c, MHD_HTTP_NOT_FOUND, "NotFound", "no endpoint %.300s (see docs/http.md)", url);
+    if (!ep->open && !kb_http_authorized(h, c))
+        return kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized", "a valid bearer token is required");
+    kb_informer_t *inf = NULL;
+    if (ep->named) {
+        const char *name = url + strlen(ep->path);
+        if (!*name || strchr(name, '/'))
+            return kb_http_status(c, MHD_HTTP_NOT_FOUND, "NotFound", "%.300s: expected %s{informer}", url, ep->path);
+        inf = kb_bridge_find_informer(h->b, name);
+        if (!inf)
+            return kb_http_status(c, MHD_HTTP_NOT_FOUND, "NotFound", "informer \"%.200s\" not found", name);
+    }
+    return ep->fn(h, c, inf);
+}
+
+static enum MHD_Result kb_http_handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                      const char *version, const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls) {
+    static int started;
+    KB_UNUSED(version);
+    KB_UNUSED(upload_data);
+    if (!*con_cls) {
+        /* First call: headers only. Answer once the body (ignored) is read. */
+        *con_cls = &started;
+        kb_thread_set_name("kb:http");
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return kb_http_dispatch(cls, c, url, method);
+}
+
+static void kb_http_log(void *cls, const char *fmt, va_list ap) {
+    KB_UNUSED(cls);
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n')
+        line[--n] = '\0';
+    KB_WARN("http", "libmicrohttpd: %s", line);
+}
+
+/* ---- start / stop -------------------------------------------------------- */
+
+static kb_err_t kb_http_resolve(const char *listen, struct sockaddr_storage *ss, socklen_t *len, char *errstr,
+                                size_t errstr_size) {
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || !colon[1]) {
+        snprintf(errstr, errstr_size, "http.listen: \"%s\": expected host:port", listen);
+        return KB_ERR_CONFIG;
+    }
+    char host[256];
+    size_t hn = (size_t)(colon - listen);
+    if (listen[0] == '[' && hn >= 2 && listen[hn - 1] == ']') {
+        listen++;
+        hn -= 2;
+    }
+    if (hn >= sizeof(host)) {
+        snprintf(errstr, errstr_size, "http.listen: host too long");
+        return KB_ERR_CONFIG;
+    }
+    memcpy(host, listen, hn);
+    host[hn] = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int rc = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (rc != 0 || !ai) {
+        snprintf(errstr, errstr_size, "http.listen: \"%s\": %s", listen, gai_strerror(rc));
+        return KB_ERR_CONFIG;
+    }
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return KB_OK;
+}
+
+kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t errstr_size) {
+    const kb_config_t *cfg = kb_bridge_config(b);
+    *out = NULL;
+    if (!cfg->http_listen || !*cfg->http_listen)
+        return KB_OK;
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+    kb_err_t err = kb_http_resolve(cfg->http_listen, &ss, &sslen, errstr, errstr_size);
+    if (err != KB_OK)
+        return err;
+    kb_http_t *h = kb_calloc(1, sizeof(*h));
+    h->b = b;
+    h->start_real_ns = kb_now_real_ns();
+    atomic_init(&h->stopping, false);
+    if (cfg->http_token_file && *cfg->http_token_file) {
+        err = kb_http_read_token(h, cfg->http_token_file, errstr, errstr_size);
+        if (err != KB_OK)
+            goto fail;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER, kb_http_log, NULL,
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)KB_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                              KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);
+    if (!h->mhd) {
+        snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (in use, or not an address of this host)",
+                 cfg->http_listen);
+        err = KB_ERR_IO;
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : 0;
+    KB_INFO("http", "listening on %.*s:%d%s", (int)(strrchr(cfg->http_listen, ':') - cfg->http_listen),
+            cfg->http_listen, h->port, h->token ? " (bearer token required)" : "");
+    *out = h;
+    return KB_OK;
+fail:
+    free(h->token);
+    free(h);
+    return err;
+}
+
+int kb_http_port(const kb_http_t *http) {
+    return http ? http->port : 0;
+}
+
+void kb_http_stop(kb_http_t *http) {
+    if (!http)
+        return;
+    atomic_store(&http->stopping, true);
+    MHD_stop_daemon(http->mhd);
+    free(http->token);
+    free(http);
+}

@@ -1,0 +1,254 @@
+/* bridge/metrics.c — /metrics: the bridge's counters as Prometheus text.
+ *
+ * DESIGN. Nothing is kept here: every scrape reads the informers' and sinks'
+ * own counters (kb_informer_stats, the sink's stats op, the bridge's
+ * histograms) once into a small array, then writes one family after the
+ * other — the text format wants every sample of a family together. The
+ * plain per-informer numbers come from one table (name, type, help, where
+ * the value sits), so adding a metric is adding a row. Labels: informer="…"
+ * on everything an informer owns, sink="…" on what a sink owns; the replica
+ * shard of a sharded deployment is a label of kbridge_info (one process is
+ * one shard).
+ */
+#include "bridge/http_int.h"
+
+#include "common/alloc.h"
+#include "common/event.h"
+#include "common/histogram.h"
+#include "common/time.h"
+#include "informer/informer.h"
+#include "sinks/sink.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What one scrape knows about one informer. */
+typedef struct kb_m_inf {
+    const char *name;
+    kb_informer_stats_t st;
+    kb_pipeline_stats_t ps;
+    double lag_seconds; /* checkpoint lag, see kb_m_lag */
+} kb_m_inf_t;
+
+typedef enum { KB_MV_U64, KB_MV_SIZE, KB_MV_I64, KB_MV_BOOL, KB_MV_DOUBLE } kb_mv_kind_t;
+
+typedef struct kb_m_row {
+    const char *name, *type, *help;
+    size_t off;        /* into kb_m_inf_t */
+    kb_mv_kind_t kind;
+} kb_m_row_t;
+
+#define KB_M(field) offsetof(kb_m_inf_t, field)
+
+static const kb_m_row_t kb_m_informer_rows[] = {
+    {"kbridge_informer_objects", "gauge", "Objects in the informer's cache.", KB_M(st.objects), KB_MV_SIZE},
+    {"kbridge_informer_synced", "gauge", "1 once every reflector of the informer finished its first list.",
+     KB_M(st.synced), KB_MV_BOOL},
+    {"kbridge_informer_pending_deltas", "gauge", "Changes queued in the informer's shards, not yet handed to sinks.",
+     KB_M(st.pending_deltas), KB_MV_SIZE},
+    {"kbridge_informer_pending_bytes", "gauge", "Bytes of the queued changes.", KB_M(st.pending_bytes), KB_MV_SIZE},
+    {"kbridge_informer_relists_total", "counter", "Lists after the first one (410 Gone, expired continue, errors).",
+     KB_M(st.relists), KB_MV_U64},
+    {"kbridge_informer_lists_total", "counter", "Completed lists.", KB_M(st.lists), KB_MV_U64},
+    {"kbridge_informer_watches_total", "counter", "Watch requests opened.", KB_M(st.watches), KB_MV_U64},
+    {"kbridge_watch_frames_total", "counter", "Watch frames received (every type, bookmarks included).",
+     KB_M(st.watch_events), KB_MV_U64},
+    {"kbridge_watch_bookmarks_total", "counter", "BOOKMARK frames received.", KB_M(st.bookmarks), KB_MV_U64},
+    {"kbridge_watch_gated_total", "counter", "Watch events dropped as not newer than the cached object.",
+     KB_M(st.gated), KB_MV_U64},
+    {"kbridge_rv_regressions_total", "counter", "Lists whose resourceVersion was below the previous resume point.",
+     KB_M(st.rv_regressions), KB_MV_U64},
+    {"kbridge_cache_bytes", "gauge", "Memory held by the informer's cache.", KB_M(st.cache_bytes), KB_MV_SIZE},
+    {"kbridge_informer_seq", "gauge", "Sequence number of the newest change accepted.", KB_M(st.seq), KB_MV_U64},
+    {"kbridge_checkpoint_seq", "gauge", "Every change up to this sequence number is acknowledged by every sink.",
+     KB_M(st.ack_seq), KB_MV_U64},
+    {"kbridge_checkpoint_lag_seconds", "gauge",
+     "While changes wait for acknowledgement: seconds since the newest acknowledgement; 0 when nothing waits.",
+     KB_M(lag_seconds), KB_MV_DOUBLE},
+    {"kbridge_events_routed_total", "counter", "Changes that matched at least one route.", KB_M(ps.routed),
+     KB_MV_U64},
+    {"kbridge_events_unrouted_total", "counter", "Changes that matched no route.", KB_M(ps.unrouted), KB_MV_U64},
+    {"kbridge_events_delivered_total", "counter", "Changes acknowledged by every sink they were routed to.",
+     KB_M(ps.delivered), KB_MV_U64},
+    {"kbridge_events_failed_total", "counter", "Changes a sink gave up on.", KB_M(ps.failed), KB_MV_U64},
+    {"kbridge_events_inflight", "gauge", "Changes handed to sinks and not yet acknowledged.", KB_M(ps.inflight),
+     KB_MV_I64},
+};
+
+/* A label value with the text format's escapes (backslash, quote, newline). */
+static void kb_m_label(kb_buf_t *o, const char *name, const char *v) {
+    kb_buf_appendf(o, "%s=\"", name);
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            kb_buf_append_char(o, '\\');
+        if (*v == '\n')
+            kb_buf_append_str(o, "\\n");
+        else
+            kb_buf_append_char(o, *v);
+    }
+    kb_buf_append_char(o, '"');
+}
+
+static void kb_m_head(kb_buf_t *o, const char *name, const char *type, const char *help) {
+    kb_buf_appendf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void kb_m_value(kb_buf_t *o, const kb_m_inf_t *x, const kb_m_row_t *row) {
+    const char *p = (const char *)x + row->off;
+    switch (row->kind) {
+    case KB_MV_U64: { uint64_t v; memcpy(&v, p, sizeof(v)); kb_buf_appendf(o, "%llu", (unsigned long long)v); break; }
+    case KB_MV_SIZE: { size_t v; memcpy(&v, p, sizeof(v)); kb_buf_appendf(o, "%zu", v); break; }
+    case KB_MV_I64: { int64_t v; memcpy(&v, p, sizeof(v)); kb_buf_appendf(o, "%lld", (long long)v); break; }
+    case KB_MV_BOOL: { bool v; memcpy(&v, p, sizeof(v)); kb_buf_append_char(o, v ? '1' : '0'); break; }
+    case KB_MV_DOUBLE: { double v; memcpy(&v, p, sizeof(v)); kb_buf_appendf(o, "%.6f", v); break; }
+    }
+    kb_buf_append_char(o, '\n');
+}
+
+/* One histogram series: labels is the pre-rendered label list without braces. */
+static void kb_m_histogram(kb_buf_t *o, const char *name, const char *labels, const kb_histogram_t *h) {
+    kb_histogram_snap_t s;
+    kb_histogram_read(h, &s);
+    for (int i = 0; i < KB_HIST_BUCKETS; i++)
+        kb_buf_appendf(o, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, kb_histogram_bounds[i],
+                       (unsigned long long)s.cumulative[i]);
+    unsigned long long total = (unsigned long long)s.cumulative[KB_HIST_BUCKETS];
+    kb_buf_appendf(o, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, total);
+    kb_buf_appendf(o, "%s_sum{%s} %.9f\n%s_count{%s} %llu\n", name, labels, s.sum_seconds, name, labels, total);
+}
+
+/* Seconds since the newest acknowledgement while something waits for one
+ * (since serving started when nothing was ever acknowledged); 0 otherwise. */
+static double kb_m_lag(const kb_informer_stats_t *st, int64_t now_ns, int64_t since_ns) {
+    if (st->seq <= st->ack_seq)
+        return 0;
+    int64_t from = st->ack_time_ns ? st->ack_time_ns : since_ns;
+    return now_ns > from ? (double)(now_ns - from) / 1e9 : 0;
+}
+
+static void kb_m_informers(kb_buf_t *o, kb_bridge_t *b, const kb_m_inf_t *infs, size_t n) {
+    kb_buf_t lab = KB_BUF_INIT;
+    for (size_t r = 0; r < KB_ARRAY_LEN(kb_m_informer_rows); r++) {
+        const kb_m_row_t *row = &kb_m_informer_rows[r];
+        kb_m_head(o, row->name, row->type, row->help);
+        for (size_t i = 0; i < n; i++) {
+            kb_buf_appendf(o, "%s{", row->name);
+            kb_m_label(o, "informer", infs[i].name);
+            kb_buf_append_str(o, "} ");
+            kb_m_value(o, &infs[i], row);
+        }
+    }
+    kb_m_head(o, "kbridge_watch_events_total", "counter", "Changes the informer queued, by event type.");
+    for (size_t i = 0; i < n; i++)
+        for (int t = 0; t < KB_EV_TYPE_COUNT; t++) {
+            kb_buf_append_str(o, "kbridge_watch_events_total{");
+            kb_m_label(o, "informer", infs[i].name);
+            kb_buf_appendf(o, ",type=\"%s\"} %llu\n", kb_event_type_name((kb_event_type_t)t),
+                           (unsigned long long)infs[i].st.events[t]);
+        }
+    kb_m_head(o, "kbridge_watch_errors_total", "counter", "Lists and watches that ended badly, by reason.");
+    for (size_t i = 0; i < n; i++)
+        for (int e = 0; e < KB_WATCH_ERR_COUNT; e++) {
+            kb_buf_append_str(o, "kbridge_watch_errors_total{");
+            kb_m_label(o, "informer", infs[i].name);
+            kb_buf_append_char(o, ',');
+            kb_m_label(o, "reason", kb_watch_err_name((kb_watch_err_t)e));
+            kb_buf_appendf(o, "} %llu\n", (unsigned long long)infs[i].st.errors[e]);
+        }
+    kb_m_head(o, "kbridge_handle_duration_seconds", "histogram",
+              "Time a shard worker spends on one change (routing and handing it to the sinks), by event type.");
+    for (size_t i = 0; i < n; i++)
+        for (int t = 0; t < KB_EV_TYPE_COUNT; t++) {
+            const kb_histogram_t *h = kb_bridge_handle_histogram(b, i, t);
+            if (!h)
+                continue;
+            kb_buf_reset(&lab);
+            kb_m_label(&lab, "informer", infs[i].name);
+            kb_buf_appendf(&lab, ",type=\"%s\"", kb_event_type_name((kb_event_type_t)t));
+            kb_m_histogram(o, "kbridge_handle_duration_seconds", lab.data, h);
+        }
+    kb_buf_fini(&lab);
+}
+
+static void kb_m_sinks(kb_buf_t *o, kb_bridge_t *b, const kb_config_t *cfg) {
+    size_t n = cfg->n_sinks;
+    kb_sink_stats_t *st = kb_calloc(n ? n : 1, sizeof(*st));
+    for (size_t i = 0; i < n; i++) {
+        kb_sink_t *sink = kb_bridge_sink(b, i);
+        if (sink)
+            sink->ops->stats(sink->state, &st[i]);
+    }
+    kb_m_head(o, "kbridge_sink_messages_total", "counter",
+              "Messages the sink finished with, by result (acked: the destination confirmed; failed: given up).");
+    for (size_t i = 0; i < n; i++) {
+        kb_buf_append_str(o, "kbridge_sink_messages_total{");
+        kb_m_label(o, "sink", cfg->sinks[i].name);
+        kb_buf_appendf(o, ",result=\"acked\"} %llu\n", (unsigned long long)st[i].acked);
+        kb_buf_append_str(o, "kbridge_sink_messages_total{");
+        kb_m_label(o, "sink", cfg->sinks[i].name);
+        kb_buf_appendf(o, ",result=\"failed\"} %llu\n", (unsigned long long)st[i].failed);
+    }
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+        bool is_bool;
+    } rows[] = {
+        {"kbridge_sink_produced_total", "counter", "Messages the sink accepted.", offsetof(kb_sink_stats_t, produced),
+         false},
+        {"kbridge_sink_retries_total", "counter", "Re-sends after a transient failure.",
+         offsetof(kb_sink_stats_t, retries), false},
+        {"kbridge_sink_queue_bytes", "gauge", "Bytes waiting inside the sink for acknowledgement.",
+         offsetof(kb_sink_stats_t, queue_bytes), false},
+        {"kbridge_sink_connected", "gauge", "1 while the sink is connected to its destination.",
+         offsetof(kb_sink_stats_t, connected), true},
+    };
+    for (size_t r = 0; r < KB_ARRAY_LEN(rows); r++) {
+        kb_m_head(o, rows[r].name, rows[r].type, rows[r].help);
+        for (size_t i = 0; i < n; i++) {
+            const char *p = (const char *)&st[i] + rows[r].off;
+            uint64_t v = 0;
+            if (rows[r].is_bool)
+                v = *(const bool *)p;
+            else
+                memcpy(&v, p, sizeof(v));
+            kb_buf_appendf(o, "%s{", rows[r].name);
+            kb_m_label(o, "sink", cfg->sinks[i].name);
+            kb_buf_appendf(o, "} %llu\n", (unsigned long long)v);
+        }
+    }
+    kb_m_head(o, "kbridge_sink_delivery_seconds", "histogram",
+              "From reading a change off the watch to the sink's acknowledgement.");
+    kb_buf_t lab = KB_BUF_INIT;
+    for (size_t i = 0; i < n; i++) {
+        const kb_histogram_t *h = kb_bridge_delivery_histogram(b, i);
+        if (!h)
+            continue;
+        kb_buf_reset(&lab);
+        kb_m_label(&lab, "sink", cfg->sinks[i].name);
+        kb_m_histogram(o, "kbridge_sink_delivery_seconds", lab.data, h);
+    }
+    kb_buf_fini(&lab);
+    free(st);
+}
+
+void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
+    const kb_config_t *cfg = kb_bridge_config(b);
+    size_t n = kb_bridge_informer_count(b);
+    kb_m_inf_t *infs = kb_calloc(n ? n : 1, sizeof(*infs));
+    int64_t now = kb_now_real_ns();
+    for (size_t i = 0; i < n; i++) {
+        kb_informer_t *inf = kb_bridge_informer(b, i);
+        infs[i].name = kb_informer_conf(inf)->name;
+        kb_informer_stats(inf, &infs[i].st);
+        kb_bridge_pipeline_stats(b, i, &infs[i].ps);
+        infs[i].lag_seconds = kb_m_lag(&infs[i].st, now, since_real_ns);
+    }
+    kb_m_head(out, "kbridge_info", "gauge", "Always 1; labels: version, cluster, replica shard (index/replicas).");
+    kb_buf_append_str(out, "kbridge_info{version=\"" KB_VERSION "\",");
+    kb_m_label(out, "cluster", cfg->cluster.name ? cfg->cluster.name : "");
+    kb_buf_appendf(out, ",shard=\"%d/%d\"} 1\n", cfg->sharding_index, cfg->sharding_replicas);
+    kb_m_informers(out, b, infs, n);
+    kb_m_sinks(out, b, cfg);
+    free(infs);
+}
