@@ -9,6 +9,7 @@
  * mask and only this thread ever sees SIGTERM/SIGINT/SIGHUP: no handlers.
  */
 #include "bridge/bridge.h"
+#include "bridge/http.h"
 
 #include "common/log.h"
 #include "config/config.h"
@@ -58,6 +59,13 @@ static int kb_run(const kb_config_t *cfg, const sigset_t *sigs) {
     KB_INFO("main", "kbridge %s starting: cluster=%s server=%s informers=%zu sinks=%zu routes=%zu", KB_VERSION,
             cfg->cluster.name, cfg->cluster.server, cfg->n_informers, cfg->n_sinks, cfg->n_routes);
     kb_bridge_start(b);
+    kb_http_t *http = NULL;
+    if (kb_http_start(b, &http, errstr, sizeof(errstr)) != KB_OK) {
+        KB_ERROR("main", "%s", errstr);
+        kb_bridge_stop(b, 0);
+        kb_bridge_destroy(b);
+        return KB_EXIT_RUNTIME;
+    }
     for (;;) {
         siginfo_t si;
         int sig = sigwaitinfo(sigs, &si);
@@ -75,6 +83,7 @@ static int kb_run(const kb_config_t *cfg, const sigset_t *sigs) {
                 cfg->shutdown_timeout);
         break;
     }
+    kb_http_stop(http);
     kb_err_t err = kb_bridge_stop(b, cfg->shutdown_timeout * 1000);
     kb_bridge_log_stats(b);
     kb_bridge_destroy(b);
