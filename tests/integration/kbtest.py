@@ -144,7 +144,7 @@ class Bridge:
     """A kbridge process with a generated config writing to a JSON Lines file."""
 
     def __init__(self, sim, informers=None, routes=None, extra="", out=None, workdir=None, sinks=None,
-                 cluster_name="test", start=True):
+                 cluster_name="test", start=True, http=None):
         self.dir = workdir or tempfile.mkdtemp(prefix="kbtest-")
         self.out = out or os.path.join(self.dir, "out.jsonl")
         self.log = os.path.join(self.dir, "kbridge.log")
@@ -158,7 +158,8 @@ class Bridge:
         with open(self.config, "w") as f:
             f.write('cluster = { name = "%s"; server = "%s"; };\n' % (cluster_name, sim.url if sim else
                                                                      "http://127.0.0.1:1"))
-            f.write('http = { listen = ""; };\nshutdown_timeout = 20;\nlog = { level = "debug"; };\n')
+            # http: the body of the http group (default: the API off), e.g. 'listen = "127.0.0.1:0";'.
+            f.write('http = { %s };\nshutdown_timeout = 20;\nlog = { level = "debug"; };\n' % (http or 'listen = "";'))
             f.write(extra + "\n")
             f.write("informers = (\n  %s\n);\n" % ",\n  ".join(informers))
             f.write("sinks = (\n  %s\n);\n" % ",\n  ".join(sinks))
@@ -235,6 +236,15 @@ class Bridge:
                           % (missing, extra, [(k, want[k], got[k]) for k in diff], len(want), len(got),
                              self.logtext()[-3000:], self.stacks()))
 
+    def http_url(self, timeout=30):
+        """http://127.0.0.1:PORT of the HTTP API (started with http='listen = "127.0.0.1:0";'), from its log line."""
+        def port():
+            for l in self.logtext().splitlines():
+                if "http: listening on " in l:
+                    return l.split("http: listening on ", 1)[1].split()[0].rsplit(":", 1)[1]
+            return None
+        return "http://127.0.0.1:%s" % wait_for(port, timeout, 0.05, "the HTTP API to listen")
+
     def stacks(self):
         """Every thread's stack of a running bridge (gdb), to see where it waits."""
         if not self.alive() or not shutil.which("gdb"):
@@ -242,6 +252,18 @@ class Bridge:
         p = subprocess.run(["gdb", "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt"],
                            capture_output=True, text=True, timeout=60)
         return "\n--- threads ---\n" + "\n".join(l for l in p.stdout.splitlines() if l.startswith(("#", "Thread")))
+
+
+def http_request(url, method="GET", token=None, body=None, timeout=30):
+    """(status, headers, body bytes) of one request; HTTP errors are answers, not exceptions."""
+    req = urllib.request.Request(url, data=body, method=method)
+    if token is not None:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
 
 
 def _name_of(informer_text):
