@@ -6,16 +6,27 @@
  * a time, routes each event and hands it to the sinks in order; a key lives
  * in exactly one shard, so per-key order is fixed here and kept by each sink
  * (one key → one partition / topic). Workers never wait for acks: the sinks
- * acknowledge asynchronously and the ack callback only counts. When a sink's
- * buffer is full, produce() blocks (with a timeout, retried), the worker
- * stops popping, the FIFO fills, and the reflector stops reading its socket:
- * backpressure all the way to the API server, no unbounded buffer anywhere.
+ * acknowledge asynchronously; when every message of an event is acknowledged
+ * the informer is told (kb_informer_done), which moves the checkpoint. When a
+ * sink's buffer is full, produce() blocks (with a timeout, retried), the
+ * worker stops popping, the FIFO fills, and the reflector stops reading its
+ * socket: backpressure all the way to the API server.
+ *
+ * Hot reload (SIGHUP): the new config is validated and every new sink and
+ * informer is built before anything changes; an informer or sink whose
+ * definition did not change keeps running (no relist); routes are rebuilt for
+ * all informers and swapped in under each pipeline's route lock (workers hold
+ * it while they hand one popped batch to the sinks); removed informers are
+ * drained and stopped, removed sinks flushed and closed. Objects that were
+ * replaced stay allocated until the bridge is destroyed ("retired"), so a
+ * pointer an HTTP request holds under kb_bridge_rdlock never dangles.
  *
  * Shutdown: stop the informers (reflectors joined, FIFOs closed), let the
  * workers drain the FIFOs into the sinks until the deadline, flush the sinks
- * with what time remains. Anything still undelivered at the deadline was
- * never acknowledged, so it is not lost for a bridge with a checkpoint: it
- * is read again on the next start.
+ * with what time remains, write the checkpoints. Anything undelivered at the
+ * deadline was never acknowledged: with state_dir it is delivered next time.
+ *
+ * Lock order: b->lock → p->route_lock → (informer and sink locks).
  */
 #include "bridge/bridge.h"
 
@@ -37,6 +48,14 @@
 
 typedef struct kb_pipeline kb_pipeline_t;
 
+/* A running sink and what the bridge counts for it. */
+typedef struct kb_bsink {
+    kb_sink_t *sink;               /* NULL once retired and closed */
+    const kb_config_sink_t *conf;  /* from the config that created it */
+    kb_histogram_t delivery;       /* watch read → acknowledgement */
+    _Atomic uint64_t acked, failed;
+} kb_bsink_t;
+
 typedef struct kb_worker {
     kb_pipeline_t *p;
     size_t shard;
@@ -48,9 +67,12 @@ typedef struct kb_worker {
 struct kb_pipeline {
     struct kb_bridge *bridge;
     kb_informer_t *inf;
-    kb_router_t *router;
+    pthread_rwlock_t route_lock; /* workers: read, per popped batch; reload: write */
+    kb_router_t *router;         /* route_lock */
+    kb_bsink_t **bsinks;         /* route_lock; parallel to the sinks of the router's config */
     kb_worker_t *workers;        /* one per shard */
     size_t n_workers;
+    bool started;
     _Atomic uint64_t delivered;  /* acks with KB_OK */
     _Atomic uint64_t failed;     /* produce errors and failed acks */
     _Atomic uint64_t routed;     /* messages handed to sinks */
@@ -60,15 +82,27 @@ struct kb_pipeline {
 };
 
 struct kb_bridge {
-    const kb_config_t *cfg;
+    pthread_rwlock_t lock;       /* cfg, sinks, pipes: readers (HTTP), writer (reload) */
+    const kb_config_t *cfg;      /* the running config */
     kb_apiclient_t *api;
-    kb_sink_t **sinks;           /* parallel to cfg->sinks */
-    kb_pipeline_t *pipes;        /* parallel to cfg->informers */
+    kb_bsink_t **sinks;          /* parallel to cfg->sinks */
+    kb_pipeline_t **pipes;       /* parallel to cfg->informers */
     size_t n_pipes;
+    kb_pipeline_t **retired_pipes;
+    size_t n_retired_pipes;
+    kb_bsink_t **retired_sinks;
+    size_t n_retired_sinks;
+    kb_config_t **owned_cfgs;    /* configs taken over by reloads */
+    size_t n_owned_cfgs;
+    bool started;
     _Atomic bool hard_stop;      /* the drain deadline passed: stop delivering */
-    kb_histogram_t *delivery;    /* per sink: watch read → sink acknowledgement */
-    _Atomic uint64_t *sink_acked, *sink_failed; /* per sink, counted here for every sink type */
 };
+
+#define KB_PUSH(arr, n, item)                                        \
+    do {                                                             \
+        (arr) = kb_realloc((arr), ((n) + 1) * sizeof(*(arr)));       \
+        (arr)[(n)++] = (item);                                       \
+    } while (0)
 
 kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
     for (size_t i = 0; i < cfg->n_sinks; i++) {
@@ -96,8 +130,8 @@ typedef struct kb_delivery {
     kb_pipeline_t *p;
     uint64_t seq;
     int64_t read_mono_ns;  /* when the change came off the wire */
-    _Atomic int pending;  /* messages not yet acknowledged, +1 while routing */
-    _Atomic bool failed;  /* a sink gave up on one: the checkpoint must not pass it */
+    _Atomic int pending;   /* messages not yet acknowledged, +1 while routing */
+    _Atomic bool failed;   /* a sink gave up on one: the checkpoint must not pass it */
 } kb_delivery_t;
 
 static void kb_delivery_release(kb_delivery_t *d) {
@@ -111,22 +145,21 @@ static void kb_delivery_release(kb_delivery_t *d) {
 /* The per-message ack context: which sink, and the event's delivery. */
 typedef struct kb_msg_ack {
     kb_delivery_t *d;
-    size_t sink;           /* index into cfg->sinks */
+    kb_bsink_t *bs;
 } kb_msg_ack_t;
 
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_msg_ack_t *ma = opaque;
     kb_delivery_t *d = ma->d;
     kb_pipeline_t *p = d->p;
-    kb_bridge_t *b = p->bridge;
     if (err == KB_OK) {
         atomic_fetch_add(&p->delivered, 1);
-        atomic_fetch_add(&b->sink_acked[ma->sink], 1);
-        kb_histogram_observe_ns(&b->delivery[ma->sink], kb_now_mono_ns() - d->read_mono_ns);
+        atomic_fetch_add(&ma->bs->acked, 1);
+        kb_histogram_observe_ns(&ma->bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
     } else {
-        atomic_fetch_add(&b->sink_failed[ma->sink], 1);
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
+        atomic_fetch_add(&ma->bs->failed, 1);
         atomic_fetch_add(&p->failed, 1);
         atomic_store(&d->failed, true);
         if (kb_ratelimit_allow(&rl, 10000, &sup))
@@ -139,7 +172,8 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_delivery_release(d);
 }
 
-/* Hand one event to every route that takes it, in route order. */
+/* Hand one event to every route that takes it, in route order.
+ * Caller holds p->route_lock for reading. */
 static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key) {
     bool routed = false;
     kb_delivery_t *d = kb_malloc(sizeof(*d));
@@ -159,7 +193,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
         kb_route_render(route, ev, topic, key);
         kb_msg_ack_t *ma = kb_malloc(sizeof(*ma));
         ma->d = d;
-        ma->sink = route->sink_index;
+        ma->bs = p->bsinks[route->sink_index];
         kb_msg_t msg = {
             .ev = ev,
             .topic = topic->data, .topic_len = topic->len,
@@ -187,9 +221,9 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             }
             atomic_fetch_sub(&p->inflight, 1);
             atomic_fetch_add(&p->failed, 1);
+            atomic_fetch_add(&ma->bs->failed, 1);
             atomic_store(&d->failed, true);
             atomic_fetch_sub(&d->pending, 1);
-            atomic_fetch_add(&p->bridge->sink_failed[ma->sink], 1);
             free(ma);
             static kb_ratelimit_t rl2;
             if (kb_ratelimit_allow(&rl2, 10000, NULL))
@@ -215,8 +249,10 @@ static void *kb_worker_main(void *arg) {
     kb_deltas_t d;
     kb_deltas_init(&d);
     while (kb_deltafifo_pop(fifo, &d, -1) == KB_OK) {
+        pthread_rwlock_rdlock(&p->route_lock);
         for (size_t i = 0; i < d.n && !atomic_load(&p->bridge->hard_stop); i++)
             kb_deliver(p, d.ev[i], &topic, &key);
+        pthread_rwlock_unlock(&p->route_lock);
         kb_deltas_fini(&d);
         kb_deltas_init(&d);
     }
@@ -227,10 +263,120 @@ static void *kb_worker_main(void *arg) {
     return NULL;
 }
 
+/* ---- building blocks -------------------------------------------------- */
+
+static kb_bsink_t *kb_bsink_new(const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr,
+                                size_t errstr_size) {
+    kb_sink_t *sink = kb_sink_create(conf, cfg, errstr, errstr_size);
+    if (!sink)
+        return NULL;
+    kb_bsink_t *bs = kb_calloc(1, sizeof(*bs));
+    bs->sink = sink;
+    bs->conf = conf;
+    return bs;
+}
+
+/* Flush (up to timeout_ms) and close the sink; the counters stay. */
+static kb_err_t kb_bsink_close(kb_bsink_t *bs, int timeout_ms) {
+    if (!bs->sink)
+        return KB_OK;
+    kb_err_t err = kb_sink_stop(bs->sink, timeout_ms);
+    kb_sink_destroy(bs->sink);
+    bs->sink = NULL;
+    return err;
+}
+
+/* A pipeline for informer conf, not started. */
+static kb_pipeline_t *kb_pipeline_new(kb_bridge_t *b, const kb_config_t *cfg, const kb_config_informer_t *conf,
+                                      char *errstr, size_t errstr_size) {
+    kb_informer_t *inf = kb_informer_new(cfg, conf, b->api, errstr, errstr_size);
+    if (!inf)
+        return NULL;
+    kb_pipeline_t *p = kb_calloc(1, sizeof(*p));
+    p->bridge = b;
+    p->inf = inf;
+    pthread_rwlock_init(&p->route_lock, NULL);
+    p->n_workers = kb_informer_shards(inf);
+    p->workers = kb_calloc(p->n_workers, sizeof(*p->workers));
+    for (size_t s = 0; s < p->n_workers; s++) {
+        p->workers[s].p = p;
+        p->workers[s].shard = s;
+    }
+    return p;
+}
+
+/* Routes of p's informer in cfg, over the sinks bsinks (parallel to cfg->sinks). */
+static kb_router_t *kb_pipeline_router(kb_pipeline_t *p, const kb_config_t *cfg, kb_bsink_t **bsinks,
+                                       char *errstr, size_t errstr_size) {
+    kb_sink_t **raw = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*raw));
+    for (size_t i = 0; i < cfg->n_sinks; i++)
+        raw[i] = bsinks[i]->sink;
+    kb_router_t *r = kb_router_new(cfg, kb_informer_conf(p->inf)->name, raw, errstr, errstr_size);
+    free(raw);
+    if (r && r->n == 0)
+        KB_WARN("bridge", "informer=%s has no route: its changes go nowhere", kb_informer_conf(p->inf)->name);
+    return r;
+}
+
+static void kb_pipeline_start(kb_pipeline_t *p) {
+    for (size_t s = 0; s < p->n_workers; s++) {
+        if (pthread_create(&p->workers[s].thread, NULL, kb_worker_main, &p->workers[s]) != 0)
+            KB_FATAL("cannot start a worker thread");
+        p->workers[s].started = true;
+    }
+    kb_informer_start(p->inf);
+    p->started = true;
+}
+
+/* Stop reading, let the workers drain until the deadline, join them. */
+static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline, _Atomic bool *hard_stop) {
+    kb_informer_stop(p->inf);
+    for (;;) {
+        bool all_done = true;
+        for (size_t s = 0; s < p->n_workers && all_done; s++)
+            all_done = !p->workers[s].started || atomic_load(&p->workers[s].done);
+        if (all_done)
+            break;
+        if (kb_now_mono_ns() >= deadline) {
+            atomic_store(hard_stop, true);
+            break;
+        }
+        kb_sleep_ms_interruptible(10, NULL);
+    }
+    for (size_t s = 0; s < p->n_workers; s++)
+        if (p->workers[s].started) {
+            pthread_join(p->workers[s].thread, NULL);
+            p->workers[s].started = false;
+        }
+}
+
+static void kb_pipeline_destroy(kb_pipeline_t *p) {
+    if (!p)
+        return;
+    if (p->inf)
+        kb_informer_stop(p->inf);
+    for (size_t s = 0; s < p->n_workers; s++)
+        if (p->workers[s].started)
+            pthread_join(p->workers[s].thread, NULL);
+    free(p->workers);
+    kb_router_destroy(p->router);
+    free(p->bsinks);
+    kb_informer_destroy(p->inf);
+    pthread_rwlock_destroy(&p->route_lock);
+    free(p);
+}
+
+static kb_bsink_t **kb_bsinks_copy(kb_bsink_t **bsinks, size_t n) {
+    return kb_memdup(bsinks, (n ? n : 1) * sizeof(*bsinks));
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
 kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
     if (kb_bridge_validate(cfg, errstr, errstr_size) != KB_OK)
         return NULL;
     kb_bridge_t *b = kb_calloc(1, sizeof(*b));
+    pthread_rwlock_init(&b->lock, NULL);
     b->cfg = cfg;
     char why[512];
     b->api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
@@ -239,33 +385,21 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         goto fail;
     }
     b->sinks = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->sinks));
-    b->delivery = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->delivery));
-    b->sink_acked = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->sink_acked));
-    b->sink_failed = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->sink_failed));
     for (size_t i = 0; i < cfg->n_sinks; i++) {
-        b->sinks[i] = kb_sink_create(&cfg->sinks[i], cfg, errstr, errstr_size);
+        b->sinks[i] = kb_bsink_new(&cfg->sinks[i], cfg, errstr, errstr_size);
         if (!b->sinks[i])
             goto fail;
     }
     b->pipes = kb_calloc(cfg->n_informers ? cfg->n_informers : 1, sizeof(*b->pipes));
     for (size_t i = 0; i < cfg->n_informers; i++) {
-        kb_pipeline_t *p = &b->pipes[i];
-        p->bridge = b;
-        p->inf = kb_informer_new(cfg, &cfg->informers[i], b->api, errstr, errstr_size);
-        if (!p->inf)
+        kb_pipeline_t *p = kb_pipeline_new(b, cfg, &cfg->informers[i], errstr, errstr_size);
+        if (!p)
             goto fail;
-        b->n_pipes++;
-        p->router = kb_router_new(cfg, cfg->informers[i].name, b->sinks, errstr, errstr_size);
+        b->pipes[b->n_pipes++] = p;
+        p->bsinks = kb_bsinks_copy(b->sinks, cfg->n_sinks);
+        p->router = kb_pipeline_router(p, cfg, b->sinks, errstr, errstr_size);
         if (!p->router)
             goto fail;
-        if (p->router->n == 0)
-            KB_WARN("bridge", "informer=%s has no route: its changes go nowhere", cfg->informers[i].name);
-        p->n_workers = kb_informer_shards(p->inf);
-        p->workers = kb_calloc(p->n_workers, sizeof(*p->workers));
-        for (size_t s = 0; s < p->n_workers; s++) {
-            p->workers[s].p = p;
-            p->workers[s].shard = s;
-        }
     }
     return b;
 fail:
@@ -274,60 +408,33 @@ fail:
 }
 
 kb_err_t kb_bridge_start(kb_bridge_t *b) {
-    for (size_t i = 0; i < b->n_pipes; i++) {
-        kb_pipeline_t *p = &b->pipes[i];
-        for (size_t s = 0; s < p->n_workers; s++) {
-            if (pthread_create(&p->workers[s].thread, NULL, kb_worker_main, &p->workers[s]) != 0)
-                KB_FATAL("cannot start a worker thread");
-            p->workers[s].started = true;
-        }
-        kb_informer_start(p->inf);
-    }
+    for (size_t i = 0; i < b->n_pipes; i++)
+        kb_pipeline_start(b->pipes[i]);
+    b->started = true;
     return KB_OK;
 }
 
 static int64_t kb_bridge_inflight(kb_bridge_t *b) {
     int64_t n = 0;
     for (size_t i = 0; i < b->n_pipes; i++)
-        n += atomic_load(&b->pipes[i].inflight);
+        n += atomic_load(&b->pipes[i]->inflight);
     return n;
 }
 
 kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_ms * KB_NS_PER_MS;
     for (size_t i = 0; i < b->n_pipes; i++)
-        kb_informer_stop(b->pipes[i].inf);
-    /* Workers drain the closed FIFOs; past the deadline they stop delivering
-     * (a worker waiting on a full sink notices within a second). */
-    for (;;) {
-        bool all_done = true;
-        for (size_t i = 0; i < b->n_pipes && all_done; i++)
-            for (size_t s = 0; s < b->pipes[i].n_workers && all_done; s++)
-                all_done = atomic_load(&b->pipes[i].workers[s].done);
-        if (all_done)
-            break;
-        if (kb_now_mono_ns() >= deadline) {
-            atomic_store(&b->hard_stop, true);
-            break;
-        }
-        kb_sleep_ms_interruptible(10, NULL);
-    }
-    for (size_t i = 0; i < b->n_pipes; i++) {
-        kb_pipeline_t *p = &b->pipes[i];
-        for (size_t s = 0; s < p->n_workers; s++)
-            if (p->workers[s].started) {
-                pthread_join(p->workers[s].thread, NULL);
-                p->workers[s].started = false;
-            }
-    }
+        kb_informer_stop(b->pipes[i]->inf);
+    for (size_t i = 0; i < b->n_pipes; i++)
+        kb_pipeline_drain(b->pipes[i], deadline, &b->hard_stop);
     kb_err_t result = KB_OK;
     for (size_t i = 0; i < b->cfg->n_sinks; i++) {
         int64_t left_ms = (deadline - kb_now_mono_ns()) / KB_NS_PER_MS;
-        if (kb_sink_stop(b->sinks[i], left_ms > 0 ? (int)left_ms : 0) != KB_OK)
+        if (b->sinks[i]->sink && kb_sink_stop(b->sinks[i]->sink, left_ms > 0 ? (int)left_ms : 0) != KB_OK)
             result = KB_ERR_TIMEDOUT;
     }
     for (size_t i = 0; i < b->n_pipes; i++)
-        kb_informer_save_checkpoint(b->pipes[i].inf);
+        kb_informer_save_checkpoint(b->pipes[i]->inf);
     int64_t left = kb_bridge_inflight(b);
     if (left > 0) {
         KB_WARN("bridge", "stopped with %lld message(s) not acknowledged after %d ms", (long long)left, timeout_ms);
@@ -338,7 +445,7 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
 
 void kb_bridge_log_stats(kb_bridge_t *b) {
     for (size_t i = 0; i < b->n_pipes; i++) {
-        kb_pipeline_t *p = &b->pipes[i];
+        kb_pipeline_t *p = b->pipes[i];
         kb_informer_stats_t st;
         kb_informer_stats(p->inf, &st);
         KB_INFO("bridge",
@@ -360,42 +467,268 @@ void kb_bridge_log_stats(kb_bridge_t *b) {
 void kb_bridge_destroy(kb_bridge_t *b) {
     if (!b)
         return;
-    for (size_t i = 0; i < b->n_pipes; i++) {
-        kb_pipeline_t *p = &b->pipes[i];
-        if (p->inf)
-            kb_informer_stop(p->inf);
-        for (size_t s = 0; s < p->n_workers; s++)
-            if (p->workers[s].started)
-                pthread_join(p->workers[s].thread, NULL);
-        free(p->workers);
-        kb_router_destroy(p->router);
-        kb_informer_destroy(p->inf);
-    }
+    for (size_t i = 0; i < b->n_pipes; i++)
+        kb_pipeline_destroy(b->pipes[i]);
+    for (size_t i = 0; i < b->n_retired_pipes; i++)
+        kb_pipeline_destroy(b->retired_pipes[i]);
     free(b->pipes);
-    for (size_t i = 0; b->sinks && i < b->cfg->n_sinks; i++)
-        kb_sink_destroy(b->sinks[i]);
+    free(b->retired_pipes);
+    for (size_t i = 0; b->sinks && i < b->cfg->n_sinks; i++) {
+        if (b->sinks[i])
+            kb_bsink_close(b->sinks[i], 0);
+        free(b->sinks[i]);
+    }
+    for (size_t i = 0; i < b->n_retired_sinks; i++) {
+        kb_bsink_close(b->retired_sinks[i], 0);
+        free(b->retired_sinks[i]);
+    }
     free(b->sinks);
-    free(b->delivery);
-    free(b->sink_acked);
-    free(b->sink_failed);
+    free(b->retired_sinks);
     kb_apiclient_destroy(b->api);
+    for (size_t i = 0; i < b->n_owned_cfgs; i++)
+        kb_config_free(b->owned_cfgs[i]);
+    free(b->owned_cfgs);
+    pthread_rwlock_destroy(&b->lock);
     free(b);
 }
 
+/* ---- hot reload --------------------------------------------------------- */
+
+static bool kb_str_eq(const char *a, const char *b) {
+    return !strcmp(a ? a : "", b ? b : "");
+}
+
+static bool kb_list_eq(const kb_strlist_t *a, const kb_strlist_t *b) {
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (!kb_str_eq(a->v[i], b->v[i]))
+            return false;
+    return true;
+}
+
+static bool kb_informer_conf_eq(const kb_config_informer_t *a, const kb_config_informer_t *b) {
+    return kb_str_eq(a->name, b->name) && kb_str_eq(a->group, b->group) && kb_str_eq(a->version, b->version) &&
+           kb_str_eq(a->resource, b->resource) && kb_list_eq(&a->namespaces, &b->namespaces) &&
+           kb_str_eq(a->label_selector, b->label_selector) && kb_str_eq(a->field_selector, b->field_selector) &&
+           a->page_size == b->page_size && a->resync_seconds == b->resync_seconds && a->shards == b->shards &&
+           a->compaction == b->compaction && kb_list_eq(&a->drop_fields, &b->drop_fields) &&
+           kb_list_eq(&a->redact_fields, &b->redact_fields) && a->redact_fields_set == b->redact_fields_set &&
+           a->queue_bytes == b->queue_bytes;
+}
+
+static bool kb_sink_conf_eq(const kb_config_sink_t *a, const kb_config_sink_t *b) {
+    if (a->n_properties != b->n_properties)
+        return false;
+    for (size_t i = 0; i < a->n_properties; i++)
+        if (!kb_str_eq(a->properties[i].key, b->properties[i].key) ||
+            !kb_str_eq(a->properties[i].value, b->properties[i].value))
+            return false;
+    return kb_str_eq(a->name, b->name) && a->type == b->type && kb_str_eq(a->path, b->path) &&
+           kb_str_eq(a->brokers, b->brokers) && a->transactional == b->transactional &&
+           kb_str_eq(a->checkpoint_topic, b->checkpoint_topic) && kb_str_eq(a->uri, b->uri) &&
+           kb_str_eq(a->client_id, b->client_id) && a->qos == b->qos && a->version == b->version &&
+           kb_str_eq(a->username, b->username) && kb_str_eq(a->password_file, b->password_file) &&
+           kb_str_eq(a->ca_file, b->ca_file) && kb_str_eq(a->cert_file, b->cert_file) &&
+           kb_str_eq(a->key_file, b->key_file) && a->keepalive == b->keepalive && a->max_inflight == b->max_inflight;
+}
+
+/* What a reload cannot change in place: it would touch every informer. */
+static const char *kb_reload_global_change(const kb_config_t *a, const kb_config_t *b) {
+    const kb_config_cluster_t *x = &a->cluster, *y = &b->cluster;
+    if (!kb_str_eq(x->name, y->name) || !kb_str_eq(x->server, y->server) || !kb_str_eq(x->kubeconfig, y->kubeconfig) ||
+        !kb_str_eq(x->context, y->context) || x->in_cluster != y->in_cluster || !kb_str_eq(x->token_file, y->token_file) ||
+        !kb_str_eq(x->ca_file, y->ca_file) || !kb_str_eq(x->client_cert, y->client_cert) ||
+        !kb_str_eq(x->client_key, y->client_key) || x->insecure_skip_tls_verify != y->insecure_skip_tls_verify ||
+        x->qps != y->qps || x->burst != y->burst)
+        return "cluster";
+    if (!kb_str_eq(a->state_dir, b->state_dir) || a->journal_max_bytes != b->journal_max_bytes ||
+        a->journal_max_age != b->journal_max_age)
+        return "state_dir/journal";
+    if (a->sharding_replicas != b->sharding_replicas || a->sharding_index != b->sharding_index)
+        return "sharding";
+    if (!kb_str_eq(a->http_listen, b->http_listen) || !kb_str_eq(a->http_token_file, b->http_token_file))
+        return "http";
+    return NULL;
+}
+
+kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_t errstr_size) {
+    const kb_config_t *ocfg = b->cfg;
+    if (kb_bridge_validate(ncfg, errstr, errstr_size) != KB_OK)
+        return KB_ERR_CONFIG;
+    const char *what = kb_reload_global_change(ocfg, ncfg);
+    if (what) {
+        snprintf(errstr, errstr_size, "%s: the %s settings changed; they apply only on restart", ncfg->path, what);
+        return KB_ERR_CONFIG;
+    }
+    /* 1. Build everything new before changing anything. */
+    size_t nn = ncfg->n_sinks, ni = ncfg->n_informers;
+    kb_bsink_t **nsinks = kb_calloc(nn ? nn : 1, sizeof(*nsinks));
+    bool *sink_new = kb_calloc(nn ? nn : 1, sizeof(bool));
+    kb_pipeline_t **npipes = kb_calloc(ni ? ni : 1, sizeof(*npipes));
+    bool *pipe_new = kb_calloc(ni ? ni : 1, sizeof(bool));
+    kb_router_t **routers = kb_calloc(ni ? ni : 1, sizeof(*routers));
+    kb_err_t err = KB_OK;
+    for (size_t i = 0; i < nn && err == KB_OK; i++) {
+        for (size_t j = 0; j < ocfg->n_sinks && !nsinks[i]; j++)
+            if (b->sinks[j]->sink && kb_sink_conf_eq(b->sinks[j]->conf, &ncfg->sinks[i]))
+                nsinks[i] = b->sinks[j];
+        if (!nsinks[i]) {
+            nsinks[i] = kb_bsink_new(&ncfg->sinks[i], ncfg, errstr, errstr_size);
+            sink_new[i] = true;
+            if (!nsinks[i])
+                err = KB_ERR_CONFIG;
+        }
+    }
+    for (size_t i = 0; i < ni && err == KB_OK; i++) {
+        for (size_t j = 0; j < b->n_pipes && !npipes[i]; j++)
+            if (kb_informer_conf_eq(kb_informer_conf(b->pipes[j]->inf), &ncfg->informers[i]))
+                npipes[i] = b->pipes[j];
+        if (!npipes[i]) {
+            /* A changed informer of the same name must give up its state_dir first. */
+            bool renamed_same = false;
+            for (size_t j = 0; j < b->n_pipes; j++)
+                renamed_same |= !strcmp(kb_informer_conf(b->pipes[j]->inf)->name, ncfg->informers[i].name);
+            if (renamed_same && ncfg->state_dir[0]) {
+                snprintf(errstr, errstr_size,
+                         "%s:%d: informers.%s: its definition changed; with state_dir set, give it a new name (or "
+                         "restart) so its stored state is not mixed with the new definition's",
+                         ncfg->path, ncfg->informers[i].line, ncfg->informers[i].name);
+                err = KB_ERR_CONFIG;
+                break;
+            }
+            npipes[i] = kb_pipeline_new(b, ncfg, &ncfg->informers[i], errstr, errstr_size);
+            pipe_new[i] = true;
+            if (!npipes[i])
+                err = KB_ERR_CONFIG;
+        }
+    }
+    for (size_t i = 0; i < ni && err == KB_OK; i++) {
+        kb_pipeline_t *p = npipes[i];
+        routers[i] = kb_pipeline_router(p, ncfg, nsinks, errstr, errstr_size);
+        if (!routers[i])
+            err = KB_ERR_CONFIG;
+    }
+    if (err != KB_OK) {
+        for (size_t i = 0; i < ni; i++) {
+            kb_router_destroy(routers[i]);
+            if (pipe_new[i])
+                kb_pipeline_destroy(npipes[i]);
+        }
+        for (size_t i = 0; i < nn; i++)
+            if (sink_new[i] && nsinks[i]) {
+                kb_bsink_close(nsinks[i], 0);
+                free(nsinks[i]);
+            }
+        goto out;
+    }
+
+    /* 2. Stop and drain the informers that go away (into their old routes). */
+    int64_t deadline = kb_now_mono_ns() + (int64_t)ocfg->shutdown_timeout * KB_NS_PER_MS * 1000;
+    size_t removed = 0, added = 0;
+    for (size_t j = 0; j < b->n_pipes; j++) {
+        bool kept = false;
+        for (size_t i = 0; i < ni && !kept; i++)
+            kept = npipes[i] == b->pipes[j];
+        if (kept)
+            continue;
+        kb_pipeline_drain(b->pipes[j], deadline, &b->hard_stop);
+        kb_informer_close_state(b->pipes[j]->inf);
+        removed++;
+    }
+    atomic_store(&b->hard_stop, false);
+
+    /* 3. Swap the routes of every informer that stays; give the new ones theirs. */
+    for (size_t i = 0; i < ni; i++) {
+        kb_pipeline_t *p = npipes[i];
+        kb_router_t *old_router;
+        kb_bsink_t **old_bsinks;
+        pthread_rwlock_wrlock(&p->route_lock);
+        old_router = p->router;
+        old_bsinks = p->bsinks;
+        p->router = routers[i];
+        p->bsinks = kb_bsinks_copy(nsinks, nn);
+        pthread_rwlock_unlock(&p->route_lock);
+        kb_router_destroy(old_router);
+        free(old_bsinks);
+    }
+
+    /* 4. Publish the new set, retire the old objects, start the new informers. */
+    pthread_rwlock_wrlock(&b->lock);
+    for (size_t j = 0; j < b->n_pipes; j++) {
+        bool kept = false;
+        for (size_t i = 0; i < ni && !kept; i++)
+            kept = npipes[i] == b->pipes[j];
+        if (!kept)
+            KB_PUSH(b->retired_pipes, b->n_retired_pipes, b->pipes[j]);
+    }
+    kb_bsink_t **dropped = NULL;
+    size_t n_dropped = 0;
+    for (size_t j = 0; j < ocfg->n_sinks; j++) {
+        bool kept = false;
+        for (size_t i = 0; i < nn && !kept; i++)
+            kept = nsinks[i] == b->sinks[j];
+        if (!kept)
+            KB_PUSH(dropped, n_dropped, b->sinks[j]);
+    }
+    free(b->pipes);
+    free(b->sinks);
+    b->pipes = npipes;
+    b->n_pipes = ni;
+    b->sinks = nsinks;
+    b->cfg = ncfg;
+    KB_PUSH(b->owned_cfgs, b->n_owned_cfgs, ncfg);
+    for (size_t i = 0; i < n_dropped; i++)
+        KB_PUSH(b->retired_sinks, b->n_retired_sinks, dropped[i]);
+    pthread_rwlock_unlock(&b->lock);
+    npipes = NULL;
+    nsinks = NULL;
+    for (size_t i = 0; i < ni; i++)
+        if (pipe_new[i]) {
+            if (b->started)
+                kb_pipeline_start(b->pipes[i]);
+            added++;
+        }
+    /* 5. Sinks nothing routes to any more: flush and close. */
+    for (size_t i = 0; i < n_dropped; i++)
+        kb_bsink_close(dropped[i], ocfg->shutdown_timeout * 1000);
+    free(dropped);
+    size_t new_sinks = 0;
+    for (size_t i = 0; i < nn; i++)
+        new_sinks += sink_new[i];
+    KB_INFO("bridge", "reloaded %s: informers kept=%zu added=%zu removed=%zu; sinks kept=%zu added=%zu removed=%zu; "
+            "routes=%zu", ncfg->path, ni - added, added, removed, nn - new_sinks, new_sinks, n_dropped, ncfg->n_routes);
+out:
+    free(nsinks);
+    free(npipes);
+    free(sink_new);
+    free(pipe_new);
+    free(routers);
+    return err;
+}
+
 /* ---- introspection (HTTP API) ------------------------------------------ */
+
+void kb_bridge_rdlock(kb_bridge_t *b) {
+    pthread_rwlock_rdlock(&b->lock);
+}
+
+void kb_bridge_unlock(kb_bridge_t *b) {
+    pthread_rwlock_unlock(&b->lock);
+}
 
 size_t kb_bridge_informer_count(const kb_bridge_t *b) {
     return b->n_pipes;
 }
 
 kb_informer_t *kb_bridge_informer(kb_bridge_t *b, size_t i) {
-    return i < b->n_pipes ? b->pipes[i].inf : NULL;
+    return i < b->n_pipes ? b->pipes[i]->inf : NULL;
 }
 
 kb_informer_t *kb_bridge_find_informer(kb_bridge_t *b, const char *name) {
     for (size_t i = 0; i < b->n_pipes; i++)
-        if (!strcmp(kb_informer_conf(b->pipes[i].inf)->name, name))
-            return b->pipes[i].inf;
+        if (!strcmp(kb_informer_conf(b->pipes[i]->inf)->name, name))
+            return b->pipes[i]->inf;
     return NULL;
 }
 
@@ -407,7 +740,7 @@ void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t i, kb_pipeline_stats_t *st)
     memset(st, 0, sizeof(*st));
     if (i >= b->n_pipes)
         return;
-    kb_pipeline_t *p = &b->pipes[i];
+    kb_pipeline_t *p = b->pipes[i];
     st->delivered = atomic_load(&p->delivered);
     st->failed = atomic_load(&p->failed);
     st->routed = atomic_load(&p->routed);
@@ -416,20 +749,20 @@ void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t i, kb_pipeline_stats_t *st)
 }
 
 const kb_histogram_t *kb_bridge_handle_histogram(kb_bridge_t *b, size_t i, int type) {
-    return i < b->n_pipes && type >= 0 && type < KB_EV_TYPE_COUNT ? &b->pipes[i].handle[type] : NULL;
+    return i < b->n_pipes && type >= 0 && type < KB_EV_TYPE_COUNT ? &b->pipes[i]->handle[type] : NULL;
 }
 
 kb_sink_t *kb_bridge_sink(kb_bridge_t *b, size_t i) {
-    return i < b->cfg->n_sinks ? b->sinks[i] : NULL;
+    return i < b->cfg->n_sinks ? b->sinks[i]->sink : NULL;
 }
 
 const kb_histogram_t *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t i) {
-    return i < b->cfg->n_sinks ? &b->delivery[i] : NULL;
+    return i < b->cfg->n_sinks ? &b->sinks[i]->delivery : NULL;
 }
 
 void kb_bridge_sink_counts(kb_bridge_t *b, size_t i, uint64_t *acked, uint64_t *failed) {
-    *acked = i < b->cfg->n_sinks ? atomic_load(&b->sink_acked[i]) : 0;
-    *failed = i < b->cfg->n_sinks ? atomic_load(&b->sink_failed[i]) : 0;
+    *acked = i < b->cfg->n_sinks ? atomic_load(&b->sinks[i]->acked) : 0;
+    *failed = i < b->cfg->n_sinks ? atomic_load(&b->sinks[i]->failed) : 0;
 }
 
 typedef struct kb_snap_ack {
@@ -449,17 +782,19 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
     *count = 0;
     kb_pipeline_t *p = NULL;
     for (size_t i = 0; i < b->n_pipes && !p; i++)
-        if (!strcmp(kb_informer_conf(b->pipes[i].inf)->name, informer))
-            p = &b->pipes[i];
+        if (!strcmp(kb_informer_conf(b->pipes[i]->inf)->name, informer))
+            p = b->pipes[i];
     if (!p) {
         snprintf(errstr, errstr_size, "no informer named \"%s\"", informer);
         return KB_ERR_NOTFOUND;
     }
+    pthread_rwlock_rdlock(&p->route_lock);
     const kb_route_t *rt = NULL;
     for (size_t i = 0; i < p->router->n && !rt; i++)
         if (!strcmp(p->router->routes[i].conf->name, route))
             rt = &p->router->routes[i];
     if (!rt) {
+        pthread_rwlock_unlock(&p->route_lock);
         snprintf(errstr, errstr_size, "informer \"%s\" has no route named \"%s\"", informer, route);
         return KB_ERR_NOTFOUND;
     }
@@ -494,6 +829,7 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
     if (err != KB_OK)
         snprintf(errstr, errstr_size, "sink \"%s\" refused a SNAPSHOT message: %s", rt->sink->name, kb_err_str(err));
     kb_snapshot_ack(sa, KB_OK); /* drop the routing hold */
+    pthread_rwlock_unlock(&p->route_lock);
     kb_buf_fini(&topic);
     kb_buf_fini(&key);
     kb_event_list_fini(&all);

@@ -33,10 +33,22 @@ void kb_bridge_destroy(kb_bridge_t *b);
 /* One log line per informer and sink with the counters. */
 void kb_bridge_log_stats(kb_bridge_t *b);
 
+/* Apply a new config (SIGHUP): informers and sinks whose definition is
+ * unchanged keep running (no relist), others are added or removed, routes are
+ * replaced. Everything is validated and built first: on any error nothing
+ * changes, KB_ERR_CONFIG is returned with "FILE:LINE: …" in errstr, and the
+ * caller keeps ownership of cfg. On success the bridge owns cfg (freed by
+ * kb_bridge_destroy). Changes to cluster, state_dir/journal, sharding or http
+ * are refused: they need a restart. Thread: main only. */
+kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *cfg, char *errstr, size_t errstr_size);
+
 /* ---- introspection, for the HTTP API (bridge/http.c) ------------------ *
- * All of these may be called from any thread while the bridge runs (between
- * kb_bridge_start and kb_bridge_stop); pointers returned stay valid until
- * kb_bridge_destroy. */
+ * Call these from any thread while the bridge runs, holding the bridge's
+ * read lock (kb_bridge_rdlock … kb_bridge_unlock) for as long as the result is
+ * used: a reload swaps informers and sinks under the write lock. Objects a
+ * reload replaced stay allocated until kb_bridge_destroy. */
+void kb_bridge_rdlock(kb_bridge_t *b);
+void kb_bridge_unlock(kb_bridge_t *b);
 struct kb_informer;
 struct kb_sink;
 struct kb_histogram;

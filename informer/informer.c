@@ -1259,6 +1259,16 @@ void kb_informer_save_checkpoint(kb_informer_t *inf) {
     kb_inf_write_checkpoint(inf);
 }
 
+void kb_informer_close_state(kb_informer_t *inf) {
+    atomic_store(&inf->ckpt_stop, true);
+    if (inf->ckpt_running)
+        pthread_join(inf->ckpt_thread, NULL);
+    inf->ckpt_running = false;
+    kb_inf_write_checkpoint(inf);
+    kb_state_close(inf->state);
+    inf->state = NULL;
+}
+
 kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_t *conf, kb_apiclient_t *api,
                                char *errstr, size_t errstr_size) {
     char why[256];
@@ -1364,11 +1374,7 @@ void kb_informer_stop(kb_informer_t *inf) {
 void kb_informer_destroy(kb_informer_t *inf) {
     if (!inf)
         return;
-    atomic_store(&inf->ckpt_stop, true);
-    if (inf->ckpt_running)
-        pthread_join(inf->ckpt_thread, NULL);
-    kb_inf_write_checkpoint(inf);
-    kb_state_close(inf->state);
+    kb_informer_close_state(inf);
     for (size_t i = 0; i < inf->n_replay; i++)
         kb_event_unref(inf->replay[i].ev);
     free(inf->replay);

@@ -97,6 +97,9 @@ void kb_informer_done(kb_informer_t *inf, uint64_t seq);
 
 /* Write the checkpoint now (after the sinks flushed at shutdown). */
 void kb_informer_save_checkpoint(kb_informer_t *inf);
+/* After stop and a drain: write the last checkpoint and close state_dir, so
+ * the same informer may be opened again (hot reload). Idempotent. */
+void kb_informer_close_state(kb_informer_t *inf);
 
 /* A consistent cut of the cache: references to every cached object (of one
  * namespace when ns is not NULL) into *out, and in rv the resume RV the cut
