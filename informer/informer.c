@@ -449,10 +449,12 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
                 continue;
             kb_event_type_t type = o->ev->type;
             kb_deltafifo_t *fifo = inf->fifos[o->ev->key_hash % inf->n_shards];
-            if (err == KB_OK && kb_deltafifo_push(fifo, o->ev, -1) == KB_OK)
+            if (err != KB_OK)
+                kb_event_unref(o->ev); /* not queued: unacknowledged, so delivered after a restart */
+            else if (kb_deltafifo_push(fifo, o->ev, -1) == KB_OK)
                 atomic_fetch_add(&inf->st_events[type], 1);
             else
-                err = KB_ERR_STOPPED; /* closed: it stays unacknowledged, so it is delivered after a restart */
+                err = KB_ERR_STOPPED; /* closed (the push released it) */
         }
         if (inf->n_out) {
             pthread_mutex_lock(&inf->ack_mtx);
