@@ -60,6 +60,10 @@ class Watch:
             return
 
     def close(self):
+        # Shut the socket down first: closing the response waits for the reader's readline otherwise.
+        import socket
+        self.conn.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(30)
         self.conn.close()
 
 
