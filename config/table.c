@@ -12,6 +12,7 @@
 #include "config/config_int.h"
 
 #include "common/alloc.h"
+#include "common/selector.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -293,12 +294,28 @@ static const kb_ckey_t kb_keys_route[] = {
 };
 #undef RT
 
+/* A route's label_selector is evaluated by the bridge (client-side), so its
+ * syntax is checked at load like a template, not first at start. */
+static bool kb_finish_route(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
+                            const char *prefix) {
+    if (!kb_config__finish_route(ld, base, index, grp, prefix))
+        return false;
+    const kb_config_route_t *route = base;
+    char err[256];
+    kb_selector_t *sel = kb_selector_parse(route->label_selector, err, sizeof(err));
+    if (!sel)
+        return kb_config__fail(ld, config_setting_get_member(grp, "label_selector"), "%s.label_selector: %s",
+                               prefix, err);
+    kb_selector_free(sel);
+    return true;
+}
+
 static const kb_csection_t kb_sec_route = {
     .title = "routes",
     .doc = "A list of groups, each sending one informer's changes to one sink (at least one route): "
            "`routes = ( { informer = \"pods\"; sink = \"out\"; } );`",
     .size = sizeof(kb_config_route_t), .line_off = offsetof(kb_config_route_t, line),
-    .keys = kb_keys_route, .n_keys = KB_NKEYS(kb_keys_route), .disc = -1, .finish = kb_config__finish_route,
+    .keys = kb_keys_route, .n_keys = KB_NKEYS(kb_keys_route), .disc = -1, .finish = kb_finish_route,
 };
 
 /* ---- top level ---------------------------------------------------------- */
