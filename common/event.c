@@ -173,6 +173,24 @@ kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool fin
     return copy;
 }
 
+kb_event_t *kb_event_thin(const kb_event_t *ev) {
+    kb_event_init_t in = {
+        .type = ev->type,
+        .final_state_unknown = ev->final_state_unknown,
+        .res = ev->res,
+        .ns = ev->ns, .ns_len = ev->ns_len,
+        .name = ev->name, .name_len = ev->name_len,
+        .uid = ev->uid, .uid_len = ev->uid_len,
+        .rv = ev->rv, .rv_len = ev->rv_len,
+        .obj = "", .obj_len = 0,
+        .observed_ns = ev->observed_ns,
+        .read_mono_ns = ev->read_mono_ns,
+    };
+    kb_event_t *copy = kb_event_new(&in);
+    copy->seq = ev->seq;
+    return copy;
+}
+
 kb_event_t *kb_event_ref(kb_event_t *ev) {
     atomic_fetch_add_explicit(&ev->refcnt, 1, memory_order_relaxed);
     return ev;

@@ -97,6 +97,10 @@ typedef struct kb_event_init {
 
 /* Copy everything into one allocation; refcount 1. */
 kb_event_t *kb_event_new(const kb_event_init_t *init);
+/* A copy of ev without its object (obj_len 0, labels dropped): the cache's
+ * entry when the object lives in state_dir. Refcount 1. */
+kb_event_t *kb_event_thin(const kb_event_t *ev);
+
 /* A copy of ev with another type (and finalStateUnknown flag); refcount 1. */
 kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool final_state_unknown);
 kb_event_t *kb_event_ref(kb_event_t *ev);

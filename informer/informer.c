@@ -292,6 +292,54 @@ static int kb_inf_rv_untag(const kb_informer_t *inf, const char *tagged, const c
     return -1;
 }
 
+/* A cache entry with its object: itself, or (when the cache keeps only
+ * identity because state_dir holds the objects) read back from state_dir.
+ * Never returns an event without an object: if the stored one cannot be read,
+ * a minimal object with the identity is made up. Returns a new reference. */
+static kb_event_t *kb_inf_full(kb_informer_t *inf, kb_event_t *ev) {
+    if (ev->obj_len || !inf->state)
+        return kb_event_ref(ev);
+    kb_event_t *full = kb_state_get(inf->state, ev->key, ev->key_len, inf->res);
+    if (full && full->uid_len == ev->uid_len && !memcmp(full->uid, ev->uid, ev->uid_len)) {
+        kb_event_t *typed = kb_event_retype(full, ev->type, ev->final_state_unknown);
+        typed->seq = ev->seq;
+        kb_event_unref(full);
+        return typed;
+    }
+    kb_event_unref(full);
+    kb_buf_t o = KB_BUF_INIT;
+    kb_buf_appendf(&o, "{\"kind\":\"%s\",\"apiVersion\":\"%s\",\"metadata\":{\"name\":", kb_resource_kind(inf->res),
+                   inf->res->api_version);
+    kb_buf_append_json_str(&o, ev->name, ev->name_len);
+    if (ev->ns_len) {
+        kb_buf_append_str(&o, ",\"namespace\":");
+        kb_buf_append_json_str(&o, ev->ns, ev->ns_len);
+    }
+    kb_buf_append_str(&o, ",\"uid\":");
+    kb_buf_append_json_str(&o, ev->uid, ev->uid_len);
+    kb_buf_append_str(&o, ",\"resourceVersion\":");
+    kb_buf_append_json_str(&o, ev->rv, ev->rv_len);
+    kb_buf_append_str(&o, "}}");
+    kb_event_init_t in = {.type = ev->type, .final_state_unknown = ev->final_state_unknown, .res = ev->res,
+                          .ns = ev->ns, .ns_len = ev->ns_len, .name = ev->name, .name_len = ev->name_len,
+                          .uid = ev->uid, .uid_len = ev->uid_len, .rv = ev->rv, .rv_len = ev->rv_len,
+                          .obj = o.data, .obj_len = o.len, .observed_ns = ev->observed_ns,
+                          .read_mono_ns = ev->read_mono_ns};
+    kb_event_t *made = kb_event_new(&in);
+    kb_buf_fini(&o);
+    KB_WARN("informer", "informer=%s key=%s: stored object unreadable; using its identity only", inf->conf->name,
+            ev->key);
+    return made;
+}
+
+/* A synthesized event (type/flag) for a cache entry, with the object. */
+static kb_event_t *kb_inf_retype_full(kb_informer_t *inf, kb_event_t *cached, kb_event_type_t type, bool fsu) {
+    kb_event_t *full = kb_inf_full(inf, cached);
+    kb_event_t *ev = kb_event_retype(full, type, fsu);
+    kb_event_unref(full);
+    return ev;
+}
+
 /* ---- deleted keys --------------------------------------------------- */
 
 /* Remember a delete (or forget one when the key comes back). Caller holds ingest_mtx. */
@@ -382,10 +430,15 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
         u->key_len = ev->key_len;
         u->hash = ev->key_hash;
         u->old = NULL;
-        if (ev->type == KB_EV_DELETED)
+        if (ev->type == KB_EV_DELETED) {
             kb_indexer_delete(inf->idx, ev->key, ev->key_len, ev->key_hash, &u->old);
-        else
+        } else if (inf->state) {
+            kb_event_t *thin = kb_event_thin(ev); /* the object itself lives in state_dir */
+            kb_indexer_put(inf->idx, thin, &u->old);
+            kb_event_unref(thin);
+        } else {
             kb_indexer_put(inf->idx, ev, &u->old);
+        }
     }
     kb_inf_push_staged(inf, ev, ev->seq, refl, rv_after);
 }
@@ -567,7 +620,7 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         goto done; /* unchanged since we last said anything about it */
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch. */
-        kb_inf_stage(inf, kb_event_retype(old, KB_EV_DELETED, true), -1, "");
+        kb_inf_stage(inf, kb_inf_retype_full(inf, old, KB_EV_DELETED, true), -1, "");
         kb_event_unref(old);
         old = NULL;
     }
@@ -592,7 +645,7 @@ static void kb_inf_delete_unseen(kb_reflector_t *r) {
         kb_event_t *ev = cached.ev[i];
         if (kb_strmap_get(r->seen, ev->key, ev->key_len, ev->key_hash))
             continue;
-        kb_inf_stage(inf, kb_event_retype(ev, KB_EV_DELETED, true), -1, "");
+        kb_inf_stage(inf, kb_inf_retype_full(inf, ev, KB_EV_DELETED, true), -1, "");
         n++;
     }
     kb_event_list_fini(&cached);
@@ -1113,7 +1166,7 @@ static void *kb_resync_main(void *arg) {
             kb_deltafifo_t *fifo = inf->fifos[ev->key_hash % inf->n_shards];
             if (cur && !kb_deltafifo_has_pending(fifo, cur->key, cur->key_len, cur->key_hash)) {
                 kb_inf_batch_begin(inf);
-                kb_inf_stage(inf, kb_event_retype(cur, KB_EV_SYNC, false), -1, "");
+                kb_inf_stage(inf, kb_inf_retype_full(inf, cur, KB_EV_SYNC, false), -1, "");
                 if (kb_inf_batch_end(inf) == KB_OK)
                     queued++;
             }
@@ -1144,7 +1197,14 @@ static void kb_inf_load_index_cb(void *opaque, uint64_t seq, kb_event_t *ev, con
     kb_informer_t *inf = opaque;
     KB_UNUSED(seq);
     KB_UNUSED(rv_after);
-    kb_indexer_put(inf->idx, ev, NULL);
+    kb_event_t *thin = kb_event_thin(ev);
+    kb_indexer_put(inf->idx, thin, NULL);
+    kb_event_unref(thin);
+    if (!kb_resource_kind(inf->res)[0]) {
+        kb_span_t k;
+        if (kb_json_object_get(ev->obj, ev->obj_len, "kind", &k) && k.len > 2)
+            kb_resource_set_kind(inf->res, ev->obj + k.off + 1, k.len - 2);
+    }
     kb_event_unref(ev);
 }
 
@@ -1203,16 +1263,6 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
         }
     }
     free(list);
-    /* A kind learned before the restart. */
-    kb_event_list_t some;
-    kb_event_list_init(&some);
-    kb_indexer_list(inf->idx, NULL, &some);
-    if (some.n) {
-        kb_span_t k;
-        if (kb_json_object_get(some.ev[0]->obj, some.ev[0]->obj_len, "kind", &k) && k.len > 2)
-            kb_resource_set_kind(inf->res, some.ev[0]->obj + k.off + 1, k.len - 2);
-    }
-    kb_event_list_fini(&some);
     KB_INFO("informer", "informer=%s state_dir=%s: %zu cached object(s), checkpoint seq=%llu rv=%s, %zu change(s) to "
             "deliver again", inf->conf->name, dir, kb_indexer_count(inf->idx), (unsigned long long)cp.seq,
             cp.rv[0] ? cp.rv : "(none: list first)", inf->n_replay);
@@ -1410,7 +1460,15 @@ void kb_informer_destroy(kb_informer_t *inf) {
 
 void kb_informer_snapshot(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size) {
     pthread_mutex_lock(&inf->ingest_mtx);
+    size_t first = out->n;
     kb_indexer_list(inf->idx, ns, out);
+    for (size_t i = first; i < out->n; i++) {
+        if (out->ev[i]->obj_len)
+            continue;
+        kb_event_t *full = kb_inf_full(inf, out->ev[i]);
+        kb_event_unref(out->ev[i]);
+        out->ev[i] = full;
+    }
     /* The newest resume point over the reflectors (one RV space per cluster). */
     uint64_t best = 0;
     rv[0] = '\0';

@@ -312,6 +312,21 @@ kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, kb_state_fn fn,
     return KB_OK;
 }
 
+kb_event_t *kb_state_get(kb_state_t *st, const char *key, size_t key_len, kb_resource_t *res) {
+    MDB_txn *txn = st->txn, *own = NULL;
+    if (!txn && mdb_txn_begin(st->env, NULL, MDB_RDONLY, &own) != 0)
+        return NULL;
+    MDB_val k = {key_len, (void *)key}, v;
+    kb_event_t *ev = NULL;
+    char rv_after[8];
+    bool mark;
+    if (mdb_get(txn ? txn : own, st->index, &k, &v) == 0)
+        ev = kb_rec_decode(&v, key, key_len, res, rv_after, sizeof(rv_after), &mark);
+    if (own)
+        mdb_txn_abort(own);
+    return ev;
+}
+
 kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t *res, kb_state_fn fn,
                                void *opaque) {
     MDB_txn *txn;

@@ -58,6 +58,11 @@ typedef void (*kb_state_fn)(void *opaque, uint64_t seq, kb_event_t *ev, const ch
 
 /* Every index entry, as ADDED events with seq 0. */
 kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, kb_state_fn fn, void *opaque);
+/* The index entry of key as an event (ADDED, seq 0), or NULL if absent or
+ * unreadable. Inside a group commit it sees the uncommitted changes (same
+ * thread). */
+kb_event_t *kb_state_get(kb_state_t *st, const char *key, size_t key_len, kb_resource_t *res);
+
 /* Journal entries with seq > after_seq, oldest first. */
 kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t *res, kb_state_fn fn, void *opaque);
 /* Where a replay from rv starts: the seq after the last journal entry whose

@@ -47,6 +47,12 @@ def test():
     got = sorted((e["type"], e["name"], bool(e.get("finalStateUnknown"))) for e in new)
     check(got == [("DELETED", "p03", True), ("DELETED", "p04", True), ("MODIFIED", "p05", False)],
           "deletes while down arrive after a 410: %s" % got)
+    before = b.events()[:n0]
+    for e in new:
+        if e["type"] == "DELETED":
+            last = [x for x in before if x["name"] == e["name"]][-1]
+            check(e["object"] == last["object"] and e["uid"] == last["uid"],
+                  "the inferred DELETED of %s carries the last object delivered for it" % e["name"])
     check(b.stop() == 0, "SIGTERM exits 0")
     assert_rv_monotonic_ignoring_repeats(b.events())
     sim.stop()
