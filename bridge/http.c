@@ -531,8 +531,9 @@ static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb
     for (size_t i = 0; i < cfg->n_sinks; i++) {
         kb_sink_t *sink = kb_bridge_sink(h->b, i);
         kb_sink_stats_t st = {0};
-        if (sink)
-            sink->ops->stats(sink->state, &st);
+        if (!sink)
+            continue; /* not created: no route uses it */
+        sink->ops->stats(sink->state, &st);
         if (!st.connected)
             kb_buf_appendf(&body, "sink %s: not connected to its destination\n", cfg->sinks[i].name);
     }

@@ -159,7 +159,11 @@ def test():
     check(list_state(fresh) == server_state(sim), "a fresh snapshot equals the server after the churn")
     check(replay(url, fresh["metadata"]["resourceVersion"]) == [], "and replays from its RV")
 
-    check(b.stop() == 0, "SIGTERM exits 0")
+    # SIGTERM ends an open live stream and exits cleanly.
+    w = Watch(url, fresh["metadata"]["resourceVersion"])
+    check(b.stop() == 0, "SIGTERM exits 0 with a live replay open")
+    w.thread.join(30)
+    check(not w.thread.is_alive() and w.lines == [], "the stream ended, empty: %r" % w.lines[:3])
     sim.stop()
 
 
