@@ -24,7 +24,9 @@
  * connection alive and proves the client is still there) and notices a
  * client that hung up, or kb_http_stop, within half a second.
  *
- * Locks: a watch's mtx is a leaf (taken inside the informer's subscriber
+ * Locks: every handler runs under the bridge's read lock (kb_bridge_rdlock;
+ * a reload takes the write lock), released before the body streams. A
+ * watch's mtx is a leaf (taken inside the informer's subscriber
  * lock by the callback); nothing calls into the informer while holding it.
  */
 #include "bridge/http.h"
@@ -187,6 +189,7 @@ struct kb_http_stream {
     char rv[64];          /* snapshot: the cut; replay: the newest RV sent */
     /* watch=true only */
     kb_informer_t *inf;
+    char inf_name[128];   /* a copy: a reload may free the config that named it */
     bool subscribed;
     int fd;               /* the client's socket, to notice a hang-up */
     uint64_t last_seq;    /* live events up to here were replayed already */
@@ -431,7 +434,7 @@ static kb_fill_t kb_http_replay_fill(kb_http_stream_t *s) {
         }
         if (overflow) {
             KB_WARN("http", "replay watch of %s: the client reads slower than changes arrive (more than %d queued); "
-                    "ending the stream", kb_informer_conf(s->inf)->name, KB_HTTP_LIVE_MAX_EVENTS);
+                    "ending the stream", s->inf_name, KB_HTTP_LIVE_MAX_EVENTS);
             return KB_FILL_ERR;
         }
         if (kb_http_peer_gone(s->fd))
@@ -470,6 +473,7 @@ static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c
     uint64_t rv = strtoull(rv_text, NULL, 10);
     kb_http_stream_t *s = kb_http_stream_new(h, inf, kb_http_replay_fill);
     s->inf = inf;
+    snprintf(s->inf_name, sizeof(s->inf_name), "%s", kb_informer_conf(inf)->name);
     snprintf(s->rv, sizeof(s->rv), "%s", rv_text);
     s->last_write_ms = kb_now_mono_ns() / KB_NS_PER_MS;
     if (watch) {
@@ -666,7 +670,14 @@ static enum MHD_Result kb_http_handle(void *cls, struct MHD_Connection *c, const
         *upload_data_size = 0;
         return MHD_YES;
     }
-    return kb_http_dispatch(cls, c, url, method);
+    /* The bridge's read lock for the whole answer: a reload swaps informers
+     * and sinks under its write lock. Streams keep only their informer, which
+     * stays allocated until the bridge is destroyed, and never take it. */
+    kb_http_t *h = cls;
+    kb_bridge_rdlock(h->b);
+    enum MHD_Result ret = kb_http_dispatch(h, c, url, method);
+    kb_bridge_unlock(h->b);
+    return ret;
 }
 
 static void kb_http_log(void *cls, const char *fmt, va_list ap) {

@@ -232,6 +232,7 @@ static void kb_m_sinks(kb_buf_t *o, kb_bridge_t *b, const kb_config_t *cfg) {
     free(st);
 }
 
+/* Called under kb_bridge_rdlock (bridge/http.c holds it for every answer). */
 void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
     const kb_config_t *cfg = kb_bridge_config(b);
     size_t n = kb_bridge_informer_count(b);
