@@ -1,18 +1,27 @@
 /* tests/unit/informer/test_kubeconfig.c — kubeconfig resolution (contexts,
  * clusters, users, inline data, relative paths, $KUBECONFIG lists), the
- * errors a user sees, exec credential plugins, and where kb_apiclient_new
- * takes the server from (in-cluster, kubeconfig, explicit). */
+ * errors a user sees, exec credential plugins, where kb_apiclient_new
+ * takes the server from (in-cluster, kubeconfig, explicit), and what a 401
+ * does (token file re-read, exec plugin re-run, one repeat) against a small
+ * HTTP server on 127.0.0.1. */
 #include "config/config.h"
 #include "informer/apiclient.h"
 #include "informer/kubeconfig.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -307,6 +316,158 @@ static void test_apiclient_sources(void **state) {
     unsetenv("KB_SA_DIR");
 }
 
+/* A one-thread HTTP/1.1 server on 127.0.0.1 that answers 200 to "Authorization: Bearer good"
+ * and 401 to anything else, one request per connection, until stopped. */
+typedef struct fake_server {
+    int fd;
+    int port;
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_int requests, refused;
+} fake_server_t;
+
+static void *fake_server_main(void *arg) {
+    fake_server_t *srv = arg;
+    while (!atomic_load(&srv->stop)) {
+        struct pollfd pfd = {.fd = srv->fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        int c = accept(srv->fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        char req[8192];
+        size_t n = 0;
+        while (n < sizeof(req) - 1) {
+            struct pollfd cp = {.fd = c, .events = POLLIN};
+            if (poll(&cp, 1, 5000) <= 0)
+                break;
+            ssize_t r = read(c, req + n, sizeof(req) - 1 - n);
+            if (r <= 0)
+                break;
+            n += (size_t)r;
+            req[n] = '\0';
+            if (strstr(req, "\r\n\r\n"))
+                break;
+        }
+        req[n] = '\0';
+        atomic_fetch_add(&srv->requests, 1);
+        bool ok = strstr(req, "Authorization: Bearer good\r\n") != NULL;
+        if (!ok)
+            atomic_fetch_add(&srv->refused, 1);
+        const char *resp = ok ? "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+                                "Connection: close\r\n\r\n{}"
+                              : "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+                                "Connection: close\r\n\r\n{}";
+        ssize_t w = write(c, resp, strlen(resp));
+        (void)w;
+        close(c);
+    }
+    return NULL;
+}
+
+static void fake_server_start(fake_server_t *srv) {
+    memset(srv, 0, sizeof(*srv));
+    srv->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(srv->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(srv->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(srv->fd, 16), 0);
+    socklen_t len = sizeof(a);
+    assert_int_equal(getsockname(srv->fd, (struct sockaddr *)&a, &len), 0);
+    srv->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&srv->thread, NULL, fake_server_main, srv), 0);
+}
+
+static void fake_server_stop(fake_server_t *srv) {
+    atomic_store(&srv->stop, true);
+    pthread_join(srv->thread, NULL);
+    close(srv->fd);
+}
+
+/* Rewrite a file but keep its modification time, so only a forced re-read can see the change. */
+static void rewrite_same_mtime(const char *path, const char *text) {
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    char p[512];
+    put(strrchr(path, '/') + 1, text, p, sizeof(p));
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
+static long get_status(kb_apiclient_t *api, const char *path) {
+    kb_buf_t body = KB_BUF_INIT;
+    kb_api_response_t resp;
+    kb_apiclient_get(api, path, NULL, NULL, &body, 1 << 20, 30, NULL, &resp);
+    kb_buf_fini(&body);
+    assert_int_equal(resp.err, KB_OK);
+    return resp.status;
+}
+
+/* A 401 re-reads the token file at once (no waiting for a changed mtime) and repeats the request. */
+static void test_401_rereads_token_file_and_retries(void **state) {
+    (void)state;
+    fake_server_t srv;
+    fake_server_start(&srv);
+    char server[64], tok[512];
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", srv.port);
+    put("sa-token", "stale\n", tok, sizeof(tok));
+    kb_config_cluster_t c = cluster_conf();
+    c.server = server;
+    c.token_file = tok;
+    char err[512];
+    kb_apiclient_t *api = kb_apiclient_new(&c, err, sizeof(err));
+    assert_non_null(api);
+    assert_int_equal(get_status(api, "/api/v1/pods?limit=1"), 401); /* unchanged file: no retry */
+    assert_int_equal(atomic_load(&srv.requests), 1);
+    rewrite_same_mtime(tok, "good\n");
+    assert_int_equal(get_status(api, "/api/v1/pods?limit=1"), 200);
+    assert_int_equal(atomic_load(&srv.requests), 3); /* the 401, then the repeat with the new token */
+    assert_int_equal(get_status(api, "/api/v1/pods?watch=true"), 200);
+    assert_int_equal(atomic_load(&srv.refused), 2);
+    kb_apiclient_destroy(api);
+    fake_server_stop(&srv);
+}
+
+/* An exec plugin's credential is cached; a 401 runs the plugin again once and repeats the request. */
+static void test_401_reruns_exec_plugin(void **state) {
+    (void)state;
+    fake_server_t srv;
+    fake_server_start(&srv);
+    char p[512], tokfile[512], script[1400], runs[512];
+    put("exec-token", "stale", tokfile, sizeof(tokfile));
+    snprintf(runs, sizeof(runs), "%s/runs", dir);
+    snprintf(script, sizeof(script),
+             "#!/bin/sh\necho x >> '%s'\n"
+             "echo '{\"kind\":\"ExecCredential\",\"status\":{\"token\":\"'$(cat '%s')'\"}}'\n",
+             runs, tokfile);
+    put("plugin.sh", script, p, sizeof(p));
+    assert_int_equal(chmod(p, 0700), 0);
+    char kc[2048];
+    snprintf(kc, sizeof(kc),
+             "current-context: x\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:%d'}}]\n"
+             "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+             "users: [{name: u, user: {exec: {command: ./plugin.sh}}}]\n",
+             srv.port);
+    kb_config_cluster_t c = cluster_conf();
+    c.kubeconfig = (char *)put("exec.kubeconfig", kc, p, sizeof(p));
+    char err[512];
+    kb_apiclient_t *api = kb_apiclient_new(&c, err, sizeof(err));
+    assert_non_null(api);
+    assert_int_equal(get_status(api, "/api/v1/pods"), 401); /* run 1, 401, run 2 (same token), 401 */
+    put("exec-token", "good", tokfile, sizeof(tokfile));
+    assert_int_equal(get_status(api, "/api/v1/pods"), 200); /* cached stale → 401 → run 3 → 200 */
+    assert_int_equal(get_status(api, "/api/v1/pods"), 200); /* cached, no run */
+    FILE *f = fopen(runs, "r");
+    assert_non_null(f);
+    int lines = 0;
+    for (int ch; (ch = fgetc(f)) != EOF;)
+        lines += ch == '\n';
+    fclose(f);
+    assert_int_equal(lines, 3);
+    kb_apiclient_destroy(api);
+    fake_server_stop(&srv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_current_context_token_and_inline_ca),
@@ -318,6 +479,8 @@ int main(void) {
         cmocka_unit_test(test_exec_plugin_runs),
         cmocka_unit_test(test_exec_plugin_failures),
         cmocka_unit_test(test_apiclient_sources),
+        cmocka_unit_test(test_401_rereads_token_file_and_retries),
+        cmocka_unit_test(test_401_reruns_exec_plugin),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
