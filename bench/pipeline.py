@@ -71,13 +71,15 @@ def start_sim(build):
     return p, "http://127.0.0.1:%s" % line.strip().rsplit(":", 1)[1]
 
 
-def start_bridge(build, url, out, workdir):
+def start_bridge(build, url, out, workdir, state=None):
     cfg = os.path.join(workdir, "bench.cfg")
     with open(cfg, "w") as f:
         f.write('cluster = { name = "bench"; server = "%s"; };\nhttp = { listen = ""; };\n'
                 'informers = ( { name = "pods"; version = "v1"; resource = "pods"; page_size = 500; } );\n'
                 'sinks = ( { name = "out"; type = "file"; path = "%s"; } );\n'
                 'routes = ( { informer = "pods"; sink = "out"; } );\n' % (url, out))
+        if state:
+            f.write('state_dir = "%s";\n' % state)
     log = open(os.path.join(workdir, "kbridge.log"), "w")
     return subprocess.Popen([os.path.join(build, "kbridge"), "--config", cfg], stderr=log), log
 
@@ -87,13 +89,16 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--pods", type=int, default=100000)
     ap.add_argument("--updates", type=int, default=200000)
+    ap.add_argument("--state", action="store_true",
+                    help="with state_dir (on the real disk, under /var/tmp): disk bytes per object, restart time")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kbbench-", dir="/dev/shm")
     out = os.path.join(work, "out.jsonl")
+    state = tempfile.mkdtemp(prefix="kbbench-state-", dir="/var/tmp") if a.state else None
 
     # Baseline: a bridge with nothing to cache.
     sim, url = start_sim(a.build)
-    br, log = start_bridge(a.build, url, out, work)
+    br, log = start_bridge(a.build, url, out, work, state + "/empty" if state else None)
     time.sleep(1.0)
     rss_empty = status_kb(br.pid, "VmRSS")
     br.send_signal(signal.SIGTERM)
@@ -107,7 +112,7 @@ def main():
     post(url + "/_sim/generate", {"resource": "pods", "namespaces": 10, "count": a.pods, "size": 5200})
     gen_s = time.monotonic() - t
     t0 = time.monotonic()
-    br, log = start_bridge(a.build, url, out, work)
+    br, log = start_bridge(a.build, url, out, work, state)
     logpath = os.path.join(work, "kbridge.log")
     wait(lambda: "listed items=" in open(logpath).read(), 600)
     synced_s = time.monotonic() - t0
@@ -135,6 +140,23 @@ def main():
     got = count_lines(out) - base_lines
     br.send_signal(signal.SIGTERM)
     br.wait()
+    restart_s = disk = None
+    if state:
+        disk = os.path.getsize(os.path.join(state, "pods", "data.mdb"))
+        st = os.stat(os.path.join(state, "pods", "data.mdb"))
+        disk_used = st.st_blocks * 512
+        # Restart: from exec to the first change made after it being written.
+        lines0 = count_lines(out)
+        t2 = time.monotonic()
+        br, log = start_bridge(a.build, url, out, work, state)
+        req = urllib.request.Request(url + "/_sim/churn", data=json.dumps({"resource": "pods", "count": 1}).encode(),
+                                     method="POST")
+        urllib.request.urlopen(req, timeout=30).read()
+        wait(lambda: count_lines(out) > lines0, 600, 0.01)
+        restart_s = time.monotonic() - t2
+        rss_restarted = status_kb(br.pid, "VmRSS")
+        br.send_signal(signal.SIGTERM)
+        br.wait()
     sim.send_signal(signal.SIGTERM)
     sim.wait()
 
@@ -147,6 +169,11 @@ def main():
           (rss_empty / 1024, rss_synced / 1024, hwm / 1024, hwm / max(rss_synced, 1), per_pod))
     print("watch backlog: %d of %d updates in %.2f s = %.0f events/s; kbridge CPU %.1f us/event%s" %
           (got, a.updates, watch_s, got / watch_s, cpu * 1e6 / max(got, 1), "" if ok else " (INCOMPLETE)"))
+    if state:
+        print("state_dir: data.mdb %.1f MiB apparent, %.1f MiB used = %.0f B per cached Pod (index + journal); "
+              "restart to the first new change written: %.2f s; RSS after restart %.1f MiB" %
+              (disk / 2**20, disk_used / 2**20, disk_used / a.pods, restart_s, rss_restarted / 1024))
+        subprocess.run(["rm", "-rf", state])
     subprocess.run(["rm", "-rf", work])
 
 

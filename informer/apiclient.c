@@ -520,6 +520,9 @@ static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query,
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+    /* Large reads: a backlog arrives in few callbacks, so the informer commits
+     * (state_dir) and wakes workers once per many events, not per event. */
+    curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 256L * 1024L);
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
     if (timeout_s > 0)
         curl_easy_setopt(curl, CURLOPT_TIMEOUT, timeout_s);

@@ -4,8 +4,10 @@
  *   "index"   key bytes → record
  *   "journal" 8-byte big-endian seq → record (+ key and resume RV)
  *   "meta"    "ack_seq" (8 bytes BE), "ack_rv", "trimmed_rv" (string)
- * A record is a fixed little header followed by the strings and the object,
- * so loading an entry is one memcpy into a kb_event_t. Big-endian seqs sort
+ * A record is a fixed little header followed by the strings and the object;
+ * objects of 512 bytes and more are stored as a zstd frame (level 1: a 5 KB
+ * Pod becomes ~1.5 KB, so it fits a leaf page instead of two overflow pages,
+ * and the object is compressed once for both journal and index). Big-endian seqs sort
  * in numeric order under LMDB's default byte comparison.
  *
  * Durability: MDB_NOMETASYNC makes every commit flush its data pages while
@@ -26,20 +28,24 @@
 
 #include <errno.h>
 #include <lmdb.h>
+#include <zstd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #define KB_STATE_FORMAT 1
 #define KB_REC_MARK 0xff /* journal entry type of a resume-point marker */
+#define KB_REC_ZSTD 0x01 /* flags: the object is a zstd frame */
+#define KB_ZSTD_MIN 512  /* objects shorter than this are stored as they are */
 
 typedef struct kb_rec_hdr {
     uint8_t format;
     uint8_t type;        /* kb_event_type_t, or KB_REC_MARK */
     uint8_t fsu;
-    uint8_t pad;
+    uint8_t flags;       /* KB_REC_ZSTD */
     uint32_t key_len, uid_len, rv_len, rv_after_len, obj_len;
     uint32_t labels_off, labels_len;
     int64_t observed_ns;
@@ -50,6 +56,8 @@ struct kb_state {
     MDB_env *env;
     MDB_dbi index, journal, meta;
     MDB_txn *txn;                 /* the open write txn (writer thread) */
+    ZSTD_CCtx *zc;                /* writer thread */
+    kb_buf_t zbuf;                /* the compressed object of the event being written */
     uint64_t journal_max_bytes;
     int64_t journal_max_age_s;
     pthread_mutex_t err_mtx;
@@ -58,10 +66,17 @@ struct kb_state {
 };
 
 static kb_err_t kb_st_fail(kb_state_t *st, const char *what, int rc) {
+    /* LMDB reports a short write as EIO: tell a full disk apart, it is the usual cause. */
+    struct statvfs vfs;
+    bool full = rc == ENOSPC || ((rc == EIO) && statvfs(st->dir, &vfs) == 0 &&
+                                 (uint64_t)vfs.f_bavail * vfs.f_frsize < (UINT64_C(1) << 20));
     pthread_mutex_lock(&st->err_mtx);
-    snprintf(st->err, sizeof(st->err), "%s: %s", what, mdb_strerror(rc));
+    if (full)
+        snprintf(st->err, sizeof(st->err), "%s: No space left on device (state_dir %s is full)", what, st->dir);
+    else
+        snprintf(st->err, sizeof(st->err), "%s: %s", what, mdb_strerror(rc));
     pthread_mutex_unlock(&st->err_mtx);
-    return rc == MDB_MAP_FULL || rc == ENOSPC ? KB_ERR_FULL : KB_ERR_IO;
+    return rc == MDB_MAP_FULL || full ? KB_ERR_FULL : KB_ERR_IO;
 }
 
 const char *kb_state_error(const kb_state_t *st) {
@@ -165,13 +180,17 @@ void kb_state_close(kb_state_t *st) {
         mdb_env_close(st->env);
     }
     pthread_mutex_destroy(&st->err_mtx);
+    ZSTD_freeCCtx(st->zc);
+    kb_buf_fini(&st->zbuf);
     free(st->dir);
     free(st);
 }
 
 /* ---- records ---------------------------------------------------------- */
 
-static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const char *rv_after, bool with_key) {
+/* obj/obj_len: the object bytes to store (the event's, or their zstd frame when zstd). */
+static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const char *rv_after, bool with_key,
+                          const char *obj, size_t obj_len, bool zstd) {
     size_t rva = rv_after ? strlen(rv_after) : 0;
     kb_rec_hdr_t h = {
         .format = KB_STATE_FORMAT,
@@ -181,7 +200,8 @@ static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const
         .uid_len = (uint32_t)(ev ? ev->uid_len : 0),
         .rv_len = (uint32_t)(ev ? ev->rv_len : 0),
         .rv_after_len = (uint32_t)rva,
-        .obj_len = (uint32_t)(ev ? ev->obj_len : 0),
+        .obj_len = (uint32_t)(ev ? obj_len : 0),
+        .flags = zstd ? KB_REC_ZSTD : 0,
         .labels_off = (uint32_t)(ev ? ev->labels_off : 0),
         .labels_len = (uint32_t)(ev ? ev->labels_len : 0),
         .observed_ns = ev ? ev->observed_ns : kb_now_real_ns(),
@@ -197,7 +217,7 @@ static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const
     if (rva)
         kb_buf_append(b, rv_after, rva);
     if (ev)
-        kb_buf_append(b, ev->obj, ev->obj_len);
+        kb_buf_append(b, obj, obj_len);
 }
 
 /* Decode a record; key comes from the record (journal) or from the caller (index). */
@@ -227,6 +247,22 @@ static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_l
     *is_mark = h.type == KB_REC_MARK;
     if (*is_mark)
         return NULL;
+    const char *obj = p;
+    size_t obj_len = h.obj_len;
+    char *plain = NULL;
+    if (h.flags & KB_REC_ZSTD) {
+        unsigned long long size = ZSTD_getFrameContentSize(p, h.obj_len);
+        if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (64u << 20))
+            return NULL;
+        plain = kb_malloc((size_t)size + 1);
+        size_t got = ZSTD_decompress(plain, (size_t)size, p, h.obj_len);
+        if (ZSTD_isError(got) || got != size) {
+            free(plain);
+            return NULL;
+        }
+        obj = plain;
+        obj_len = (size_t)size;
+    }
     const char *slash = memchr(key, '/', key_len);
     kb_event_init_t in = {
         .type = (kb_event_type_t)h.type,
@@ -236,12 +272,14 @@ static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_l
         .name = slash ? slash + 1 : key, .name_len = slash ? key_len - (size_t)(slash - key) - 1 : key_len,
         .uid = uid, .uid_len = h.uid_len,
         .rv = rv, .rv_len = h.rv_len,
-        .obj = p, .obj_len = h.obj_len,
+        .obj = obj, .obj_len = obj_len,
         .labels_off = h.labels_off, .labels_len = h.labels_len,
         .observed_ns = h.observed_ns,
         .read_mono_ns = kb_now_mono_ns(),
     };
-    return kb_event_new(&in);
+    kb_event_t *ev = kb_event_new(&in);
+    free(plain);
+    return ev;
 }
 
 /* ---- reads ------------------------------------------------------------ */
@@ -433,7 +471,23 @@ static kb_err_t kb_state_journal_put(kb_state_t *st, uint64_t seq, kb_buf_t *rec
 
 kb_err_t kb_state_put_event(kb_state_t *st, const kb_event_t *ev, const char *rv_after) {
     kb_buf_t rec = KB_BUF_INIT;
-    kb_rec_encode(&rec, ev, (uint8_t)ev->type, rv_after, true);
+    const char *obj = ev->obj;
+    size_t obj_len = ev->obj_len;
+    bool zstd = false;
+    if (obj_len >= KB_ZSTD_MIN) {
+        if (!st->zc)
+            st->zc = ZSTD_createCCtx();
+        size_t bound = ZSTD_compressBound(obj_len);
+        kb_buf_reset(&st->zbuf);
+        kb_buf_reserve(&st->zbuf, bound);
+        size_t n = ZSTD_compressCCtx(st->zc, st->zbuf.data, bound, obj, obj_len, 1);
+        if (!ZSTD_isError(n) && n < obj_len) {
+            obj = st->zbuf.data;
+            obj_len = n;
+            zstd = true;
+        }
+    }
+    kb_rec_encode(&rec, ev, (uint8_t)ev->type, rv_after, true, obj, obj_len, zstd);
     kb_err_t err = kb_state_journal_put(st, ev->seq, &rec);
     if (err == KB_OK && ev->type != KB_EV_SYNC && ev->type != KB_EV_SNAPSHOT) {
         MDB_val k = {ev->key_len, (void *)ev->key};
@@ -443,7 +497,7 @@ kb_err_t kb_state_put_event(kb_state_t *st, const kb_event_t *ev, const char *rv
             if (rc == MDB_NOTFOUND)
                 rc = 0;
         } else {
-            kb_rec_encode(&rec, ev, (uint8_t)ev->type, NULL, false);
+            kb_rec_encode(&rec, ev, (uint8_t)ev->type, NULL, false, obj, obj_len, zstd);
             MDB_val v = {rec.len, rec.data};
             rc = mdb_put(st->txn, st->index, &k, &v, 0);
         }
@@ -456,7 +510,7 @@ kb_err_t kb_state_put_event(kb_state_t *st, const kb_event_t *ev, const char *rv
 
 kb_err_t kb_state_put_mark(kb_state_t *st, uint64_t seq, const char *rv_after) {
     kb_buf_t rec = KB_BUF_INIT;
-    kb_rec_encode(&rec, NULL, KB_REC_MARK, rv_after, false);
+    kb_rec_encode(&rec, NULL, KB_REC_MARK, rv_after, false, NULL, 0, false);
     kb_err_t err = kb_state_journal_put(st, seq, &rec);
     kb_buf_fini(&rec);
     return err;

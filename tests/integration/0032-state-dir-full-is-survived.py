@@ -20,7 +20,7 @@ def test():
         b = Bridge(sim, extra='state_dir = "%s";' % state, workdir=work)
         b.wait_converged(sim)
         # Far more than 256 KiB of objects: commits start failing.
-        sim.ctl("generate", {"resource": "pods", "namespaces": 2, "count": 400, "size": 4000})
+        sim.ctl("generate", {"resource": "pods", "namespaces": 2, "count": 3000, "size": 4000})
         wait_for(lambda: "No space left on device" in b.logtext() or "MDB_MAP_FULL" in b.logtext(), 60,
                  what="the disk-full error in the log")
         time.sleep(2)
