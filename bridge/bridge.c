@@ -37,6 +37,7 @@
 #include "common/time.h"
 #include "informer/apiclient.h"
 #include "informer/informer.h"
+#include "sinks/noop.h"
 #include "sinks/router.h"
 #include "sinks/sink.h"
 
@@ -70,6 +71,7 @@ struct kb_pipeline {
     pthread_rwlock_t route_lock; /* workers: read, per popped batch; reload: write */
     kb_router_t *router;         /* route_lock */
     kb_bsink_t **bsinks;         /* route_lock; parallel to the sinks of the router's config */
+    kb_noop_t **noops;           /* route_lock; parallel to router->routes; NULL = no suppression */
     kb_worker_t *workers;        /* one per shard */
     size_t n_workers;
     bool started;
@@ -188,6 +190,9 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
         if (!kb_route_match(route, ev))
             continue;
         routed = true;
+        /* Byte-identical to what this route last delivered for the key: nothing to say. */
+        if (p->noops[i] && !kb_noop_check_and_record(p->noops[i], ev))
+            continue;
         kb_buf_reset(topic);
         kb_buf_reset(key);
         kb_route_render(route, ev, topic, key);
@@ -318,6 +323,22 @@ static kb_router_t *kb_pipeline_router(kb_pipeline_t *p, const kb_config_t *cfg,
     return r;
 }
 
+/* One no-op table per route that suppresses anything (sinks/noop.h). */
+static kb_noop_t **kb_noops_new(const kb_router_t *r) {
+    kb_noop_t **noops = kb_calloc(r->n ? r->n : 1, sizeof(*noops));
+    for (size_t i = 0; i < r->n; i++) {
+        uint32_t mask = kb_noop_suppress_mask(r->routes[i].conf);
+        noops[i] = mask ? kb_noop_new(mask) : NULL;
+    }
+    return noops;
+}
+
+static void kb_noops_destroy(kb_noop_t **noops, size_t n) {
+    for (size_t i = 0; noops && i < n; i++)
+        kb_noop_destroy(noops[i]);
+    free(noops);
+}
+
 static void kb_pipeline_start(kb_pipeline_t *p) {
     for (size_t s = 0; s < p->n_workers; s++) {
         if (pthread_create(&p->workers[s].thread, NULL, kb_worker_main, &p->workers[s]) != 0)
@@ -359,6 +380,7 @@ static void kb_pipeline_destroy(kb_pipeline_t *p) {
         if (p->workers[s].started)
             pthread_join(p->workers[s].thread, NULL);
     free(p->workers);
+    kb_noops_destroy(p->noops, p->router ? p->router->n : 0);
     kb_router_destroy(p->router);
     free(p->bsinks);
     kb_informer_destroy(p->inf);
@@ -400,6 +422,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         p->router = kb_pipeline_router(p, cfg, b->sinks, errstr, errstr_size);
         if (!p->router)
             goto fail;
+        p->noops = kb_noops_new(p->router);
     }
     return b;
 fail:
@@ -643,12 +666,16 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
         kb_pipeline_t *p = npipes[i];
         kb_router_t *old_router;
         kb_bsink_t **old_bsinks;
+        kb_noop_t **old_noops, **noops = kb_noops_new(routers[i]);
         pthread_rwlock_wrlock(&p->route_lock);
         old_router = p->router;
         old_bsinks = p->bsinks;
+        old_noops = p->noops;
         p->router = routers[i];
         p->bsinks = kb_bsinks_copy(nsinks, nn);
+        p->noops = noops;
         pthread_rwlock_unlock(&p->route_lock);
+        kb_noops_destroy(old_noops, old_router ? old_router->n : 0);
         kb_router_destroy(old_router);
         free(old_bsinks);
     }

@@ -792,6 +792,11 @@ restart:
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
     if (prev && now_rv && now_rv < prev) {
         atomic_fetch_add(&inf->st_rv_regressions, 1);
+        /* Forget the deletes we remember: their RVs belong to the old history. */
+        pthread_mutex_lock(&inf->ingest_mtx);
+        kb_strmap_destroy(inf->graves);
+        inf->graves = kb_strmap_new(64);
+        pthread_mutex_unlock(&inf->ingest_mtx);
         KB_WARN("reflector",
                 "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
                 "delivering the difference by content, some keys' RVs will go down",
@@ -1324,9 +1329,10 @@ void kb_informer_close_state(kb_informer_t *inf) {
 kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_t *conf, kb_apiclient_t *api,
                                char *errstr, size_t errstr_size) {
     char why[256];
-    kb_transform_t *tf = kb_transform_new((const char *const *)conf->drop_fields.v, conf->drop_fields.n,
-                                          (const char *const *)conf->redact_fields.v, conf->redact_fields.n, why,
-                                          sizeof(why));
+    kb_transform_t *tf = kb_transform_new_keep((const char *const *)conf->drop_fields.v, conf->drop_fields.n,
+                                               (const char *const *)conf->redact_fields.v, conf->redact_fields.n,
+                                               (const char *const *)conf->keep_fields.v, conf->keep_fields.n, why,
+                                               sizeof(why));
     if (!tf) {
         snprintf(errstr, errstr_size, "%s:%d: informers.%s: %s", cfg->path, conf->line, conf->name, why);
         return NULL;
@@ -1361,6 +1367,9 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     inf->ack_base = 1;
     for (size_t i = 0; i < inf->n_shards; i++)
         kb_deltafifo_set_drop(inf->fifos[i], kb_inf_dropped, inf);
+    if (conf->secrets_unredacted)
+        KB_WARN("informer", "informer=%s watches secrets with redact_fields = []: Secret values are sent in clear",
+                conf->name);
     if (cfg->state_dir && cfg->state_dir[0] && kb_inf_open_state(inf, errstr, errstr_size) != KB_OK) {
         kb_informer_destroy(inf);
         return NULL;
