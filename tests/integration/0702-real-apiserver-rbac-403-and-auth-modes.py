@@ -8,13 +8,13 @@ namespaced one:
     whose token starts out wrong (401) and is replaced: the bridge re-reads it and recovers,
   - a kubeconfig whose user is an exec credential plugin.
 Each logs a clear 403 for the cluster-wide informer, naming the user, and streams the namespace it
-may see."""
+may see; /readyz answers 503 naming the informer and the 403."""
 import base64
 import os
 import signal
 import tempfile
 
-from kbtest import check, ConfigBridge, ControlPlane, run, wait_for
+from kbtest import check, ConfigBridge, ControlPlane, http_request, run
 
 RBAC = """
 apiVersion: rbac.authorization.k8s.io/v1
@@ -75,7 +75,7 @@ def test():
     # 1. Token file.
     token_file = write(os.path.join(d, "limited.token"), env["KB_K8S_LIMITED_TOKEN"] + "\n")
     token = ConfigBridge('cluster = { name = "tok"; server = "%s"; ca_file = "%s"; token_file = "%s"; };\n'
-                         % (cp.server, cp.ca, token_file) + BODY)
+                         % (cp.server, cp.ca, token_file) + BODY.replace('listen = ""', 'listen = "127.0.0.1:0"'))
 
     # 2. Kubeconfig, client certificate inline.
     kc_cert = write(os.path.join(d, "cert.kubeconfig"), """apiVersion: v1
@@ -132,6 +132,12 @@ users:
         log = b.wait_log("cannot list resource", 180)
         check("403" in log and name in log, "%s: the 403 does not name the user:\n%s" % (user, log[-2000:]))
         b.wait_log("informer=mine namespace=allowed listed", 180)
+
+    # /readyz says why the bridge is not ready: the 403, for the informer that got it.
+    status, _, text = http_request(token.http_url() + "/readyz")
+    text = text.decode()
+    check(status == 503 and "informer everywhere" in text and "403" in text and "informer mine" not in text,
+          "/readyz: %d %s" % (status, text))
 
     k("create", "configmap", "-n", "allowed", "after", "--from-literal=y=2")
     want = cp.state("/api/v1/namespaces/allowed/configmaps")
