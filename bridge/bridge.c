@@ -37,6 +37,7 @@
 #include "common/time.h"
 #include "informer/apiclient.h"
 #include "informer/informer.h"
+#include "sinks/heartbeat.h"
 #include "sinks/noop.h"
 #include "sinks/router.h"
 #include "sinks/sink.h"
@@ -72,6 +73,7 @@ struct kb_pipeline {
     kb_router_t *router;         /* route_lock */
     kb_bsink_t **bsinks;         /* route_lock; parallel to the sinks of the router's config */
     kb_noop_t **noops;           /* route_lock; parallel to router->routes; NULL = no suppression */
+    struct kb_hbs *hbs;          /* heartbeats of the routes that ask for them (main thread) */
     kb_worker_t *workers;        /* one per shard */
     size_t n_workers;
     bool started;
@@ -339,6 +341,90 @@ static void kb_noops_destroy(kb_noop_t **noops, size_t n) {
     free(noops);
 }
 
+/* ---- heartbeats --------------------------------------------------------- */
+
+typedef struct kb_hb_ctx {
+    kb_pipeline_t *p;
+    const kb_route_t *route;   /* lives as long as the router that made it */
+    kb_event_t *ident;         /* an empty object of the informer: renders the route's topic */
+    kb_heartbeat_t *hb;
+} kb_hb_ctx_t;
+
+typedef struct kb_hbs {
+    kb_hb_ctx_t *v;
+    size_t n;
+} kb_hbs_t;
+
+static void kb_hb_ack(void *opaque, kb_err_t err) {
+    KB_UNUSED(opaque);
+    if (err != KB_OK)
+        KB_DEBUG("bridge", "a heartbeat was not delivered: %s", kb_err_str(err));
+}
+
+static void kb_hb_emit(void *opaque, const char *json, size_t len) {
+    kb_hb_ctx_t *c = opaque;
+    kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
+    kb_template_render(c->route->topic, c->ident, c->route->render_flags, &topic);
+    kb_buf_appendf(&key, "_heartbeat/%s", c->route->conf->name);
+    kb_buf_reserve(&topic, 0);
+    topic.data[topic.len] = '\0';
+    kb_msg_t msg = {.ev = NULL, .raw = json, .raw_len = len, .topic = topic.data, .topic_len = topic.len,
+                    .key = key.data, .key_len = key.len, .format = KB_FORMAT_JSON, .mode = KB_MODE_EVENTS,
+                    .route = c->route->conf->name, .ack = kb_hb_ack, .ack_opaque = NULL};
+    kb_err_t err = kb_sink_produce(c->route->sink, &msg, 1000);
+    if (err != KB_OK) {
+        static kb_ratelimit_t rl;
+        if (kb_ratelimit_allow(&rl, 60000, NULL))
+            KB_WARN("bridge", "route=%s heartbeat not sent: %s", c->route->conf->name, kb_err_str(err));
+    }
+    kb_buf_fini(&topic);
+    kb_buf_fini(&key);
+}
+
+static void kb_hb_rv(void *opaque, char *buf, size_t size) {
+    kb_hb_ctx_t *c = opaque;
+    kb_informer_stats_t st;
+    kb_informer_stats(c->p->inf, &st);
+    snprintf(buf, size, "%s", st.last_rv);
+}
+
+static kb_hbs_t *kb_hbs_new(kb_pipeline_t *p, const kb_router_t *r, const kb_config_t *cfg) {
+    kb_hbs_t *h = kb_calloc(1, sizeof(*h));
+    for (size_t i = 0; i < r->n; i++) {
+        const kb_route_t *route = &r->routes[i];
+        if (route->conf->heartbeat_seconds <= 0)
+            continue;
+        h->v = kb_realloc(h->v, (h->n + 1) * sizeof(*h->v));
+        kb_hb_ctx_t *c = &h->v[h->n++];
+        c->p = p;
+        c->route = route;
+        kb_event_init_t in = {.type = KB_EV_SYNC, .res = kb_informer_resource(p->inf), .ns = "", .name = "",
+                              .uid = "", .rv = "", .obj = "{}", .obj_len = 2};
+        c->ident = kb_event_new(&in);
+        c->hb = kb_heartbeat_new(route->conf, cfg->cluster.name, (int64_t)route->conf->heartbeat_seconds * 1000,
+                                 kb_hb_emit, kb_hb_rv, c);
+    }
+    return h;
+}
+
+static void kb_hbs_start(kb_hbs_t *h) {
+    for (size_t i = 0; h && i < h->n; i++)
+        if (h->v[i].hb && kb_heartbeat_start(h->v[i].hb) != KB_OK)
+            KB_ERROR("bridge", "route=%s: cannot start its heartbeat", h->v[i].route->conf->name);
+}
+
+static void kb_hbs_destroy(kb_hbs_t *h) {
+    if (!h)
+        return;
+    for (size_t i = 0; i < h->n; i++) {
+        kb_heartbeat_stop(h->v[i].hb);
+        kb_heartbeat_destroy(h->v[i].hb);
+        kb_event_unref(h->v[i].ident);
+    }
+    free(h->v);
+    free(h);
+}
+
 static void kb_pipeline_start(kb_pipeline_t *p) {
     for (size_t s = 0; s < p->n_workers; s++) {
         if (pthread_create(&p->workers[s].thread, NULL, kb_worker_main, &p->workers[s]) != 0)
@@ -346,11 +432,14 @@ static void kb_pipeline_start(kb_pipeline_t *p) {
         p->workers[s].started = true;
     }
     kb_informer_start(p->inf);
+    kb_hbs_start(p->hbs);
     p->started = true;
 }
 
 /* Stop reading, let the workers drain until the deadline, join them. */
 static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline, _Atomic bool *hard_stop) {
+    kb_hbs_destroy(p->hbs);
+    p->hbs = NULL;
     kb_informer_stop(p->inf);
     for (;;) {
         bool all_done = true;
@@ -380,6 +469,7 @@ static void kb_pipeline_destroy(kb_pipeline_t *p) {
         if (p->workers[s].started)
             pthread_join(p->workers[s].thread, NULL);
     free(p->workers);
+    kb_hbs_destroy(p->hbs);
     kb_noops_destroy(p->noops, p->router ? p->router->n : 0);
     kb_router_destroy(p->router);
     free(p->bsinks);
@@ -423,6 +513,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         if (!p->router)
             goto fail;
         p->noops = kb_noops_new(p->router);
+        p->hbs = kb_hbs_new(p, p->router, cfg);
     }
     return b;
 fail:
@@ -446,6 +537,10 @@ static int64_t kb_bridge_inflight(kb_bridge_t *b) {
 
 kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_ms * KB_NS_PER_MS;
+    for (size_t i = 0; i < b->n_pipes; i++) {
+        kb_hbs_destroy(b->pipes[i]->hbs);
+        b->pipes[i]->hbs = NULL;
+    }
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_informer_stop(b->pipes[i]->inf);
     for (size_t i = 0; i < b->n_pipes; i++)
@@ -487,24 +582,43 @@ void kb_bridge_log_stats(kb_bridge_t *b) {
     }
 }
 
+/* Stop a pipeline's threads without freeing it (its acks may still come). */
+static void kb_pipeline_halt(kb_pipeline_t *p) {
+    kb_hbs_destroy(p->hbs);
+    p->hbs = NULL;
+    if (p->inf)
+        kb_informer_stop(p->inf);
+    for (size_t s = 0; s < p->n_workers; s++)
+        if (p->workers[s].started) {
+            pthread_join(p->workers[s].thread, NULL);
+            p->workers[s].started = false;
+        }
+}
+
 void kb_bridge_destroy(kb_bridge_t *b) {
     if (!b)
         return;
+    /* Threads first; then the sinks, whose last acks (failures of what they
+     * still held) reach pipelines that still exist; then the pipelines. */
+    for (size_t i = 0; i < b->n_pipes; i++)
+        kb_pipeline_halt(b->pipes[i]);
+    for (size_t i = 0; i < b->n_retired_pipes; i++)
+        kb_pipeline_halt(b->retired_pipes[i]);
+    for (size_t i = 0; b->sinks && i < b->cfg->n_sinks; i++)
+        if (b->sinks[i])
+            kb_bsink_close(b->sinks[i], 0);
+    for (size_t i = 0; i < b->n_retired_sinks; i++)
+        kb_bsink_close(b->retired_sinks[i], 0);
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_pipeline_destroy(b->pipes[i]);
     for (size_t i = 0; i < b->n_retired_pipes; i++)
         kb_pipeline_destroy(b->retired_pipes[i]);
     free(b->pipes);
     free(b->retired_pipes);
-    for (size_t i = 0; b->sinks && i < b->cfg->n_sinks; i++) {
-        if (b->sinks[i])
-            kb_bsink_close(b->sinks[i], 0);
+    for (size_t i = 0; b->sinks && i < b->cfg->n_sinks; i++)
         free(b->sinks[i]);
-    }
-    for (size_t i = 0; i < b->n_retired_sinks; i++) {
-        kb_bsink_close(b->retired_sinks[i], 0);
+    for (size_t i = 0; i < b->n_retired_sinks; i++)
         free(b->retired_sinks[i]);
-    }
     free(b->sinks);
     free(b->retired_sinks);
     kb_apiclient_destroy(b->api);
@@ -675,6 +789,10 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
         p->bsinks = kb_bsinks_copy(nsinks, nn);
         p->noops = noops;
         pthread_rwlock_unlock(&p->route_lock);
+        kb_hbs_destroy(p->hbs); /* they point into the old router */
+        p->hbs = kb_hbs_new(p, p->router, ncfg);
+        if (p->started)
+            kb_hbs_start(p->hbs);
         kb_noops_destroy(old_noops, old_router ? old_router->n : 0);
         kb_router_destroy(old_router);
         free(old_bsinks);

@@ -211,7 +211,9 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
 static kb_err_t kb_file_produce(void *state, const kb_msg_t *msg, int timeout_ms) {
     kb_file_sink_t *fs = state;
     kb_buf_t line = KB_BUF_INIT;
-    if (msg->format == KB_FORMAT_JSON)
+    if (!msg->ev)
+        kb_buf_append(&line, msg->raw, msg->raw_len);
+    else if (msg->format == KB_FORMAT_JSON)
         kb_envelope_json(msg->ev, &line);
     else
         kb_envelope_ce_structured(msg->ev, msg->key, msg->key_len, &line);

@@ -702,6 +702,8 @@ static void kb_kafka_unsent(kb_kafka_msg_t *km, void *val, int flags, rd_kafka_h
     free(km);
 }
 
+static kb_err_t kb_kafka_produce_raw(kb_kafka_sink_t *ks, const kb_msg_t *msg, int timeout_ms);
+
 static kb_err_t kb_kafka_produce(void *state, const kb_msg_t *msg, int timeout_ms) {
     kb_kafka_sink_t *ks = state;
     const kb_event_t *ev = msg->ev;
@@ -709,6 +711,8 @@ static kb_err_t kb_kafka_produce(void *state, const kb_msg_t *msg, int timeout_m
         return KB_ERR_DELIVERY;
     if (atomic_load(&ks->stop))
         return KB_ERR_STOPPED;
+    if (!ev)
+        return kb_kafka_produce_raw(ks, msg, timeout_ms);
     const bool state_mode = msg->mode == KB_MODE_STATE;
     const bool tombstone = state_mode && ev->type == KB_EV_DELETED;
     const int64_t deadline_ns = timeout_ms < 0 ? -1 : kb_now_mono_ns() + timeout_ms * KB_NS_PER_MS;
@@ -820,6 +824,40 @@ static void kb_kafka_destroy(void *state) {
     pthread_rwlock_destroy(&ks->gate);
     free(ks->name);
     free(ks);
+}
+
+/* A raw record (a heartbeat): the bytes as the value, content-type only. */
+static kb_err_t kb_kafka_produce_raw(kb_kafka_sink_t *ks, const kb_msg_t *msg, int timeout_ms) {
+    const int64_t deadline_ns = timeout_ms < 0 ? -1 : kb_now_mono_ns() + timeout_ms * KB_NS_PER_MS;
+    kb_kafka_msg_t *km = kb_calloc(1, sizeof(*km));
+    km->ack = msg->ack;
+    km->ack_opaque = msg->ack_opaque;
+    atomic_init(&km->parts, 1);
+    atomic_init(&km->err, KB_OK);
+    void *val = kb_memdup(msg->raw, msg->raw_len);
+    size_t len = msg->raw_len;
+    km->bytes = len;
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(1);
+    kb_kafka_header(hdrs, "content-type", "application/json", 16);
+    if (!kb_kafka_gate_enter(ks, deadline_ns)) {
+        kb_kafka_unsent(km, val, RD_KAFKA_MSG_F_FREE, hdrs);
+        return KB_ERR_FULL;
+    }
+    atomic_fetch_add(&ks->outstanding, 1);
+    atomic_fetch_add(&ks->queue_bytes, len);
+    kb_err_t err = kb_kafka_send(ks, msg, val, len, RD_KAFKA_MSG_F_FREE, hdrs, km, deadline_ns);
+    if (err != KB_OK) {
+        kb_kafka_gate_leave(ks);
+        atomic_fetch_sub(&ks->outstanding, 1);
+        atomic_fetch_sub(&ks->queue_bytes, len);
+        kb_kafka_unsent(km, val, RD_KAFKA_MSG_F_FREE, hdrs);
+        return err;
+    }
+    atomic_fetch_add(&ks->produced, 1);
+    if (ks->transactional)
+        atomic_fetch_add(&ks->txn_msgs, 1);
+    kb_kafka_gate_leave(ks);
+    return KB_OK;
 }
 
 const kb_sink_ops_t kb_sink_kafka_ops = {

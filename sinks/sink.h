@@ -32,7 +32,11 @@
 typedef void (*kb_ack_fn)(void *opaque, kb_err_t err);
 
 typedef struct kb_msg {
-    kb_event_t *ev;         /* borrowed for the call; a sink that keeps it takes kb_event_ref */
+    kb_event_t *ev;         /* borrowed for the call; a sink that keeps it takes kb_event_ref;
+                               NULL for a raw message */
+    const char *raw;        /* when ev is NULL: bytes to send as they are (a heartbeat record),
+                               never retained, no k8s-* headers or properties */
+    size_t raw_len;
     const char *topic;      /* rendered topic (NUL-terminated; "" for the file sink) */
     size_t topic_len;
     const char *key;        /* rendered key (NUL-terminated) */
