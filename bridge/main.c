@@ -74,8 +74,8 @@ static int kb_run(const kb_config_t *cfg, const sigset_t *sigs) {
         fprintf(stderr, "kbridge: %s\n", errstr);
         return KB_EXIT_USAGE;
     }
-    KB_INFO("main", "kbridge %s starting: cluster=%s server=%s informers=%zu sinks=%zu routes=%zu", KB_VERSION,
-            cfg->cluster.name, cfg->cluster.server, cfg->n_informers, cfg->n_sinks, cfg->n_routes);
+    KB_INFO("main", "kbridge %s starting: cluster=%s informers=%zu sinks=%zu routes=%zu", KB_VERSION,
+            cfg->cluster.name, cfg->n_informers, cfg->n_sinks, cfg->n_routes);
     kb_bridge_start(b);
     kb_http_t *http = NULL;
     if (kb_http_start(b, &http, errstr, sizeof(errstr)) != KB_OK) {
