@@ -528,19 +528,46 @@ static void kb_mqtt_on_connect5(void *context, MQTTAsync_successData5 *resp) {
     kb_mqtt_connected(context, resp ? resp->alt.connect.sessionPresent : 0, resp ? &resp->properties : NULL);
 }
 
+/* Why a connect failed, for a human. paho reports a refusing CONNACK as a
+ * positive code: the MQTT 5 reason code, or the MQTT 3.1.1 return code 1..5;
+ * negative codes are its own (network, TLS, timeout). */
+static const char *kb_mqtt_connect_why(int code, int reason, bool *refused) {
+    static const char *const v3[] = {"accepted", "unacceptable protocol version", "identifier rejected",
+                                     "server unavailable", "bad user name or password", "not authorized"};
+    if (reason < 0x80 && code >= 0x80)
+        reason = code;
+    *refused = reason >= 0x80 || (code >= 1 && code <= 5);
+    if (reason >= 0x80)
+        return MQTTReasonCode_toString((enum MQTTReasonCodes)reason);
+    if (code >= 1 && code <= 5)
+        return v3[code];
+    return MQTTAsync_strerror(code);
+}
+
 static void kb_mqtt_connect_failed(kb_mqtt_t *mq, int code, int reason, const char *message) {
     static kb_ratelimit_t rl;
     uint64_t suppressed = 0;
+    bool refused = false;
+    const char *why = kb_mqtt_connect_why(code, reason, &refused);
     pthread_mutex_lock(&mq->mtx);
     mq->connecting = false;
     mq->connected = false;
     kb_mqtt_schedule_reconnect(mq);
+    int64_t retry_ms = (mq->next_connect_ns - kb_now_mono_ns()) / KB_NS_PER_MS;
     pthread_cond_signal(&mq->work_cond);
     pthread_mutex_unlock(&mq->mtx);
-    if (kb_ratelimit_allow(&rl, 10000, &suppressed))
-        KB_WARN(KB_MQTT_MOD, "sink=%s connect to %s failed: %s%s%s (suppressed=%llu)", mq->name, mq->uri,
-                reason >= 0x80 ? MQTTReasonCode_toString((enum MQTTReasonCodes)reason) : MQTTAsync_strerror(code),
-                message ? ": " : "", message ? message : "", (unsigned long long)suppressed);
+    if (!kb_ratelimit_allow(&rl, 10000, &suppressed))
+        return;
+    /* A broker that refuses us (credentials, client id, ACL) will not change its
+     * mind by itself: that is an operator's error, not a network blip. */
+    if (refused)
+        KB_ERROR(KB_MQTT_MOD, "sink=%s connect to %s refused by the broker: %s (check username, password_file, "
+                 "client_id; retrying in %lld ms, suppressed=%llu)", mq->name, mq->uri, why, (long long)retry_ms,
+                 (unsigned long long)suppressed);
+    else
+        KB_WARN(KB_MQTT_MOD, "sink=%s connect to %s failed: %s%s%s (retrying in %lld ms, suppressed=%llu)", mq->name,
+                mq->uri, why, message ? ": " : "", message ? message : "", (long long)retry_ms,
+                (unsigned long long)suppressed);
 }
 
 static void kb_mqtt_on_connect_failed3(void *context, MQTTAsync_failureData *resp) {

@@ -48,6 +48,25 @@ static void env_value(const char *line, const char *key, char *out, size_t size)
         snprintf(out, size, "%.*s", (int)strcspn(line + n + 1, "\n"), line + n + 1);
 }
 
+/* The directories of brokers started and not yet stopped. A failed assertion
+ * leaves its test early (and its broker_t with it), so the group teardown
+ * stops what is left, by pid, through the script. */
+static char started[8][256];
+
+static void broker_forget(const char *dir) {
+    for (size_t i = 0; i < sizeof(started) / sizeof(started[0]); i++)
+        if (!strcmp(started[i], dir))
+            started[i][0] = '\0';
+}
+
+static void broker_remember(const char *dir) {
+    for (size_t i = 0; i < sizeof(started) / sizeof(started[0]); i++)
+        if (!started[i][0]) {
+            snprintf(started[i], sizeof(started[i]), "%s", dir);
+            return;
+        }
+}
+
 /* Start a broker (variant plain/tls/auth); max_packet 0 = broker default. */
 static bool broker_start(broker_t *b, const char *variant, int max_packet) {
     memset(b, 0, sizeof(*b));
@@ -76,6 +95,8 @@ static bool broker_start(broker_t *b, const char *variant, int max_packet) {
         env_value(line, "KB_MQTT_PASSWORD_FILE", b->password_file, sizeof(b->password_file));
     }
     b->up = pclose(p) == 0 && b->uri[0];
+    if (b->up)
+        broker_remember(b->dir);
     if (!b->up)
         fprintf(stderr, "SKIP: could not start mosquitto with %s\n", script_path());
     return b->up;
@@ -96,6 +117,22 @@ static void broker_stop(broker_t *b) {
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", b->dir);
     b->up = false;
+    broker_forget(b->dir);
+}
+
+static int teardown_brokers(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof(started) / sizeof(started[0]); i++) {
+        if (!started[i][0])
+            continue;
+        char cmd[1200];
+        snprintf(cmd, sizeof(cmd), "KB_MQTT_DIR=%.255s %s stop >/dev/null; rm -rf %.255s", started[i], script_path(),
+                 started[i]);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not stop the broker in %s\n", started[i]);
+        started[i][0] = '\0';
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------ a subscriber */
@@ -845,5 +882,5 @@ int main(void) {
     };
     if (getenv("KB_TEST_FILTER")) /* e.g. KB_TEST_FILTER='test_broker_restart*' */
         cmocka_set_test_filter(getenv("KB_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, teardown_brokers);
 }
