@@ -283,8 +283,8 @@ static const kb_ckey_t kb_keys_route[] = {
      .doc = "Envelope: kbridge JSON, or CloudEvents 1.0 structured or binary mode."},
     {.name = "mode", .type = KB_CT_ENUM, .off = RT(mode), .def = "events", .values = kb_v_mode,
      .doc = "events: every change; state: latest object per key (Kafka tombstones, MQTT retained)."},
-    {.name = "suppress_noop", .type = KB_CT_BOOL, .off = RT(suppress_noop), .def = "true",
-     .doc = "Skip a MODIFIED whose object (as projected, apart from metadata.resourceVersion) is byte-identical "
+    {.name = "suppress_noop", .type = KB_CT_BOOL, .off = RT(suppress_noop), .def = "false",
+     .doc = "Opt-in: skip a MODIFIED whose object (as projected, apart from metadata.resourceVersion) is byte-identical "
             "to what this route last delivered for the key; also a SYNC unless `types` lists SYNC explicitly. "
             "ADDED, DELETED and SNAPSHOT always go. See docs/routing.md."},
     {.name = "heartbeat_seconds", .type = KB_CT_INT, .off = RT(heartbeat_seconds), .def = "0", .min = 0,

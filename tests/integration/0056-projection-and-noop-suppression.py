@@ -11,7 +11,7 @@ def test():
     b = Bridge(sim, informers=[
         '{ name = "pods"; version = "v1"; resource = "pods"; keep_fields = [ "spec.nodeName" ]; }',
         '{ name = "secrets"; version = "v1"; resource = "secrets"; redact_fields = []; }'],
-        routes=['{ informer = "pods"; sink = "out"; }', '{ informer = "secrets"; sink = "out"; }'])
+        routes=['{ informer = "pods"; sink = "out"; suppress_noop = true; }', '{ informer = "secrets"; sink = "out"; }'])
     b.wait_converged(sim)
     obj = b.view()["ns1/a"]["object"]
     check(obj["spec"] == {"nodeName": "n1"}, "only the kept path survives in spec: %s" % obj.get("spec"))

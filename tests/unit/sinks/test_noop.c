@@ -69,7 +69,7 @@ static uint32_t mask_of(const char *route_extra) {
 
 static void test_modified_identical_is_skipped(void **state) {
     (void)state;
-    kb_noop_t *noop = kb_noop_new(mask_of(""));
+    kb_noop_t *noop = kb_noop_new(mask_of("suppress_noop = true;"));
     assert_true(sends(noop, KB_EV_ADDED, "a", "10", "Pending"));
     /* status churn projected away: only the RV differs */
     assert_false(sends(noop, KB_EV_MODIFIED, "a", "11", "Pending"));
@@ -93,7 +93,7 @@ static void test_modified_identical_is_skipped(void **state) {
 
 static void test_deleted_always_goes_and_forgets(void **state) {
     (void)state;
-    kb_noop_t *noop = kb_noop_new(mask_of(""));
+    kb_noop_t *noop = kb_noop_new(mask_of("suppress_noop = true;"));
     assert_true(sends(noop, KB_EV_ADDED, "a", "1", "Pending"));
     assert_true(sends(noop, KB_EV_DELETED, "a", "2", "Pending"));
     assert_true(sends(noop, KB_EV_DELETED, "a", "2", "Pending")); /* a repeat too */
@@ -116,7 +116,7 @@ static void test_deleted_always_goes_and_forgets(void **state) {
 static void test_sync_depends_on_types(void **state) {
     (void)state;
     /* types not written (all by default): an unchanged SYNC is skipped */
-    uint32_t implicit = mask_of("");
+    uint32_t implicit = mask_of("suppress_noop = true;");
     assert_int_equal(implicit, BIT(KB_EV_MODIFIED) | BIT(KB_EV_SYNC));
     kb_noop_t *noop = kb_noop_new(implicit);
     assert_true(sends(noop, KB_EV_ADDED, "a", "1", "Pending"));
@@ -126,7 +126,7 @@ static void test_sync_depends_on_types(void **state) {
     kb_noop_destroy(noop);
 
     /* a route that lists SYNC asked for the periodic re-assertion: every SYNC goes */
-    uint32_t explicit_sync = mask_of("types = [ \"ADDED\", \"MODIFIED\", \"DELETED\", \"SYNC\" ];");
+    uint32_t explicit_sync = mask_of("suppress_noop = true; types = [ \"ADDED\", \"MODIFIED\", \"DELETED\", \"SYNC\" ];");
     assert_int_equal(explicit_sync, BIT(KB_EV_MODIFIED));
     noop = kb_noop_new(explicit_sync);
     assert_true(sends(noop, KB_EV_ADDED, "a", "1", "Pending"));
@@ -136,7 +136,7 @@ static void test_sync_depends_on_types(void **state) {
     kb_noop_destroy(noop);
 
     /* types written without SYNC: SYNC never reaches the route; masks as implicit */
-    assert_int_equal(mask_of("types = [ \"MODIFIED\" ];"), implicit);
+    assert_int_equal(mask_of("suppress_noop = true; types = [ \"MODIFIED\" ];"), implicit);
 }
 
 static void test_suppress_noop_false(void **state) {
@@ -152,7 +152,7 @@ static void test_suppress_noop_false(void **state) {
 static void test_route_keys_load(void **state) {
     (void)state;
     kb_config_t *cfg = load("");
-    assert_true(cfg->routes[0].suppress_noop);
+    assert_false(cfg->routes[0].suppress_noop); /* opt-in: every change is sent unless asked */
     assert_false(cfg->routes[0].types_set);
     assert_int_equal(cfg->routes[0].heartbeat_seconds, 0);
     kb_config_free(cfg);
