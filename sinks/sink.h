@@ -46,7 +46,24 @@ typedef struct kb_msg {
     const char *route;      /* route name, for logs and metrics */
     kb_ack_fn ack;
     void *ack_opaque;
+    /* Transactional sinks only: called with ack_opaque once the message is
+     * inside the open transaction, while the sink's commit cannot run (under
+     * its gate). NULL = not wanted. */
+    void (*enqueued)(void *opaque);
 } kb_msg_t;
+
+/* Checkpoint records a transactional sink commits together with each
+ * transaction (exactly-once across restarts). */
+typedef struct kb_ckpt_rec {
+    char *key;    /* "<cluster>/<informer>" (+ "/<replica>-of-<n>" when sharded); malloc'd */
+    char *value;  /* JSON {"seq":N,"rv":"…"}; malloc'd */
+} kb_ckpt_rec_t;
+
+/* Fill *recs (malloc'd array of *n records, each field malloc'd; the sink
+ * frees all of it). Called by the sink right before each commit, with no
+ * produce() able to run (the sink holds its gate exclusively), on the sink's
+ * own thread. Must not call back into the sink. */
+typedef void (*kb_ckpt_provider_fn)(void *opaque, kb_ckpt_rec_t **recs, size_t *n);
 
 typedef struct kb_sink_stats {
     uint64_t produced;   /* messages accepted by produce() */
@@ -70,6 +87,13 @@ typedef struct kb_sink_ops {
     kb_err_t (*flush)(void *state, int timeout_ms);
     void (*stats)(void *state, kb_sink_stats_t *st);
     void (*destroy)(void *state); /* after flush; must not block long */
+    /* Optional (transactional sinks). NULL for sinks that are not. */
+    bool (*is_transactional)(void *state);
+    /* Register the provider of checkpoint records (before the first produce). */
+    void (*set_checkpoint_provider)(void *state, kb_ckpt_provider_fn fn, void *opaque);
+    /* The last committed checkpoint value of key (read_committed), into value.
+     * KB_ERR_NOTFOUND if there is none yet; blocks up to timeout_ms. */
+    kb_err_t (*read_checkpoint)(void *state, const char *key, char *value, size_t value_size, int timeout_ms);
 } kb_sink_ops_t;
 
 typedef struct kb_sink {
