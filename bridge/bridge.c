@@ -49,6 +49,7 @@
 #include <string.h>
 
 typedef struct kb_pipeline kb_pipeline_t;
+typedef struct kb_eos_provider kb_eos_provider_t;
 
 /* A running sink and what the bridge counts for it. */
 typedef struct kb_bsink {
@@ -57,6 +58,12 @@ typedef struct kb_bsink {
     kb_histogram_t delivery;       /* watch read → acknowledgement */
     _Atomic uint64_t acked, failed;
 } kb_bsink_t;
+
+/* The checkpoint provider registered with one transactional sink. */
+struct kb_eos_provider {
+    struct kb_bridge *b;
+    kb_bsink_t *bs;
+};
 
 typedef struct kb_worker {
     kb_pipeline_t *p;
@@ -74,6 +81,9 @@ struct kb_pipeline {
     kb_bsink_t **bsinks;         /* route_lock; parallel to the sinks of the router's config */
     kb_noop_t **noops;           /* route_lock; parallel to router->routes; NULL = no suppression */
     struct kb_hbs *hbs;          /* heartbeats of the routes that ask for them (main thread) */
+    /* The transactional sink every route of this informer goes to (exactly-once), or NULL.
+     * Written under route_lock; read by that sink's commit thread without it. */
+    _Atomic(struct kb_bsink *) eos;
     kb_worker_t *workers;        /* one per shard */
     size_t n_workers;
     bool started;
@@ -96,6 +106,8 @@ struct kb_bridge {
     size_t n_retired_pipes;
     kb_bsink_t **retired_sinks;
     size_t n_retired_sinks;
+    kb_eos_provider_t **providers; /* one per transactional sink ever created */
+    size_t n_providers;
     kb_config_t **owned_cfgs;    /* configs taken over by reloads */
     size_t n_owned_cfgs;
     bool started;
@@ -136,6 +148,8 @@ typedef struct kb_delivery {
     int64_t read_mono_ns;  /* when the change came off the wire */
     _Atomic int pending;   /* messages not yet acknowledged, +1 while routing */
     _Atomic bool failed;   /* a sink gave up on one: the checkpoint must not pass it */
+    int expected;          /* messages routing will produce (exactly-once bookkeeping) */
+    _Atomic int enqueued;  /* of those, inside an open transaction */
 } kb_delivery_t;
 
 static void kb_delivery_release(kb_delivery_t *d) {
@@ -176,6 +190,15 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_delivery_release(d);
 }
 
+/* A transactional sink took one message of the event into its open
+ * transaction; when all of them are in, the commit delivers the event. */
+static void kb_bridge_enqueued(void *opaque) {
+    kb_msg_ack_t *ma = opaque;
+    kb_delivery_t *d = ma->d;
+    if (atomic_fetch_add(&d->enqueued, 1) + 1 == d->expected)
+        kb_informer_mark_produced(d->p->inf, d->seq);
+}
+
 /* Hand one event to every route that takes it, in route order.
  * Caller holds p->route_lock for reading. */
 static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key) {
@@ -187,7 +210,11 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     int64_t t0 = kb_now_mono_ns();
     atomic_init(&d->pending, 1);
     atomic_init(&d->failed, false);
-    for (size_t i = 0; i < p->router->n; i++) {
+    atomic_init(&d->enqueued, 0);
+    /* Decide the routes first, so the count of messages is known before any
+     * transactional sink reports one enqueued. */
+    size_t take[64], n_take = 0;
+    for (size_t i = 0; i < p->router->n && n_take < KB_ARRAY_LEN(take); i++) {
         const kb_route_t *route = &p->router->routes[i];
         if (!kb_route_match(route, ev))
             continue;
@@ -195,6 +222,12 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
         /* Byte-identical to what this route last delivered for the key: nothing to say. */
         if (p->noops[i] && !kb_noop_check_and_record(p->noops[i], ev))
             continue;
+        take[n_take++] = i;
+    }
+    d->expected = (int)n_take;
+    bool eos = atomic_load(&p->eos) != NULL;
+    for (size_t t = 0; t < n_take; t++) {
+        const kb_route_t *route = &p->router->routes[take[t]];
         kb_buf_reset(topic);
         kb_buf_reset(key);
         kb_route_render(route, ev, topic, key);
@@ -210,6 +243,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             .route = route->conf->name,
             .ack = kb_bridge_ack,
             .ack_opaque = ma,
+            .enqueued = eos ? kb_bridge_enqueued : NULL,
         };
         atomic_fetch_add(&p->inflight, 1);
         atomic_fetch_add(&d->pending, 1);
@@ -272,7 +306,9 @@ static void *kb_worker_main(void *arg) {
 
 /* ---- building blocks -------------------------------------------------- */
 
-static kb_bsink_t *kb_bsink_new(const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr,
+static void kb_eos_records(void *opaque, kb_ckpt_rec_t **recs, size_t *n);
+
+static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr,
                                 size_t errstr_size) {
     kb_sink_t *sink = kb_sink_create(conf, cfg, errstr, errstr_size);
     if (!sink)
@@ -280,6 +316,15 @@ static kb_bsink_t *kb_bsink_new(const kb_config_sink_t *conf, const kb_config_t 
     kb_bsink_t *bs = kb_calloc(1, sizeof(*bs));
     bs->sink = sink;
     bs->conf = conf;
+    if (sink->ops->is_transactional && sink->ops->is_transactional(sink->state) &&
+        sink->ops->set_checkpoint_provider) {
+        kb_eos_provider_t *pv = kb_calloc(1, sizeof(*pv));
+        pv->b = b;
+        pv->bs = bs;
+        b->providers = kb_realloc(b->providers, (b->n_providers + 1) * sizeof(*b->providers));
+        b->providers[b->n_providers++] = pv;
+        sink->ops->set_checkpoint_provider(sink->state, kb_eos_records, pv);
+    }
     return bs;
 }
 
@@ -339,6 +384,107 @@ static void kb_noops_destroy(kb_noop_t **noops, size_t n) {
     for (size_t i = 0; noops && i < n; i++)
         kb_noop_destroy(noops[i]);
     free(noops);
+}
+
+/* ---- exactly-once with a transactional sink ------------------------------ */
+
+static bool kb_bsink_transactional(const kb_bsink_t *bs) {
+    return bs->sink && bs->sink->ops->is_transactional && bs->sink->ops->is_transactional(bs->sink->state);
+}
+
+/* The one transactional sink all of the router's routes go to, or NULL. */
+static kb_bsink_t *kb_router_eos(const kb_router_t *r, kb_bsink_t **bsinks) {
+    kb_bsink_t *one = NULL;
+    for (size_t i = 0; i < r->n; i++) {
+        kb_bsink_t *bs = bsinks[r->routes[i].sink_index];
+        if (!kb_bsink_transactional(bs) || (one && one != bs))
+            return NULL;
+        one = bs;
+    }
+    return one;
+}
+
+static void kb_eos_key(const kb_bridge_t *b, const kb_informer_t *inf, char *out, size_t size) {
+    const kb_config_t *cfg = b->cfg;
+    if (cfg->sharding_replicas > 1)
+        snprintf(out, size, "%s/%s/%d-of-%d", cfg->cluster.name, kb_informer_conf(inf)->name, cfg->sharding_index,
+                 cfg->sharding_replicas);
+    else
+        snprintf(out, size, "%s/%s", cfg->cluster.name, kb_informer_conf(inf)->name);
+}
+
+
+/* Right before the sink commits (its gate held: nothing is being produced):
+ * the checkpoint of every informer whose routes all go to it. */
+static void kb_eos_records(void *opaque, kb_ckpt_rec_t **recs, size_t *n) {
+    kb_eos_provider_t *pv = opaque;
+    kb_bridge_t *b = pv->b;
+    *recs = NULL;
+    *n = 0;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->n_pipes; i++) {
+        kb_pipeline_t *p = b->pipes[i];
+        if (atomic_load(&p->eos) != pv->bs)
+            continue;
+        uint64_t seq;
+        char rvs[1024], key[512];
+        kb_buf_t also = KB_BUF_INIT;
+        kb_informer_txn_checkpoint(p->inf, &seq, rvs, sizeof(rvs), &also);
+        kb_eos_key(b, p->inf, key, sizeof(key));
+        kb_buf_t v = KB_BUF_INIT;
+        kb_buf_appendf(&v, "{\"seq\":%llu,\"rv\":", (unsigned long long)seq);
+        kb_buf_append_json_str(&v, rvs, strlen(rvs));
+        kb_buf_append_str(&v, ",\"also\":");
+        kb_buf_append_json_str(&v, also.data ? also.data : "", also.len);
+        kb_buf_append_char(&v, '}');
+        kb_buf_fini(&also);
+        *recs = kb_realloc(*recs, (*n + 1) * sizeof(**recs));
+        (*recs)[*n].key = kb_strdup(key);
+        (*recs)[*n].value = kb_buf_steal(&v, NULL);
+        (*n)++;
+    }
+    pthread_rwlock_unlock(&b->lock);
+}
+
+/* Before an exactly-once informer starts: what its sink committed last. */
+static void kb_eos_read_back(kb_bridge_t *b, kb_pipeline_t *p) {
+    kb_bsink_t *bs = atomic_load(&p->eos);
+    if (!bs || !bs->sink->ops->read_checkpoint)
+        return;
+    char key[512], value[65536];
+    kb_eos_key(b, p->inf, key, sizeof(key));
+    kb_err_t err = KB_ERR_TIMEDOUT;
+    for (int attempt = 0; attempt < 3 && err != KB_OK && err != KB_ERR_NOTFOUND; attempt++)
+        err = bs->sink->ops->read_checkpoint(bs->sink->state, key, value, sizeof(value), 10000);
+    if (err == KB_ERR_NOTFOUND)
+        return;
+    if (err != KB_OK) {
+        KB_ERROR("bridge", "informer=%s cannot read its checkpoint back from sink=%s (%s): resuming from state_dir; "
+                 "changes committed after that checkpoint may be repeated", kb_informer_conf(p->inf)->name,
+                 bs->sink->name, kb_err_str(err));
+        return;
+    }
+    /* {"seq":N,"rv":"…"} — written by kb_eos_records above. */
+    const char *sp = strstr(value, "\"seq\":"), *rp = strstr(value, "\"rv\":\"");
+    if (!sp || !rp) {
+        KB_ERROR("bridge", "informer=%s checkpoint in sink=%s does not parse: %.200s", kb_informer_conf(p->inf)->name,
+                 bs->sink->name, value);
+        return;
+    }
+    uint64_t seq = strtoull(sp + 6, NULL, 10);
+    rp += 6;
+    const char *end = strchr(rp, '"');
+    char rvs[1024];
+    snprintf(rvs, sizeof(rvs), "%.*s", end ? (int)(end - rp) : 0, rp);
+    const char *ap = strstr(value, "\"also\":\"");
+    kb_buf_t also = KB_BUF_INIT;
+    if (ap) {
+        ap += 8;
+        const char *aend = strchr(ap, '"');
+        kb_buf_append(&also, ap, aend ? (size_t)(aend - ap) : 0);
+    }
+    kb_informer_apply_checkpoint(p->inf, seq, rvs, also.data ? also.data : "");
+    kb_buf_fini(&also);
 }
 
 /* ---- heartbeats --------------------------------------------------------- */
@@ -498,7 +644,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
     }
     b->sinks = kb_calloc(cfg->n_sinks ? cfg->n_sinks : 1, sizeof(*b->sinks));
     for (size_t i = 0; i < cfg->n_sinks; i++) {
-        b->sinks[i] = kb_bsink_new(&cfg->sinks[i], cfg, errstr, errstr_size);
+        b->sinks[i] = kb_bsink_new(b, &cfg->sinks[i], cfg, errstr, errstr_size);
         if (!b->sinks[i])
             goto fail;
     }
@@ -514,6 +660,8 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
             goto fail;
         p->noops = kb_noops_new(p->router);
         p->hbs = kb_hbs_new(p, p->router, cfg);
+        atomic_store(&p->eos, kb_router_eos(p->router, b->sinks));
+        kb_eos_read_back(b, p);
     }
     return b;
 fail:
@@ -622,6 +770,9 @@ void kb_bridge_destroy(kb_bridge_t *b) {
     free(b->sinks);
     free(b->retired_sinks);
     kb_apiclient_destroy(b->api);
+    for (size_t i = 0; i < b->n_providers; i++)
+        free(b->providers[i]);
+    free(b->providers);
     for (size_t i = 0; i < b->n_owned_cfgs; i++)
         kb_config_free(b->owned_cfgs[i]);
     free(b->owned_cfgs);
@@ -711,7 +862,7 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
             if (b->sinks[j]->sink && kb_sink_conf_eq(b->sinks[j]->conf, &ncfg->sinks[i]))
                 nsinks[i] = b->sinks[j];
         if (!nsinks[i]) {
-            nsinks[i] = kb_bsink_new(&ncfg->sinks[i], ncfg, errstr, errstr_size);
+            nsinks[i] = kb_bsink_new(b, &ncfg->sinks[i], ncfg, errstr, errstr_size);
             sink_new[i] = true;
             if (!nsinks[i])
                 err = KB_ERR_CONFIG;
@@ -788,7 +939,10 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
         p->router = routers[i];
         p->bsinks = kb_bsinks_copy(nsinks, nn);
         p->noops = noops;
+        atomic_store(&p->eos, kb_router_eos(routers[i], nsinks));
         pthread_rwlock_unlock(&p->route_lock);
+        if (pipe_new[i])
+            kb_eos_read_back(b, p);
         kb_hbs_destroy(p->hbs); /* they point into the old router */
         p->hbs = kb_hbs_new(p, p->router, ncfg);
         if (p->started)

@@ -95,6 +95,7 @@ typedef struct kb_inf_undo {
 
 typedef struct kb_ack_slot {
     bool done;
+    bool produced;         /* inside an open Kafka transaction (exactly-once): done once it commits */
     int refl;
     char rv_after[64];
 } kb_ack_slot_t;
@@ -230,6 +231,7 @@ static void kb_ack_add(kb_informer_t *inf, uint64_t seq, int refl, const char *r
         kb_ack_slot_t *slot = &inf->ring[(inf->ring_head + inf->ring_len) % inf->ring_cap];
         bool this = inf->ack_base + inf->ring_len == seq;
         slot->done = this ? done : true;
+        slot->produced = false;
         slot->refl = this ? refl : -1;
         snprintf(slot->rv_after, sizeof(slot->rv_after), "%s", this && rv_after ? rv_after : "");
         inf->ring_len++;
@@ -258,6 +260,65 @@ void kb_informer_done(kb_informer_t *inf, uint64_t seq) {
         kb_ack_advance(inf);
     }
     pthread_mutex_unlock(&inf->ack_mtx);
+}
+
+void kb_informer_mark_produced(kb_informer_t *inf, uint64_t seq) {
+    pthread_mutex_lock(&inf->ack_mtx);
+    if (seq >= inf->ack_base && seq < inf->ack_base + inf->ring_len)
+        inf->ring[(inf->ring_head + (seq - inf->ack_base)) % inf->ring_cap].produced = true;
+    pthread_mutex_unlock(&inf->ack_mtx);
+}
+
+/* The tagged resume points of rvs (one per reflector) as one string. */
+static void kb_inf_format_rvs(const kb_informer_t *inf, char (*rvs)[64], char *out, size_t size);
+
+void kb_informer_txn_checkpoint(kb_informer_t *inf, uint64_t *seq, char *rvs_out, size_t rvs_size, kb_buf_t *also) {
+    char(*rvs)[64] = kb_calloc(inf->n_refl, sizeof(*rvs));
+    pthread_mutex_lock(&inf->ack_mtx);
+    memcpy(rvs, inf->ack_rv, inf->n_refl * sizeof(*rvs));
+    uint64_t s = inf->ack_seq;
+    size_t i = 0;
+    for (; i < inf->ring_len; i++) {
+        kb_ack_slot_t *slot = &inf->ring[(inf->ring_head + i) % inf->ring_cap];
+        if (!slot->done && !slot->produced)
+            break;
+        if (slot->refl >= 0 && slot->rv_after[0])
+            memcpy(rvs[slot->refl], slot->rv_after, sizeof(slot->rv_after));
+        s = inf->ack_base + i;
+    }
+    /* Past the first gap, what is delivered or in the transaction anyway, as
+     * "a-b" ranges: a restart must not deliver those again. */
+    uint64_t run = 0;
+    for (; i <= inf->ring_len; i++) {
+        kb_ack_slot_t *slot = i < inf->ring_len ? &inf->ring[(inf->ring_head + i) % inf->ring_cap] : NULL;
+        uint64_t cur = inf->ack_base + i;
+        bool in = slot && (slot->done || slot->produced);
+        if (in && !run)
+            run = cur;
+        if (!in && run) {
+            kb_buf_appendf(also, "%s%llu-%llu", also->len ? "," : "", (unsigned long long)run,
+                           (unsigned long long)(cur - 1));
+            run = 0;
+        }
+    }
+    pthread_mutex_unlock(&inf->ack_mtx);
+    *seq = s;
+    kb_inf_format_rvs(inf, rvs, rvs_out, rvs_size);
+    free(rvs);
+}
+
+/* Is seq inside one of the "a-b,c-d" ranges? */
+static bool kb_inf_in_ranges(const char *ranges, uint64_t seq) {
+    for (const char *p = ranges; p && *p;) {
+        char *end;
+        uint64_t a = strtoull(p, &end, 10), b = a;
+        if (*end == '-')
+            b = strtoull(end + 1, &end, 10);
+        if (seq >= a && seq <= b)
+            return true;
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    return false;
 }
 
 /* A queued event that compaction made unnecessary counts as delivered. */
@@ -1274,6 +1335,18 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     return KB_OK;
 }
 
+static void kb_inf_format_rvs(const kb_informer_t *inf, char (*rvs)[64], char *out, size_t size) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        char tag[160];
+        if (!rvs[i][0])
+            continue;
+        kb_inf_rv_tag(inf, (int)i, rvs[i], tag, sizeof(tag));
+        n += (size_t)snprintf(out + n, n < size ? size - n : 0, "%s%s", n ? "," : "", tag);
+    }
+}
+
 /* Write the checkpoint if it moved. Thread: checkpointer, or main at shutdown. */
 static void kb_inf_write_checkpoint(kb_informer_t *inf) {
     if (!inf->state)
@@ -1281,14 +1354,7 @@ static void kb_inf_write_checkpoint(kb_informer_t *inf) {
     char rvs[1024] = "";
     pthread_mutex_lock(&inf->ack_mtx);
     uint64_t seq = inf->ack_seq;
-    size_t n = 0;
-    for (size_t i = 0; i < inf->n_refl; i++) {
-        char tag[160];
-        if (!inf->ack_rv[i][0])
-            continue;
-        kb_inf_rv_tag(inf, (int)i, inf->ack_rv[i], tag, sizeof(tag));
-        n += (size_t)snprintf(rvs + n, n < sizeof(rvs) ? sizeof(rvs) - n : 0, "%s%s", n ? "," : "", tag);
-    }
+    kb_inf_format_rvs(inf, inf->ack_rv, rvs, sizeof(rvs));
     pthread_mutex_unlock(&inf->ack_mtx);
     if (seq == inf->saved_seq)
         return;
@@ -1310,6 +1376,46 @@ static void *kb_ckpt_main(void *arg) {
     while (!kb_sleep_ms_interruptible(200, &inf->ckpt_stop))
         kb_inf_write_checkpoint(inf);
     return NULL;
+}
+
+kb_err_t kb_informer_apply_checkpoint(kb_informer_t *inf, uint64_t seq, const char *rvs, const char *also) {
+    if (seq <= inf->ack_seq && (!also || !*also))
+        return KB_OK;
+    if (seq > inf->seq) {
+        KB_WARN("informer", "informer=%s the sink's checkpoint (seq %llu) is ahead of this state_dir (seq %llu); "
+                "ignoring it", inf->conf->name, (unsigned long long)seq, (unsigned long long)inf->seq);
+        return KB_ERR_INVAL;
+    }
+    size_t dropped = 0, keep = 0;
+    for (size_t i = 0; i < inf->n_replay; i++) {
+        kb_inf_staged_t *o = &inf->replay[i];
+        if (o->seq <= seq || (o->ev && kb_inf_in_ranges(also, o->seq))) {
+            kb_event_unref(o->ev);
+            dropped++;
+        } else {
+            inf->replay[keep++] = *o;
+        }
+    }
+    inf->n_replay = keep;
+    char *list = kb_strdup(rvs), *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const char *rv;
+        int i = kb_inf_rv_untag(inf, tok, &rv);
+        if (i >= 0) {
+            snprintf(inf->ack_rv[i], sizeof(inf->ack_rv[i]), "%s", rv);
+            snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", rv);
+        }
+    }
+    free(list);
+    if (seq > inf->ack_seq) {
+        inf->ack_seq = seq;
+        inf->ack_base = seq + 1;
+    }
+    KB_INFO("informer", "informer=%s the sink's committed checkpoint is seq=%llu rv=%s: %zu change(s) of the journal "
+            "were already committed there and are not delivered again", inf->conf->name, (unsigned long long)seq, rvs,
+            dropped);
+    kb_inf_write_checkpoint(inf);
+    return KB_OK;
 }
 
 void kb_informer_save_checkpoint(kb_informer_t *inf) {

@@ -29,6 +29,7 @@
 #ifndef KB_INFORMER_INFORMER_H
 #define KB_INFORMER_INFORMER_H
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/event.h"
 #include "config/config.h"
@@ -94,6 +95,21 @@ void kb_informer_destroy(kb_informer_t *inf); /* after stop; NULL is a no-op */
 /* Every route of event seq has been acknowledged by its sink (or the event
  * went nowhere). Thread: any (sink ack callbacks). Locks: the ack lock (leaf). */
 void kb_informer_done(kb_informer_t *inf, uint64_t seq);
+
+/* Exactly-once with a transactional sink: seq's messages are all inside the
+ * sink's open transaction (they count as delivered once it commits).
+ * Thread: any (the sink's enqueued hook). Locks: the ack lock. */
+void kb_informer_mark_produced(kb_informer_t *inf, uint64_t seq);
+/* The checkpoint a commit of that transaction makes true: every seq up to
+ * *seq is acknowledged or inside it; rvs gets the resume RVs in the stored
+ * form ("rv" or "ns/rv,…"); also gets "a-b,c-d" ranges of later seqs that are
+ * delivered or inside it too. Thread: any. Locks: the ack lock. */
+void kb_informer_txn_checkpoint(kb_informer_t *inf, uint64_t *seq, char *rvs, size_t rvs_size, kb_buf_t *also);
+/* Before start: a checkpoint read back from a transactional sink. Journal
+ * entries up to seq, and those in the also ranges, were committed there and
+ * are not delivered again; the watch resumes at rvs. A seq at or below the state_dir checkpoint changes
+ * nothing. Thread: main, before kb_informer_start. */
+kb_err_t kb_informer_apply_checkpoint(kb_informer_t *inf, uint64_t seq, const char *rvs, const char *also);
 
 /* Write the checkpoint now (after the sinks flushed at shutdown). */
 void kb_informer_save_checkpoint(kb_informer_t *inf);
