@@ -101,6 +101,7 @@ def main():
     br, log = start_bridge(a.build, url, out, work, state + "/empty" if state else None)
     time.sleep(1.0)
     rss_empty = status_kb(br.pid, "VmRSS")
+    anon_empty = status_kb(br.pid, "RssAnon")
     br.send_signal(signal.SIGTERM)
     br.wait()
     sim.send_signal(signal.SIGTERM)
@@ -120,8 +121,9 @@ def main():
     delivered_s = time.monotonic() - t0
     time.sleep(1.0)
     rss_synced = status_kb(br.pid, "VmRSS")
+    anon_synced = status_kb(br.pid, "RssAnon")
     hwm = status_kb(br.pid, "VmHWM")
-    per_pod = (rss_synced - rss_empty) * 1024 / a.pods
+    per_pod = (anon_synced - anon_empty) * 1024 / a.pods
     size = os.path.getsize(out) / a.pods
 
     # Watch throughput: the simulator's churn is made while kbridge is
@@ -154,7 +156,7 @@ def main():
         urllib.request.urlopen(req, timeout=30).read()
         wait(lambda: count_lines(out) > lines0, 600, 0.01)
         restart_s = time.monotonic() - t2
-        rss_restarted = status_kb(br.pid, "VmRSS")
+        rss_restarted = status_kb(br.pid, "RssAnon")
         br.send_signal(signal.SIGTERM)
         br.wait()
     sim.send_signal(signal.SIGTERM)
@@ -165,13 +167,14 @@ def main():
     print("generate %d pods in the simulator: %.1f s" % (a.pods, gen_s))
     print("initial sync: %d pods (%.0f B/envelope): listed in %.2f s, all written in %.2f s" %
           (a.pods, size, synced_s, delivered_s))
-    print("memory: RSS empty %.1f MiB, after sync %.1f MiB, peak %.1f MiB (peak/steady %.2f); %.0f B per cached Pod" %
-          (rss_empty / 1024, rss_synced / 1024, hwm / 1024, hwm / max(rss_synced, 1), per_pod))
+    print("memory: RSS empty %.1f MiB, after sync %.1f MiB (anonymous %.1f MiB; the rest is state_dir's mapped "
+          "page cache), peak %.1f MiB (peak/steady %.2f); %.0f B per cached Pod (anonymous)" %
+          (rss_empty / 1024, rss_synced / 1024, anon_synced / 1024, hwm / 1024, hwm / max(rss_synced, 1), per_pod))
     print("watch backlog: %d of %d updates in %.2f s = %.0f events/s; kbridge CPU %.1f us/event%s" %
           (got, a.updates, watch_s, got / watch_s, cpu * 1e6 / max(got, 1), "" if ok else " (INCOMPLETE)"))
     if state:
         print("state_dir: data.mdb %.1f MiB apparent, %.1f MiB used = %.0f B per cached Pod (index + journal); "
-              "restart to the first new change written: %.2f s; RSS after restart %.1f MiB" %
+              "restart to the first new change written: %.2f s; anonymous RSS after restart %.1f MiB" %
               (disk / 2**20, disk_used / 2**20, disk_used / a.pods, restart_s, rss_restarted / 1024))
         subprocess.run(["rm", "-rf", state])
     subprocess.run(["rm", "-rf", work])

@@ -1263,10 +1263,10 @@ static void kb_inf_load_index_cb(void *opaque, uint64_t seq, kb_event_t *ev, con
     kb_informer_t *inf = opaque;
     KB_UNUSED(seq);
     KB_UNUSED(rv_after);
-    kb_event_t *thin = kb_event_thin(ev);
+    kb_event_t *thin = ev->obj_len ? kb_event_thin(ev) : kb_event_ref(ev);
     kb_indexer_put(inf->idx, thin, NULL);
     kb_event_unref(thin);
-    if (!kb_resource_kind(inf->res)[0]) {
+    if (!kb_resource_kind(inf->res)[0] && ev->obj_len) {
         kb_span_t k;
         if (kb_json_object_get(ev->obj, ev->obj_len, "kind", &k) && k.len > 2)
             kb_resource_set_kind(inf->res, ev->obj + k.off + 1, k.len - 2);
@@ -1310,7 +1310,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     }
     kb_state_checkpoint_t cp;
     if (kb_state_read_checkpoint(inf->state, &cp) != KB_OK ||
-        kb_state_load_index(inf->state, inf->res, kb_inf_load_index_cb, inf) != KB_OK ||
+        kb_state_load_index(inf->state, inf->res, true, kb_inf_load_index_cb, inf) != KB_OK ||
         kb_state_load_journal(inf->state, cp.seq, inf->res, kb_inf_load_tail_cb, inf) != KB_OK) {
         snprintf(errstr, errstr_size, "%s: state_dir \"%s\": %s", cfg->path, dir, kb_state_error(inf->state));
         return KB_ERR_IO;

@@ -222,7 +222,7 @@ static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const
 
 /* Decode a record; key comes from the record (journal) or from the caller (index). */
 static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_len, kb_resource_t *res,
-                                 char *rv_after, size_t rv_after_size, bool *is_mark) {
+                                 char *rv_after, size_t rv_after_size, bool *is_mark, bool identity_only) {
     kb_rec_hdr_t h;
     if (v->mv_size < sizeof(h))
         return NULL;
@@ -250,7 +250,10 @@ static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_l
     const char *obj = p;
     size_t obj_len = h.obj_len;
     char *plain = NULL;
-    if (h.flags & KB_REC_ZSTD) {
+    if (identity_only) {
+        obj = "";
+        obj_len = 0;
+    } else if (h.flags & KB_REC_ZSTD) {
         unsigned long long size = ZSTD_getFrameContentSize(p, h.obj_len);
         if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (64u << 20))
             return NULL;
@@ -273,7 +276,7 @@ static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_l
         .uid = uid, .uid_len = h.uid_len,
         .rv = rv, .rv_len = h.rv_len,
         .obj = obj, .obj_len = obj_len,
-        .labels_off = h.labels_off, .labels_len = h.labels_len,
+        .labels_off = identity_only ? 0 : h.labels_off, .labels_len = identity_only ? 0 : h.labels_len,
         .observed_ns = h.observed_ns,
         .read_mono_ns = kb_now_mono_ns(),
     };
@@ -320,7 +323,8 @@ kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp) {
     return KB_OK;
 }
 
-kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, kb_state_fn fn, void *opaque) {
+kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, bool identity_only, kb_state_fn fn,
+                             void *opaque) {
     MDB_txn *txn;
     MDB_cursor *cur;
     int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
@@ -334,9 +338,13 @@ kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, kb_state_fn fn,
     MDB_val k, v;
     char rv_after[64];
     size_t bad = 0;
+    bool first = true;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         bool mark;
-        kb_event_t *ev = kb_rec_decode(&v, k.mv_data, k.mv_size, res, rv_after, sizeof(rv_after), &mark);
+        /* The first entry whole: the caller may learn the kind from it. */
+        kb_event_t *ev = kb_rec_decode(&v, k.mv_data, k.mv_size, res, rv_after, sizeof(rv_after), &mark,
+                                       identity_only && !first);
+        first = false;
         if (!ev) {
             bad++;
             continue;
@@ -359,7 +367,7 @@ kb_event_t *kb_state_get(kb_state_t *st, const char *key, size_t key_len, kb_res
     char rv_after[8];
     bool mark;
     if (mdb_get(txn ? txn : own, st->index, &k, &v) == 0)
-        ev = kb_rec_decode(&v, key, key_len, res, rv_after, sizeof(rv_after), &mark);
+        ev = kb_rec_decode(&v, key, key_len, res, rv_after, sizeof(rv_after), &mark, false);
     if (own)
         mdb_txn_abort(own);
     return ev;
@@ -385,7 +393,7 @@ kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t
         if (k.mv_size != 8)
             continue;
         bool mark = false;
-        kb_event_t *ev = kb_rec_decode(&v, NULL, 0, res, rv_after, sizeof(rv_after), &mark);
+        kb_event_t *ev = kb_rec_decode(&v, NULL, 0, res, rv_after, sizeof(rv_after), &mark, false);
         uint64_t seq = kb_from_be64(k.mv_data);
         if (ev)
             ev->seq = seq;

@@ -56,8 +56,10 @@ kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp);
  * journal marker) with the resume RV recorded with it ("" if none). */
 typedef void (*kb_state_fn)(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after);
 
-/* Every index entry, as ADDED events with seq 0. */
-kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, kb_state_fn fn, void *opaque);
+/* Every index entry, as ADDED events with seq 0; identity_only leaves the
+ * objects out (except the first one's), which makes loading a large index fast. */
+kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, bool identity_only, kb_state_fn fn,
+                             void *opaque);
 /* The index entry of key as an event (ADDED, seq 0), or NULL if absent or
  * unreadable. Inside a group commit it sees the uncommitted changes (same
  * thread). */
