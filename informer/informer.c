@@ -1290,6 +1290,21 @@ static void kb_inf_load_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, cons
     snprintf(o->rv_after, sizeof(o->rv_after), "%s", o->refl >= 0 ? rv : "");
 }
 
+/* Set the checkpoint's resume points ("rv", or "ns/rv,ns/rv" per namespace)
+ * as the acknowledged RVs and the reflectors' starting RVs. Before start only. */
+static void kb_inf_set_resume_points(kb_informer_t *inf, const char *rvs) {
+    char *list = kb_strdup(rvs), *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const char *rv;
+        int i = kb_inf_rv_untag(inf, tok, &rv);
+        if (i >= 0) {
+            snprintf(inf->ack_rv[i], sizeof(inf->ack_rv[i]), "%s", rv);
+            snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", rv);
+        }
+    }
+    free(list);
+}
+
 /* Open state_dir/<informer>[.replica-<i>-of-<n>], load the cache, the
  * checkpoint and the journal's unacknowledged tail. */
 static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errstr_size) {
@@ -1318,17 +1333,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     inf->seq = cp.last_seq;
     inf->ack_seq = inf->saved_seq = cp.seq;
     inf->ack_base = cp.seq + 1;
-    /* The checkpoint's resume points: "rv", or "ns/rv,ns/rv" per namespace. */
-    char *list = kb_strdup(cp.rv), *save = NULL;
-    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const char *rv;
-        int i = kb_inf_rv_untag(inf, tok, &rv);
-        if (i >= 0) {
-            snprintf(inf->ack_rv[i], sizeof(inf->ack_rv[i]), "%s", rv);
-            snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", rv);
-        }
-    }
-    free(list);
+    kb_inf_set_resume_points(inf, cp.rv);
     KB_INFO("informer", "informer=%s state_dir=%s: %zu cached object(s), checkpoint seq=%llu rv=%s, %zu change(s) to "
             "deliver again", inf->conf->name, dir, kb_indexer_count(inf->idx), (unsigned long long)cp.seq,
             cp.rv[0] ? cp.rv : "(none: list first)", inf->n_replay);
@@ -1397,16 +1402,7 @@ kb_err_t kb_informer_apply_checkpoint(kb_informer_t *inf, uint64_t seq, const ch
         }
     }
     inf->n_replay = keep;
-    char *list = kb_strdup(rvs), *save = NULL;
-    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const char *rv;
-        int i = kb_inf_rv_untag(inf, tok, &rv);
-        if (i >= 0) {
-            snprintf(inf->ack_rv[i], sizeof(inf->ack_rv[i]), "%s", rv);
-            snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", rv);
-        }
-    }
-    free(list);
+    kb_inf_set_resume_points(inf, rvs);
     if (seq > inf->ack_seq) {
         inf->ack_seq = seq;
         inf->ack_base = seq + 1;
