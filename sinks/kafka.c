@@ -37,6 +37,17 @@
  *    producers take shared around rd_kafka_producev() and the poller takes
  *    exclusively around init/commit/abort/begin. It is the one lock held
  *    across librdkafka calls, by design; no callback of ours takes it.
+ *  - Exactly-once across restarts: msg->enqueued is called once the whole
+ *    change is inside librdkafka, still under the shared gate, so a commit
+ *    cannot fall between the two. Right before each commit (exclusive gate:
+ *    nobody producing) the checkpoint provider gives its records, which go to
+ *    checkpoint_topic in the same transaction: a read_committed reader sees a
+ *    change and the checkpoint that passed it together or not at all. The
+ *    poller creates checkpoint_topic (compacted, one partition) before it
+ *    initialises transactions; read_checkpoint() waits for that
+ *    initialisation (it fences and aborts a killed predecessor's open
+ *    transaction, which would otherwise hold back the last stable offset),
+ *    then reads the topic with a short-lived read_committed consumer.
  *
  * Locks: ks->mtx guards the transaction's ack list and is the condition
  * variable's mutex; it is never held while calling librdkafka or an ack.
@@ -62,6 +73,9 @@
 #define KB_KAFKA_TXN_TIMEOUT_MS 30000 /* per init/commit/abort call */
 #define KB_KAFKA_WAIT_SLICE_MS 20     /* re-try a full queue this often */
 #define KB_KAFKA_TOMBSTONE_GRACE_MS 5000
+#define KB_KAFKA_ADMIN_TIMEOUT_MS 10000 /* creating the checkpoint topic, per attempt */
+#define KB_KAFKA_CKPT_TOPIC_DEFAULT "__kbridge_checkpoints"
+#define KB_KAFKA_CKPT_CREATE_TRIES 3
 
 /* One produced change: librdkafka's msg_opaque for its record(s). */
 typedef struct kb_kafka_msg {
@@ -91,9 +105,18 @@ typedef struct kb_kafka_sink {
     kb_kafka_msg_t *txn_head, *txn_tail; /* delivered in the open transaction, waiting for commit; mtx */
     _Atomic uint64_t txn_msgs;  /* produced into the open transaction */
     int64_t txn_started_ns;     /* poller only */
+    atomic_bool txn_ready;      /* transactions initialised (a predecessor is fenced) */
+    bool ckpt_topic_done;       /* created, found, or given up on; poller only */
+    int ckpt_create_tries;      /* poller only */
+    char *ckpt_topic;           /* checkpoint_topic; immutable */
+    kb_ckpt_provider_fn ckpt_fn;/* mtx */
+    void *ckpt_opaque;          /* mtx */
+    rd_kafka_conf_t *cconf;     /* template of the checkpoint reader's config; transactional only */
     _Atomic uint64_t produced, acked, failed, retries, queue_bytes, outstanding;
     kb_ratelimit_t rl_fail, rl_err;
 } kb_kafka_sink_t;
+
+static void kb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
 
 /* ---- configuration ------------------------------------------------------ */
 
@@ -277,6 +300,44 @@ fail:
     return NULL;
 }
 
+/* The user properties a consumer takes too: where the brokers are and how to
+ * reach them (TLS, SASL, sockets); producer tuning stays out. */
+static const char *const kb_kafka_reader_prefixes[] = {
+    "bootstrap.servers", "metadata.broker.list", "security.protocol", "ssl.", "ssl_", "sasl.", "enable.ssl.",
+    "enable.sasl.", "socket.", "broker.", "api.version", "client.", "reconnect.", "connections.max.idle.ms",
+    "resolve.canonical.", "https.",
+};
+
+/* The checkpoint reader's configuration (read_committed, manual
+ * assignment, no offset commits); duplicated for every read. The user's
+ * properties were already accepted for the producer, so none fails here. */
+static rd_kafka_conf_t *kb_kafka_reader_conf(const kb_config_sink_t *conf, const kb_config_t *cfg,
+                                             kb_kafka_sink_t *ks) {
+    static const kb_kafka_setting_t fixed[] = {
+        {"client.id", "kbridge-checkpoint-reader"}, {"group.id", "kbridge-checkpoint-reader"},
+        {"enable.auto.commit", "false"}, {"enable.auto.offset.store", "false"},
+        {"isolation.level", "read_committed"}, {"enable.partition.eof", "true"},
+        {"allow.auto.create.topics", "false"},
+    };
+    rd_kafka_conf_t *rconf = rd_kafka_conf_new();
+    char why[512];
+    if (conf->brokers && conf->brokers[0])
+        rd_kafka_conf_set(rconf, "bootstrap.servers", conf->brokers, why, sizeof(why));
+    for (size_t i = 0; i < conf->n_properties; i++)
+        for (size_t j = 0; j < KB_ARRAY_LEN(kb_kafka_reader_prefixes); j++)
+            if (!strncmp(conf->properties[i].key, kb_kafka_reader_prefixes[j],
+                         strlen(kb_kafka_reader_prefixes[j]))) {
+                kb_kafka_set_prop(rconf, conf, cfg, &conf->properties[i], why, sizeof(why));
+                break;
+            }
+    for (size_t i = 0; i < KB_ARRAY_LEN(fixed); i++)
+        if (rd_kafka_conf_set(rconf, fixed[i].name, fixed[i].value, why, sizeof(why)) != RD_KAFKA_CONF_OK)
+            KB_FATAL("a built-in librdkafka consumer setting is refused");
+    rd_kafka_conf_set_opaque(rconf, ks);
+    rd_kafka_conf_set_log_cb(rconf, kb_kafka_log_cb);
+    return rconf;
+}
+
 static kb_err_t kb_kafka_validate(const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr,
                                   size_t errstr_size) {
     rd_kafka_conf_t *rconf = kb_kafka_conf_build(conf, cfg, errstr, errstr_size);
@@ -362,6 +423,12 @@ static void kb_kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *op
     kb_kafka_msg_t *km = m->_private;
     uint64_t suppressed = 0;
     kb_err_t err = kb_kafka_dr_err(m->err);
+    if (!km) { /* a checkpoint record: a failure makes the commit fail, which settles the acks */
+        if (m->err)
+            KB_WARN("kafka", "sink=%s topic=%s checkpoint record not delivered: %s; the transaction will abort",
+                    ks->name, rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err));
+        return;
+    }
     if (err == KB_ERR_DELIVERY && kb_ratelimit_allow(&ks->rl_fail, 10000, &suppressed)) {
         KB_WARN("kafka", "sink=%s topic=%s partition=%d key=%.*s delivery failed: %s; the change is handed "
                 "back unacknowledged (failed=%llu suppressed=%llu)", ks->name, rd_kafka_topic_name(m->rkt),
@@ -445,9 +512,83 @@ static int kb_kafka_txn_error(kb_kafka_sink_t *ks, rd_kafka_error_t *e, const ch
     return verdict;
 }
 
+/* 1 if checkpoint_topic exists, 0 if not, -1 if the cluster did not answer.
+ * Lists all topics: asking for the one topic could auto-create it. */
+static int kb_kafka_ckpt_topic_exists(kb_kafka_sink_t *ks) {
+    const rd_kafka_metadata_t *md = NULL;
+    if (rd_kafka_metadata(ks->rk, 1, NULL, &md, KB_KAFKA_ADMIN_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return -1;
+    int found = 0;
+    for (int i = 0; i < md->topic_cnt && !found; i++)
+        found = !strcmp(md->topics[i].topic, ks->ckpt_topic) && !md->topics[i].err;
+    rd_kafka_metadata_destroy(md);
+    return found;
+}
+
+/* Create checkpoint_topic (compacted, one partition) unless it exists.
+ * True when done: found, created, or refused for good (logged; an operator
+ * may have to create it). False on a transient failure: call again (a
+ * reachable cluster gets KB_KAFKA_CKPT_CREATE_TRIES attempts). Thread: the
+ * poller, before transactions start. */
+static bool kb_kafka_ckpt_topic_create(kb_kafka_sink_t *ks) {
+    char why[512];
+    int exists = kb_kafka_ckpt_topic_exists(ks);
+    if (exists != 0)
+        return exists > 0;
+    if (++ks->ckpt_create_tries > KB_KAFKA_CKPT_CREATE_TRIES) {
+        KB_WARN("kafka", "sink=%s topic=%s the checkpoint topic could not be created; it must exist (compacted) "
+                "for checkpoints to commit", ks->name, ks->ckpt_topic);
+        return true;
+    }
+    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(ks->ckpt_topic, 1, -1, why, sizeof(why));
+    if (!nt) {
+        KB_WARN("kafka", "sink=%s topic=%s cannot describe the checkpoint topic: %s", ks->name, ks->ckpt_topic, why);
+        return true;
+    }
+    rd_kafka_NewTopic_set_config(nt, "cleanup.policy", "compact");
+    rd_kafka_AdminOptions_t *opt = rd_kafka_AdminOptions_new(ks->rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+    rd_kafka_AdminOptions_set_request_timeout(opt, KB_KAFKA_ADMIN_TIMEOUT_MS, why, sizeof(why));
+    rd_kafka_queue_t *q = rd_kafka_queue_new(ks->rk);
+    rd_kafka_CreateTopics(ks->rk, &nt, 1, opt, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, KB_KAFKA_ADMIN_TIMEOUT_MS + 1000);
+    rd_kafka_resp_err_t rerr = ev ? rd_kafka_event_error(ev) : RD_KAFKA_RESP_ERR__TIMED_OUT;
+    const char *reason = ev && rerr ? rd_kafka_event_error_string(ev) : rd_kafka_err2str(rerr);
+    const rd_kafka_CreateTopics_result_t *res = ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
+    size_t cnt = 0;
+    const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
+    if (!rerr && cnt == 1 && rd_kafka_topic_result_error(tr[0])) {
+        rerr = rd_kafka_topic_result_error(tr[0]);
+        reason = rd_kafka_topic_result_error_string(tr[0]);
+    }
+    bool done = true;
+    if (rerr == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        KB_INFO("kafka", "sink=%s topic=%s checkpoint topic created (compacted)", ks->name, ks->ckpt_topic);
+    } else if (rerr == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+        KB_DEBUG("kafka", "sink=%s topic=%s checkpoint topic exists", ks->name, ks->ckpt_topic);
+    } else if (rerr == RD_KAFKA_RESP_ERR__TIMED_OUT || rerr == RD_KAFKA_RESP_ERR__TRANSPORT ||
+               rerr == RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT || rerr == RD_KAFKA_RESP_ERR_NOT_CONTROLLER) {
+        KB_WARN("kafka", "sink=%s topic=%s creating the checkpoint topic: %s; retrying", ks->name, ks->ckpt_topic,
+                reason);
+        done = false;
+    } else {
+        KB_WARN("kafka", "sink=%s topic=%s cannot create the checkpoint topic: %s; it must exist (compacted) for "
+                "checkpoints to commit", ks->name, ks->ckpt_topic, reason);
+    }
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_AdminOptions_destroy(opt);
+    rd_kafka_NewTopic_destroy(nt);
+    return done;
+}
+
 /* Get the transactional producer ready and a transaction open. Gate held
  * exclusively. False while not ready (broker away): call again later. */
 static bool kb_kafka_txn_init(kb_kafka_sink_t *ks) {
+    if (!ks->ckpt_topic_done)
+        ks->ckpt_topic_done = kb_kafka_ckpt_topic_create(ks);
+    if (!ks->ckpt_topic_done)
+        return false;
     rd_kafka_error_t *e = rd_kafka_init_transactions(ks->rk, KB_KAFKA_TXN_TIMEOUT_MS);
     if (e) {
         kb_kafka_txn_error(ks, e, "initialising transactions");
@@ -460,16 +601,57 @@ static bool kb_kafka_txn_init(kb_kafka_sink_t *ks) {
         return false;
     }
     ks->txn_started_ns = kb_now_mono_ns();
+    atomic_store(&ks->txn_ready, true);
+    kb_kafka_wake(ks);
     KB_INFO("kafka", "sink=%s transactional producer ready", ks->name);
     return true;
 }
 
-/* Commit the open transaction (retrying what librdkafka calls retriable,
- * aborting what must be aborted), settle its acks, open the next one.
- * Gate held exclusively. */
+/* Produce the provider's checkpoint records into the open transaction and
+ * free them. Gate held exclusively (nothing else produces), so the records
+ * describe exactly what the transaction holds. KB_OK with no provider or
+ * no records; an error means the transaction must abort. */
+static kb_err_t kb_kafka_ckpt_produce(kb_kafka_sink_t *ks) {
+    pthread_mutex_lock(&ks->mtx);
+    kb_ckpt_provider_fn fn = ks->ckpt_fn;
+    void *opaque = ks->ckpt_opaque;
+    pthread_mutex_unlock(&ks->mtx);
+    kb_ckpt_rec_t *recs = NULL;
+    size_t n = 0;
+    if (fn)
+        fn(opaque, &recs, &n);
+    kb_err_t err = KB_OK;
+    int64_t deadline_ns = kb_now_mono_ns() + KB_KAFKA_TXN_TIMEOUT_MS * KB_NS_PER_MS;
+    for (size_t i = 0; i < n; i++) {
+        rd_kafka_resp_err_t rerr = RD_KAFKA_RESP_ERR_NO_ERROR;
+        while (err == KB_OK) {
+            rerr = rd_kafka_producev(ks->rk, RD_KAFKA_V_TOPIC(ks->ckpt_topic),
+                                     RD_KAFKA_V_KEY(recs[i].key, strlen(recs[i].key)),
+                                     RD_KAFKA_V_VALUE(recs[i].value, strlen(recs[i].value)),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+            if (rerr != RD_KAFKA_RESP_ERR__QUEUE_FULL || kb_now_mono_ns() >= deadline_ns)
+                break;
+            if (rd_kafka_poll(ks->rk, KB_KAFKA_WAIT_SLICE_MS) > 0) /* serve delivery reports to make room */
+                kb_kafka_wake(ks);
+        }
+        if (err == KB_OK && rerr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            KB_WARN("kafka", "sink=%s topic=%s key=%s checkpoint record refused: %s; aborting the transaction",
+                    ks->name, ks->ckpt_topic, recs[i].key, rd_kafka_err2str(rerr));
+            err = KB_ERR_DELIVERY;
+        }
+        free(recs[i].key);
+        free(recs[i].value);
+    }
+    free(recs);
+    return err;
+}
+
+/* Commit the open transaction with its checkpoint records (retrying what
+ * librdkafka calls retriable, aborting what must be aborted), settle its
+ * acks, open the next one. Gate held exclusively. */
 static void kb_kafka_txn_commit(kb_kafka_sink_t *ks) {
-    kb_err_t outcome = KB_OK;
-    for (;;) {
+    kb_err_t outcome = kb_kafka_ckpt_produce(ks);
+    while (outcome == KB_OK) {
         rd_kafka_error_t *e = rd_kafka_commit_transaction(ks->rk, KB_KAFKA_TXN_TIMEOUT_MS);
         if (!e)
             break;
@@ -477,12 +659,11 @@ static void kb_kafka_txn_commit(kb_kafka_sink_t *ks) {
         if (verdict > 0 && !atomic_load(&ks->stop))
             continue;
         outcome = KB_ERR_DELIVERY;
-        if (verdict >= 0) {
-            e = rd_kafka_abort_transaction(ks->rk, KB_KAFKA_TXN_TIMEOUT_MS);
-            if (e)
-                kb_kafka_txn_error(ks, e, "aborting a transaction");
-        }
-        break;
+    }
+    if (outcome != KB_OK && !atomic_load(&ks->fatal)) {
+        rd_kafka_error_t *e = rd_kafka_abort_transaction(ks->rk, KB_KAFKA_TXN_TIMEOUT_MS);
+        if (e)
+            kb_kafka_txn_error(ks, e, "aborting a transaction");
     }
     atomic_store(&ks->txn_msgs, 0);
     kb_kafka_txn_settle(ks, outcome);
@@ -559,6 +740,10 @@ static kb_err_t kb_kafka_create(const kb_config_sink_t *conf, const kb_config_t 
     kb_kafka_sink_t *ks = kb_calloc(1, sizeof(*ks));
     ks->name = kb_strdup(conf->name);
     ks->transactional = conf->transactional;
+    ks->ckpt_topic = kb_strdup(conf->checkpoint_topic && conf->checkpoint_topic[0] ? conf->checkpoint_topic
+                                                                                   : KB_KAFKA_CKPT_TOPIC_DEFAULT);
+    if (ks->transactional)
+        ks->cconf = kb_kafka_reader_conf(conf, cfg, ks);
     rd_kafka_conf_set_opaque(rconf, ks);
     rd_kafka_conf_set_dr_msg_cb(rconf, kb_kafka_dr_cb);
     rd_kafka_conf_set_log_cb(rconf, kb_kafka_log_cb);
@@ -570,6 +755,9 @@ static kb_err_t kb_kafka_create(const kb_config_sink_t *conf, const kb_config_t 
         rd_kafka_conf_destroy(rconf);
         snprintf(errstr, errstr_size, "%s:%d: sinks.%s: cannot create the Kafka producer: %s", cfg->path,
                  conf->line, conf->name, why);
+        if (ks->cconf)
+            rd_kafka_conf_destroy(ks->cconf);
+        free(ks->ckpt_topic);
         free(ks->name);
         free(ks);
         return KB_ERR_CONFIG;
@@ -693,6 +881,13 @@ static void kb_kafka_gate_leave(kb_kafka_sink_t *ks) {
         pthread_rwlock_unlock(&ks->gate);
 }
 
+/* The whole change is inside the open transaction: tell the producer while
+ * the gate is still held shared, so no commit falls in between. */
+static void kb_kafka_enqueued(kb_kafka_sink_t *ks, const kb_msg_t *msg) {
+    if (ks->transactional && msg->enqueued)
+        msg->enqueued(msg->ack_opaque);
+}
+
 /* Free what produce() built for a record librdkafka did not take. */
 static void kb_kafka_unsent(kb_kafka_msg_t *km, void *val, int flags, rd_kafka_headers_t *hdrs) {
     rd_kafka_headers_destroy(hdrs);
@@ -774,8 +969,11 @@ static kb_err_t kb_kafka_produce(void *state, const kb_msg_t *msg, int timeout_m
         if (terr != KB_OK) {
             rd_kafka_headers_destroy(th);
             kb_kafka_part_done(ks, km, terr);
+            kb_kafka_gate_leave(ks); /* not whole in the transaction: no enqueued() */
+            return KB_OK;
         }
     }
+    kb_kafka_enqueued(ks, msg);
     kb_kafka_gate_leave(ks);
     return KB_OK;
 }
@@ -822,6 +1020,9 @@ static void kb_kafka_destroy(void *state) {
     pthread_cond_destroy(&ks->cond);
     pthread_mutex_destroy(&ks->mtx);
     pthread_rwlock_destroy(&ks->gate);
+    if (ks->cconf)
+        rd_kafka_conf_destroy(ks->cconf);
+    free(ks->ckpt_topic);
     free(ks->name);
     free(ks);
 }
@@ -856,8 +1057,159 @@ static kb_err_t kb_kafka_produce_raw(kb_kafka_sink_t *ks, const kb_msg_t *msg, i
     atomic_fetch_add(&ks->produced, 1);
     if (ks->transactional)
         atomic_fetch_add(&ks->txn_msgs, 1);
+    kb_kafka_enqueued(ks, msg);
     kb_kafka_gate_leave(ks);
     return KB_OK;
+}
+
+/* ---- checkpoints (transactional mode) ------------------------------------ */
+
+static bool kb_kafka_is_transactional(void *state) {
+    const kb_kafka_sink_t *ks = state;
+    return ks->transactional;
+}
+
+static void kb_kafka_set_checkpoint_provider(void *state, kb_ckpt_provider_fn fn, void *opaque) {
+    kb_kafka_sink_t *ks = state;
+    pthread_mutex_lock(&ks->mtx);
+    ks->ckpt_fn = fn;
+    ks->ckpt_opaque = opaque;
+    pthread_mutex_unlock(&ks->mtx);
+}
+
+/* Milliseconds left until deadline_ns, at least 1. */
+static int kb_kafka_ms_left(int64_t deadline_ns) {
+    int64_t ms = (deadline_ns - kb_now_mono_ns()) / KB_NS_PER_MS;
+    return ms < 1 ? 1 : ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* One checkpoint read: the end of every partition of the topic (high
+ * watermark when the read starts), what is read so far. */
+typedef struct kb_kafka_ckpt_read {
+    int n_parts;
+    int64_t *end;       /* per partition: read up to here */
+    bool *done;         /* per partition */
+    int n_done;
+    char *value;        /* the key's last value (NULL after a tombstone); malloc'd */
+    bool found;
+} kb_kafka_ckpt_read_t;
+
+/* Find the partitions and their ends, assign the unfinished ones from the
+ * beginning. KB_ERR_NOTFOUND when the topic does not exist. */
+static kb_err_t kb_kafka_ckpt_assign(kb_kafka_sink_t *ks, rd_kafka_t *rk, kb_kafka_ckpt_read_t *rd,
+                                     int64_t deadline_ns) {
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, ks->ckpt_topic, NULL);
+    const rd_kafka_metadata_t *md = NULL;
+    rd_kafka_resp_err_t rerr = rd_kafka_metadata(rk, 0, rkt, &md, kb_kafka_ms_left(deadline_ns));
+    rd_kafka_topic_destroy(rkt);
+    if (rerr)
+        return rerr == RD_KAFKA_RESP_ERR__TIMED_OUT ? KB_ERR_TIMEDOUT : KB_ERR_CONNECT;
+    rerr = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    rd->n_parts = rerr ? 0 : md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    if (rerr == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        return KB_ERR_NOTFOUND;
+    if (rerr)
+        return KB_ERR_UNAVAILABLE;
+    rd->end = kb_calloc((size_t)rd->n_parts + 1, sizeof(*rd->end));
+    rd->done = kb_calloc((size_t)rd->n_parts + 1, sizeof(*rd->done));
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(rd->n_parts);
+    for (int p = 0; p < rd->n_parts; p++) {
+        int64_t lo = 0, hi = 0;
+        rerr = rd_kafka_query_watermark_offsets(rk, ks->ckpt_topic, p, &lo, &hi, kb_kafka_ms_left(deadline_ns));
+        if (rerr)
+            break;
+        rd->end[p] = hi;
+        rd->done[p] = hi <= lo;
+        rd->n_done += rd->done[p];
+        if (!rd->done[p])
+            rd_kafka_topic_partition_list_add(parts, ks->ckpt_topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    }
+    if (!rerr && parts->cnt > 0)
+        rerr = rd_kafka_assign(rk, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+    if (rerr)
+        KB_WARN("kafka", "sink=%s topic=%s reading checkpoints: %s", ks->name, ks->ckpt_topic,
+                rd_kafka_err2str(rerr));
+    return !rerr ? KB_OK : rerr == RD_KAFKA_RESP_ERR__TIMED_OUT ? KB_ERR_TIMEDOUT : KB_ERR_UNAVAILABLE;
+}
+
+/* Take one consumed message (or partition EOF) into rd. */
+static void kb_kafka_ckpt_take(kb_kafka_ckpt_read_t *rd, const rd_kafka_message_t *m, const char *key) {
+    if (m->partition < 0 || m->partition >= rd->n_parts || rd->done[m->partition])
+        return;
+    int64_t next = m->offset + 1; /* EOF's offset is the next one to fetch */
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        next = m->offset;
+    } else if (m->err) {
+        return;
+    } else if (m->key_len == strlen(key) && !memcmp(m->key, key, m->key_len)) {
+        free(rd->value);
+        rd->value = m->payload ? kb_strndup(m->payload, m->len) : NULL;
+        rd->found = m->payload != NULL;
+    }
+    if (next >= rd->end[m->partition]) {
+        rd->done[m->partition] = true;
+        rd->n_done++;
+    }
+}
+
+/* Wait until transactions are initialised: any transaction a killed
+ * predecessor left open is aborted by then, so the committed end is near. */
+static kb_err_t kb_kafka_wait_txn_ready(kb_kafka_sink_t *ks, int64_t deadline_ns) {
+    while (!atomic_load(&ks->txn_ready)) {
+        if (atomic_load(&ks->fatal))
+            return KB_ERR_DELIVERY;
+        if (!kb_kafka_wait(ks, deadline_ns, 50))
+            return KB_ERR_TIMEDOUT;
+    }
+    return KB_OK;
+}
+
+static kb_err_t kb_kafka_read_checkpoint(void *state, const char *key, char *value, size_t value_size,
+                                         int timeout_ms) {
+    kb_kafka_sink_t *ks = state;
+    if (!ks->transactional)
+        return KB_ERR_UNSUPPORTED;
+    const int64_t deadline_ns = kb_now_mono_ns() + (timeout_ms < 0 ? INT32_MAX : timeout_ms) * KB_NS_PER_MS;
+    kb_err_t err = kb_kafka_wait_txn_ready(ks, deadline_ns);
+    if (err != KB_OK)
+        return err;
+    char why[512];
+    rd_kafka_conf_t *rconf = rd_kafka_conf_dup(ks->cconf);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, rconf, why, sizeof(why));
+    if (!rk) {
+        rd_kafka_conf_destroy(rconf);
+        KB_ERROR("kafka", "sink=%s cannot create the checkpoint reader: %s", ks->name, why);
+        return KB_ERR_INTERNAL;
+    }
+    kb_kafka_ckpt_read_t rd = {0};
+    err = kb_kafka_ckpt_assign(ks, rk, &rd, deadline_ns);
+    while (err == KB_OK && rd.n_done < rd.n_parts) {
+        if (kb_now_mono_ns() >= deadline_ns) {
+            err = KB_ERR_TIMEDOUT;
+            break;
+        }
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, kb_kafka_ms_left(deadline_ns) < 100 ? 10 : 100);
+        if (!m)
+            continue;
+        kb_kafka_ckpt_take(&rd, m, key);
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    if (err == KB_OK && !rd.found)
+        err = KB_ERR_NOTFOUND;
+    else if (err == KB_OK && strlen(rd.value) >= value_size)
+        err = KB_ERR_TOOBIG;
+    else if (err == KB_OK)
+        memcpy(value, rd.value, strlen(rd.value) + 1);
+    KB_INFO("kafka", "sink=%s topic=%s key=%s checkpoint read: %s", ks->name, ks->ckpt_topic, key,
+            err == KB_OK ? value : kb_err_str(err));
+    free(rd.value);
+    free(rd.end);
+    free(rd.done);
+    return err;
 }
 
 const kb_sink_ops_t kb_sink_kafka_ops = {
@@ -868,4 +1220,7 @@ const kb_sink_ops_t kb_sink_kafka_ops = {
     .flush = kb_kafka_flush,
     .stats = kb_kafka_stats,
     .destroy = kb_kafka_destroy,
+    .is_transactional = kb_kafka_is_transactional,
+    .set_checkpoint_provider = kb_kafka_set_checkpoint_provider,
+    .read_checkpoint = kb_kafka_read_checkpoint,
 };

@@ -114,18 +114,36 @@ static kb_event_t *kt_event(kt_env_t *env, kb_event_type_t type, int key, uint64
     return kb_event_new(&in);
 }
 
-/* Produce one change; KB_ERR_FULL is retried until the deadline (what the
- * bridge does under backpressure). */
+/* produce(); KB_ERR_FULL is retried until the deadline (what the bridge
+ * does under backpressure). */
+static kb_err_t kt_send(void *st, const kb_msg_t *m) {
+    kb_err_t err;
+    int64_t deadline = kb_now_mono_ns() + KT_DEADLINE_MS * KB_NS_PER_MS;
+    do
+        err = kb_sink_kafka_ops.produce(st, m, 200);
+    while (err == KB_ERR_FULL && kb_now_mono_ns() < deadline);
+    return err;
+}
+
+/* Produce one change with ack/enqueued callbacks on opaque. */
+static kb_err_t kt_produce_cb(kt_env_t *env, void *st, const char *topic, kb_event_type_t type, int key,
+                              uint64_t rv, kb_mode_t mode, kb_ack_fn ack, void (*enqueued)(void *), void *opaque) {
+    kb_event_t *ev = kt_event(env, type, key, rv);
+    kb_msg_t m = {.ev = ev, .topic = topic, .topic_len = strlen(topic), .key = ev->key, .key_len = ev->key_len,
+                  .format = KB_FORMAT_JSON, .mode = mode, .route = "r", .ack = ack, .ack_opaque = opaque,
+                  .enqueued = enqueued};
+    kb_err_t err = kt_send(st, &m);
+    kb_event_unref(ev);
+    return err;
+}
+
+/* Produce one change. */
 static kb_err_t kt_produce(kt_env_t *env, void *st, const char *topic, kb_event_type_t type, int key, uint64_t rv,
                            kb_format_t format, kb_mode_t mode, kt_ack_t *ack) {
     kb_event_t *ev = kt_event(env, type, key, rv);
     kb_msg_t m = {.ev = ev, .topic = topic, .topic_len = strlen(topic), .key = ev->key, .key_len = ev->key_len,
                   .format = format, .mode = mode, .route = "r", .ack = kt_ack_fn, .ack_opaque = ack};
-    kb_err_t err;
-    int64_t deadline = kb_now_mono_ns() + KT_DEADLINE_MS * KB_NS_PER_MS;
-    do
-        err = kb_sink_kafka_ops.produce(st, &m, 200);
-    while (err == KB_ERR_FULL && kb_now_mono_ns() < deadline);
+    kb_err_t err = kt_send(st, &m);
     kb_event_unref(ev);
     return err;
 }
@@ -140,6 +158,8 @@ static void kt_expect_acked_once(kt_ack_t *acks, size_t n) {
 /* Create topic on the mock cluster and a sink on it with props (NULL-terminated pairs). */
 static void *kt_open(kt_env_t *env, const char *topic, const char *const *props, bool transactional) {
     rd_kafka_mock_topic_create(env->mc, topic, KT_PARTITIONS, 3);
+    if (transactional) /* the mock has no CreateTopics */
+        rd_kafka_mock_topic_create(env->mc, "__kbridge_checkpoints", 1, 3);
     kb_kv_t kv[8];
     kb_config_sink_t sc = kt_sink_conf(env->brokers, kv, props);
     sc.transactional = transactional;
@@ -525,6 +545,111 @@ static void test_transactional(void **state) {
     kt_check_order(recs, N, KT_KEYS, PER_KEY);
 }
 
+/* ---- exactly-once: checkpoints in the transaction ------------------------ */
+
+/* The bridge's side, reduced: counts what is inside the open transaction and
+ * hands that count over as the checkpoint at every commit. */
+typedef struct kt_ckpt {
+    _Atomic int enqueued; /* changes the sink reported enqueued */
+    _Atomic int calls;    /* provider calls (one per commit) */
+} kt_ckpt_t;
+
+typedef struct kt_eo {
+    kt_ack_t ack;          /* first: kt_ack_fn takes a kt_eo_t * as a kt_ack_t * */
+    _Atomic int enq;       /* enqueued() calls for this change */
+    _Atomic int enq_at_ack;/* enq when the ack came */
+    kt_ckpt_t *ck;
+} kt_eo_t;
+
+static void kt_eo_enqueued(void *opaque) {
+    kt_eo_t *eo = opaque;
+    atomic_fetch_add(&eo->enq, 1);
+    atomic_fetch_add(&eo->ck->enqueued, 1);
+}
+
+static void kt_eo_ack(void *opaque, kb_err_t err) {
+    kt_eo_t *eo = opaque;
+    atomic_store(&eo->enq_at_ack, atomic_load(&eo->enq));
+    kt_ack_fn(opaque, err);
+}
+
+static void kt_provider(void *opaque, kb_ckpt_rec_t **recs, size_t *n) {
+    kt_ckpt_t *ck = opaque;
+    atomic_fetch_add(&ck->calls, 1);
+    char v[64];
+    snprintf(v, sizeof(v), "{\"seq\":%d}", atomic_load(&ck->enqueued));
+    *recs = calloc(1, sizeof(**recs));
+    (*recs)[0].key = strdup("c1/pods");
+    (*recs)[0].value = strdup(v);
+    *n = 1;
+}
+
+/* Changes and the provider's checkpoint commit together: every change is
+ * reported enqueued exactly once (a DELETED with its tombstone too) before
+ * its ack; the checkpoint a read_committed reader gets back counts every
+ * change; a read_committed consumer sees every record. */
+static void test_transactional_checkpoint(void **state) {
+    kt_env_t *env = *state;
+    const char *topic = "eos", *ckpt_topic = "eos-ckpt";
+    rd_kafka_mock_topic_create(env->mc, topic, KT_PARTITIONS, 3);
+    rd_kafka_mock_topic_create(env->mc, ckpt_topic, KT_PARTITIONS, 3); /* several: all are read */
+    kb_kv_t kv[1];
+    kb_config_sink_t sc = kt_sink_conf(env->brokers, kv, NULL);
+    sc.transactional = true;
+    sc.checkpoint_topic = (char *)ckpt_topic;
+    void *st = kt_sink_new(env, &sc);
+    assert_true(kb_sink_kafka_ops.is_transactional(st));
+    char value[64];
+    assert_int_equal(kb_sink_kafka_ops.read_checkpoint(st, "c1/pods", value, sizeof(value), KT_DEADLINE_MS),
+                     KB_ERR_NOTFOUND);
+    kt_ckpt_t ck = {0};
+    kb_sink_kafka_ops.set_checkpoint_provider(st, kt_provider, &ck);
+
+    enum { PER_KEY = 10, N = KT_KEYS * (PER_KEY + 1) };
+    kt_eo_t eo[N];
+    memset(eo, 0, sizeof(eo));
+    size_t i = 0;
+    for (uint64_t rv = 1; rv <= PER_KEY + 1; rv++)
+        for (int k = 0; k < KT_KEYS; k++, i++) {
+            kb_event_type_t type = rv == 1 ? KB_EV_ADDED : rv <= PER_KEY ? KB_EV_MODIFIED : KB_EV_DELETED;
+            eo[i].ck = &ck;
+            assert_int_equal(kt_produce_cb(env, st, topic, type, k, rv, KB_MODE_STATE, kt_eo_ack, kt_eo_enqueued,
+                                           &eo[i]), KB_OK);
+        }
+    assert_int_equal(kb_sink_kafka_ops.flush(st, KT_DEADLINE_MS), KB_OK);
+    for (i = 0; i < N; i++) {
+        assert_int_equal(atomic_load(&eo[i].ack.calls), 1);
+        assert_int_equal(atomic_load(&eo[i].ack.err), KB_OK);
+        assert_int_equal(atomic_load(&eo[i].enq), 1);
+        assert_int_equal(atomic_load(&eo[i].enq_at_ack), 1);
+    }
+    assert_true(atomic_load(&ck.calls) >= 1);
+
+    /* The last commit came after every change was enqueued. */
+    char want[64];
+    snprintf(want, sizeof(want), "{\"seq\":%d}", N);
+    assert_int_equal(kb_sink_kafka_ops.read_checkpoint(st, "c1/pods", value, sizeof(value), KT_DEADLINE_MS), KB_OK);
+    assert_string_equal(value, want);
+    assert_int_equal(kb_sink_kafka_ops.read_checkpoint(st, "c1/other", value, sizeof(value), KT_DEADLINE_MS),
+                     KB_ERR_NOTFOUND);
+    assert_int_equal(kb_sink_kafka_ops.read_checkpoint(st, "c1/pods", value, 4, KT_DEADLINE_MS), KB_ERR_TOOBIG);
+    kb_sink_kafka_ops.destroy(st);
+
+    kt_rec_t recs[N + KT_KEYS + 4];
+    assert_int_equal(kt_consume(env->brokers, topic, true, recs, N + KT_KEYS + 4), N + KT_KEYS);
+}
+
+/* A sink that is not transactional says so and has no checkpoints. */
+static void test_not_transactional_no_checkpoint(void **state) {
+    kt_env_t *env = *state;
+    void *st = kt_open(env, "plain", NULL, false);
+    assert_false(kb_sink_kafka_ops.is_transactional(st));
+    char value[16];
+    assert_int_equal(kb_sink_kafka_ops.read_checkpoint(st, "c1/pods", value, sizeof(value), 1000),
+                     KB_ERR_UNSUPPORTED);
+    kb_sink_kafka_ops.destroy(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate),
@@ -535,6 +660,8 @@ int main(void) {
         cmocka_unit_test(test_state_mode_tombstone),
         cmocka_unit_test(test_cloudevents_headers),
         cmocka_unit_test(test_transactional),
+        cmocka_unit_test(test_transactional_checkpoint),
+        cmocka_unit_test(test_not_transactional_no_checkpoint),
     };
     return cmocka_run_group_tests(tests, kt_setup, kt_teardown);
 }
