@@ -1,6 +1,6 @@
 /* bench/bench_mqtt.c — the MQTT sink's throughput and publish→ack latency.
  *
- *   bench_mqtt URI COUNT PAYLOAD_BYTES QOS [MAX_INFLIGHT] [LINES_FILE]
+ *   bench_mqtt URI COUNT PAYLOAD_BYTES QOS [MAX_INFLIGHT] [LINES_FILE] [CLIENT_ID]
  *
  * Produces COUNT events whose envelope is ~PAYLOAD_BYTES, spread over 100
  * topics, through kb_sink_mqtt_ops (MQTT 5), and prints messages/s and the
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     size_t size = strtoul(argv[3], NULL, 10);
     int qos = atoi(argv[4]);
     int inflight = argc > 5 ? atoi(argv[5]) : 1000;
-    const char *lines = argc > 6 ? argv[6] : NULL;
+    const char *lines = argc > 6 && argv[6][0] ? argv[6] : NULL;
 
     kb_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -65,24 +65,34 @@ int main(int argc, char **argv) {
     conf.name = "mqtt";
     conf.type = KB_SINK_MQTT;
     conf.uri = argv[1];
-    conf.client_id = "kb-bench";
+    conf.client_id = argc > 7 ? argv[7] : "kb-bench";
     conf.qos = qos;
     conf.version = 5;
     conf.keepalive = 30;
     conf.max_inflight = inflight;
+    /* KB_BENCH_SINKS=N: N sinks (N paho clients in this process), topics sharded by index. */
+    int n_sinks = getenv("KB_BENCH_SINKS") ? atoi(getenv("KB_BENCH_SINKS")) : 1;
+    if (n_sinks < 1 || n_sinks > 16)
+        n_sinks = 1;
     char errstr[512];
-    void *st = NULL;
-    if (kb_sink_mqtt_ops.create(&conf, &cfg, &st, errstr, sizeof(errstr)) != KB_OK) {
-        fprintf(stderr, "%s\n", errstr);
-        return 1;
-    }
-    kb_sink_stats_t stats;
-    for (int i = 0; i < 1000; i++) { /* wait for the connection (bounded) */
-        kb_sink_mqtt_ops.stats(st, &stats);
-        if (stats.connected)
-            break;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+    void *sts[16] = {0};
+    for (int k = 0; k < n_sinks; k++) {
+        char id[128];
+        snprintf(id, sizeof(id), "%s-%d", conf.client_id, k);
+        kb_config_sink_t c = conf;
+        c.client_id = n_sinks > 1 ? id : conf.client_id;
+        if (kb_sink_mqtt_ops.create(&c, &cfg, &sts[k], errstr, sizeof(errstr)) != KB_OK) {
+            fprintf(stderr, "%s\n", errstr);
+            return 1;
+        }
+        kb_sink_stats_t stats;
+        for (int i = 0; i < 1000; i++) { /* wait for the connection (bounded) */
+            kb_sink_mqtt_ops.stats(sts[k], &stats);
+            if (stats.connected)
+                break;
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
     }
 
     kb_resource_t *res = kb_resource_new("bench", "pods", "", "v1", "pods");
@@ -131,22 +141,24 @@ int main(int argc, char **argv) {
                         .route = "bench", .ack = on_ack, .ack_opaque = &slots[i]};
         b.sent_ns[i] = kb_now_mono_ns();
         kb_err_t err;
-        while ((err = kb_sink_mqtt_ops.produce(st, &msg, 1000)) == KB_ERR_FULL)
+        while ((err = kb_sink_mqtt_ops.produce(sts[(i % 100) % (size_t)n_sinks], &msg, 1000)) == KB_ERR_FULL)
             ;
         if (err != KB_OK) {
             fprintf(stderr, "produce: %s\n", kb_err_str(err));
             return 1;
         }
     }
-    if (kb_sink_mqtt_ops.flush(st, 600000) != KB_OK)
-        fprintf(stderr, "flush timed out\n");
+    for (int k = 0; k < n_sinks; k++)
+        if (kb_sink_mqtt_ops.flush(sts[k], 600000) != KB_OK)
+            fprintf(stderr, "flush timed out\n");
     int64_t t1 = kb_now_mono_ns();
     qsort(b.lat_ns, count, sizeof(int64_t), cmp_i64);
     double secs = (double)(t1 - t0) / 1e9;
-    printf("kbridge-sink qos=%d size=%zu count=%zu inflight=%d: %.0f msg/s, %.1f MB/s, p50=%.2f ms p99=%.2f ms\n",
-           qos, env_len, count, inflight, (double)count / secs, (double)count * (double)env_len / secs / 1e6,
+    printf("kbridge-sink clients=%d qos=%d size=%zu count=%zu inflight=%d: %.0f msg/s, %.1f MB/s, p50=%.2f ms p99=%.2f ms\n",
+           n_sinks, qos, env_len, count, inflight, (double)count / secs, (double)count * (double)env_len / secs / 1e6,
            (double)b.lat_ns[count / 2] / 1e6, (double)b.lat_ns[count * 99 / 100] / 1e6);
-    kb_sink_mqtt_ops.destroy(st);
+    for (int k = 0; k < n_sinks; k++)
+        kb_sink_mqtt_ops.destroy(sts[k]);
     for (int t = 0; t < 100; t++)
         kb_event_unref(evs[t]);
     kb_resource_unref(res);

@@ -13,7 +13,9 @@
 #   tls: ca.crt ca.key server.crt server.key client.crt client.key
 #   auth: passwd (mosquitto_passwd), password (the client's secret)
 # The broker listens on 127.0.0.1 only, on a free port chosen at the first start.
-# Optional: KB_MQTT_MAX_PACKET=<bytes> sets the broker's max_packet_size.
+# Optional: KB_MQTT_MAX_PACKET=<bytes> sets the broker's max_packet_size;
+# KB_MQTT_MAX_INFLIGHT=<n> its max_inflight_messages (the Receive Maximum it
+# announces to MQTT 5 clients; Mosquitto's default is 20).
 # Installs Debian's mosquitto and mosquitto-clients with apt-get when missing.
 set -eu
 
@@ -79,6 +81,7 @@ write_conf() {
         echo "max_queued_messages 0"
         echo "set_tcp_nodelay true"
         [ -n "${KB_MQTT_MAX_PACKET:-}" ] && echo "max_packet_size $KB_MQTT_MAX_PACKET"
+        [ -n "${KB_MQTT_MAX_INFLIGHT:-}" ] && echo "max_inflight_messages $KB_MQTT_MAX_INFLIGHT"
         echo "listener $port 127.0.0.1"
         case $variant in
         plain) echo "allow_anonymous true" ;;
