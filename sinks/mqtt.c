@@ -318,6 +318,15 @@ static kb_err_t kb_mqtt_rec_fill(const kb_mqtt_t *mq, const kb_msg_t *msg, kb_mq
     const kb_event_t *ev = msg->ev;
     bool v5 = mq->version == 5;
     kb_buf_t buf = KB_BUF_INIT;
+    if (!ev) {
+        /* A raw record (a heartbeat): the bytes as they are, never retained. */
+        kb_buf_append(&buf, msg->raw, msg->raw_len);
+        if (v5)
+            kb_mqtt_prop_str(&rec->props, MQTTPROPERTY_CODE_CONTENT_TYPE, "application/json");
+        rec->payload = kb_buf_steal(&buf, &rec->payload_len);
+        rec->retained = false;
+        return KB_OK;
+    }
     bool tombstone = msg->mode == KB_MODE_STATE && ev->type == KB_EV_DELETED;
     if (msg->format == KB_FORMAT_CE_BINARY && !v5)
         return KB_ERR_UNSUPPORTED;
@@ -916,8 +925,9 @@ static kb_err_t kb_mqtt_refuse(kb_mqtt_t *mq, const kb_msg_t *msg, kb_err_t err,
     pthread_mutex_unlock(&mq->mtx);
     if (kb_ratelimit_allow(&kb_mqtt_refuse_rl, 5000, &suppressed))
         KB_ERROR(KB_MQTT_MOD, "sink=%s route=%s key=%.*s rv=%.*s: message refused: %s (suppressed=%llu)", mq->name,
-                 msg->route ? msg->route : "-", (int)msg->ev->key_len, msg->ev->key, (int)msg->ev->rv_len,
-                 msg->ev->rv, why, (unsigned long long)suppressed);
+                 msg->route ? msg->route : "-", msg->ev ? (int)msg->ev->key_len : (int)msg->key_len,
+                 msg->ev ? msg->ev->key : msg->key, msg->ev ? (int)msg->ev->rv_len : 0, msg->ev ? msg->ev->rv : "",
+                 why, (unsigned long long)suppressed);
     msg->ack(msg->ack_opaque, err);
     return KB_OK;
 }
