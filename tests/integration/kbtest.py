@@ -637,3 +637,74 @@ def mqtt_sequences(messages):
         seq.setdefault((m["topic"], key_of(env)), []).append((m["props"]["k8s-type"],
                                                               int(m["props"]["k8s-resource-version"])))
     return seq
+
+
+# ---- A real Kafka broker (tests/infra/kafka.sh) ---------------------------------------------------------------
+
+KAFKA_SH = os.path.join(SOURCE, "tests", "infra", "kafka.sh")
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class KafkaBroker:
+    """A private single-node Kafka for one test (tests/infra/kafka.sh, own directory and ports), deleted at
+    exit. start() exits the test with SKIP only when the script says Kafka cannot be had here (exit 3)."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="kbkafka-")
+        self.env = dict(os.environ, KB_KAFKA_DIR=self.dir, KB_KAFKA_PORT=str(_free_port()),
+                        KB_KAFKA_CONTROLLER_PORT=str(_free_port()))
+        self.brokers = None
+        atexit.register(self.clean)
+
+    def script(self, cmd):
+        return subprocess.run([KAFKA_SH, cmd], env=self.env, capture_output=True, text=True, timeout=600)
+
+    def start(self):
+        r = self.script("start")
+        if r.returncode == 3:
+            print("SKIP %s: Kafka cannot be had here: %s" % (os.path.basename(sys.argv[0]), r.stderr.strip()))
+            sys.exit(0)
+        check(r.returncode == 0, "kafka.sh start failed:\n%s" % r.stderr[-3000:])
+        self.brokers = dict(l.split("=", 1) for l in r.stdout.split() if "=" in l)["KB_KAFKA_BROKERS"]
+        return self.brokers
+
+    def clean(self):
+        self.script("clean")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def kafka_records(brokers, topic, read_committed=True):
+    """Every record of topic as (partition, offset, key, headers dict, value str or None), read with kcat
+    (isolation.level=read_committed unless told otherwise); [] while the topic does not exist."""
+    r = subprocess.run(["kcat", "-C", "-b", brokers, "-t", topic, "-o", "beginning", "-e", "-q",
+                        "-X", "isolation.level=" + ("read_committed" if read_committed else "read_uncommitted"),
+                        "-f", "%p\t%o\t%k\t%h\t%S\t%s\n"], capture_output=True, timeout=120)
+    if r.returncode != 0:
+        return []
+    out = []
+    for line in r.stdout.decode().splitlines():
+        p, o, k, h, n, v = line.split("\t", 5)
+        hdrs = dict(kv.split("=", 1) for kv in h.split(",") if "=" in kv) if h else {}
+        out.append((int(p), int(o), k, hdrs, None if n == "-1" else v))
+    return out
+
+
+def watch_history(sim, since_rv, resource_path="/api/v1/pods"):
+    """Every change the simulator made after since_rv, as (key, type, rv) in order (a watch from since_rv
+    that ends after 2 s; the changes must be done and within the simulator's --history)."""
+    url = "%s%s?watch=1&resourceVersion=%s&timeoutSeconds=2" % (sim.url, resource_path, since_rv)
+    out = []
+    with urllib.request.urlopen(url, timeout=30) as r:
+        for line in r:
+            ev = json.loads(line)
+            check(ev["type"] != "ERROR", "watch from %s: %s" % (since_rv, ev))
+            md = ev["object"]["metadata"]
+            key = "%s/%s" % (md["namespace"], md["name"]) if md.get("namespace") else md["name"]
+            out.append((key, ev["type"], int(md["resourceVersion"])))
+    return out
