@@ -30,6 +30,7 @@
 #include <lmdb.h>
 #include <zstd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -585,6 +586,18 @@ static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
     return 0;
 }
 
+/* Fault injection for tests: KB_TEST_KILL_IN_CHECKPOINT=N kills the process
+ * with SIGKILL in the middle of the N-th checkpoint transaction (written, not
+ * committed), as a crash or power loss there would. Never set in production. */
+static void kb_state_fault_point(kb_state_t *st) {
+    static _Atomic int writes;
+    const char *env = getenv("KB_TEST_KILL_IN_CHECKPOINT");
+    if (env && atoi(env) > 0 && atomic_fetch_add(&writes, 1) + 1 == atoi(env)) {
+        KB_WARN("state", "dir=%s KB_TEST_KILL_IN_CHECKPOINT: killing the process inside a checkpoint write", st->dir);
+        raise(SIGKILL);
+    }
+}
+
 kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv) {
     MDB_txn *txn;
     int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
@@ -601,6 +614,7 @@ kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv) {
         mdb_txn_abort(txn);
         return kb_st_fail(st, "checkpoint", rc);
     }
+    kb_state_fault_point(st);
     rc = mdb_txn_commit(txn);
     return rc ? kb_st_fail(st, "checkpoint commit", rc) : KB_OK;
 }
