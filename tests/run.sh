@@ -13,6 +13,7 @@ cmake --build "$build" -j "$(nproc)" >/dev/null   # fail here if the build faile
 # built once and cached; building it here keeps that out of a test's time limit.
 tests/infra/controlplane.sh build >/dev/null 2>&1 || echo "run.sh: control plane build failed; the 07xx tests will say why" >&2
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 cd "$build"
 exec ctest --output-on-failure -j "$(nproc)" "$@"
