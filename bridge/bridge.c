@@ -1051,6 +1051,25 @@ const kb_histogram_t *kb_bridge_handle_histogram(kb_bridge_t *b, size_t i, int t
     return i < b->n_pipes && type >= 0 && type < KB_EV_TYPE_COUNT ? &b->pipes[i]->handle[type] : NULL;
 }
 
+size_t kb_bridge_noop_counts(kb_bridge_t *b, size_t i, const char **routes, uint64_t *suppressed, size_t max) {
+    if (i >= b->n_pipes)
+        return 0;
+    kb_pipeline_t *p = b->pipes[i];
+    size_t n = 0;
+    pthread_rwlock_rdlock(&p->route_lock);
+    for (size_t r = 0; r < p->router->n && n < max; r++) {
+        if (!p->noops[r])
+            continue;
+        kb_noop_stats_t st;
+        kb_noop_stats(p->noops[r], &st);
+        routes[n] = p->router->routes[r].conf->name;
+        suppressed[n] = st.suppressed;
+        n++;
+    }
+    pthread_rwlock_unlock(&p->route_lock);
+    return n;
+}
+
 kb_sink_t *kb_bridge_sink(kb_bridge_t *b, size_t i) {
     return i < b->cfg->n_sinks ? b->sinks[i]->sink : NULL;
 }

@@ -66,6 +66,11 @@ void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t informer, kb_pipeline_stats
 /* Time a shard worker spends per event (routing + handing to sinks), by event type. */
 const struct kb_histogram *kb_bridge_handle_histogram(kb_bridge_t *b, size_t informer, int type);
 
+/* Per route of informer i that suppresses no-ops (suppress_noop = true): its
+ * name (valid while the read lock is held) and how many changes it skipped.
+ * Returns how many were written (at most max). */
+size_t kb_bridge_noop_counts(kb_bridge_t *b, size_t informer, const char **routes, uint64_t *suppressed, size_t max);
+
 struct kb_sink *kb_bridge_sink(kb_bridge_t *b, size_t i);             /* in cfg->sinks order */
 /* Watch read → sink acknowledgement, per sink. */
 const struct kb_histogram *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t sink);

@@ -250,6 +250,20 @@ void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
     kb_m_label(out, "cluster", cfg->cluster.name ? cfg->cluster.name : "");
     kb_buf_appendf(out, ",shard=\"%d/%d\"} 1\n", cfg->sharding_index, cfg->sharding_replicas);
     kb_m_informers(out, b, infs, n);
+    kb_m_head(out, "kbridge_noop_suppressed_total", "counter",
+              "Changes a route with suppress_noop skipped as identical to what it last delivered for the key.");
+    for (size_t i = 0; i < n; i++) {
+        const char *routes[64];
+        uint64_t counts[64];
+        size_t k = kb_bridge_noop_counts(b, i, routes, counts, 64);
+        for (size_t j = 0; j < k; j++) {
+            kb_buf_append_str(out, "kbridge_noop_suppressed_total{");
+            kb_m_label(out, "informer", infs[i].name);
+            kb_buf_append_char(out, ',');
+            kb_m_label(out, "route", routes[j]);
+            kb_buf_appendf(out, "} %llu\n", (unsigned long long)counts[j]);
+        }
+    }
     kb_m_sinks(out, b, cfg);
     free(infs);
 }

@@ -2,6 +2,7 @@
 update whose projected object is byte-identical to what the route last
 delivered (status churn projected away) is not sent; a real change is.
 A secrets informer with redact_fields = [] logs a warning at start."""
+import urllib.request
 from kbtest import *
 
 
@@ -11,7 +12,9 @@ def test():
     b = Bridge(sim, informers=[
         '{ name = "pods"; version = "v1"; resource = "pods"; keep_fields = [ "spec.nodeName" ]; }',
         '{ name = "secrets"; version = "v1"; resource = "secrets"; redact_fields = []; }'],
-        routes=['{ informer = "pods"; sink = "out"; suppress_noop = true; }', '{ informer = "secrets"; sink = "out"; }'])
+        routes=['{ name = "quiet"; informer = "pods"; sink = "out"; suppress_noop = true; }',
+                '{ informer = "secrets"; sink = "out"; }'],
+        http='listen = "127.0.0.1:0";')
     b.wait_converged(sim)
     obj = b.view()["ns1/a"]["object"]
     check(obj["spec"] == {"nodeName": "n1"}, "only the kept path survives in spec: %s" % obj.get("spec"))
@@ -26,6 +29,10 @@ def test():
     new = [e for e in b.events()[n0:] if e["name"] == "a"]
     check(len(new) == 1, "the no-op update is suppressed, the real one sent: %d envelope(s)" % len(new))
     check("Secret values are sent in clear" in b.logtext(), "the unredacted secrets warning is logged")
+    with urllib.request.urlopen(b.http_url() + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    check('kbridge_noop_suppressed_total{informer="pods",route="quiet"} 1' in text,
+          "the skipped no-op is counted in /metrics")
     check(b.stop() == 0, "SIGTERM exits 0")
     sim.stop()
 
