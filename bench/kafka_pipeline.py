@@ -58,6 +58,15 @@ def quantile(text, sink, q):
     return float("nan")
 
 
+def start(cfg, logpath):
+    """kbridge with cfg, and the URL of its HTTP API (read from its log)."""
+    log = open(logpath, "w")
+    br = subprocess.Popen([kbtest.KBRIDGE, "--config", cfg], stderr=log)
+    port = kbtest.wait_for(lambda: re.search(r"http: listening on [^:]+:(\d+)", open(logpath).read()), 60,
+                           what="the HTTP API").group(1)
+    return br, "http://127.0.0.1:%s" % port
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -84,11 +93,7 @@ def main():
                 'routes = ( { informer = "pods"; sink = "kafka"; topic = "bench.pods"; },\n'
                 '           { informer = "pods"; sink = "file"; types = [ "ADDED" ]; } );\n' %
                 (sim.url, brokers, 'properties = { "linger.ms" = %d; };' % a.linger if a.linger >= 0 else "", work))
-    log = open(os.path.join(work, "kbridge.log"), "w")
-    br = subprocess.Popen([kbtest.KBRIDGE, "--config", cfg], stderr=log)
-    port = kbtest.wait_for(lambda: re.search(r"http: listening on [^:]+:(\d+)", open(log.name).read()), 60,
-                           what="the HTTP API").group(1)
-    url = "http://127.0.0.1:%s" % port
+    br, url = start(cfg, os.path.join(work, "kbridge.log"))
     kbtest.wait_for(lambda: acked(metrics(url), "kafka") >= a.pods, 300, 0.2, "the initial list in Kafka")
 
     # 1. backlog throughput
@@ -107,11 +112,7 @@ def main():
     # 3. light-load latency (fresh process: the histogram then holds only this phase)
     br.send_signal(signal.SIGTERM)
     br.wait()
-    log = open(os.path.join(work, "kbridge2.log"), "w")
-    br = subprocess.Popen([kbtest.KBRIDGE, "--config", cfg], stderr=log)
-    port = kbtest.wait_for(lambda: re.search(r"http: listening on [^:]+:(\d+)", open(log.name).read()), 60,
-                           what="the HTTP API").group(1)
-    url = "http://127.0.0.1:%s" % port
+    br, url = start(cfg, os.path.join(work, "kbridge2.log"))
     kbtest.wait_for(lambda: acked(metrics(url), "kafka") >= a.pods, 300, 0.2, "the relist in Kafka")
     time.sleep(2)
     m0 = metrics(url)

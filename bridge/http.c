@@ -36,6 +36,7 @@
 #include "common/buf.h"
 #include "common/event.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "common/selector.h"
 #include "common/time.h"
 #include "informer/indexer.h"
@@ -148,21 +149,16 @@ static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
 }
 
 static kb_err_t kb_http_read_token(kb_http_t *h, const char *path, char *errstr, size_t errstr_size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(errstr, errstr_size, "http.token_file: %s: %s", path, strerror(errno));
+    char why[512];
+    size_t n = 0;
+    char *tok = kb_secret_read(path, KB_HTTP_TOKEN_MAX, &n, why, sizeof(why));
+    if (!tok) {
+        snprintf(errstr, errstr_size, "http.token_file: %s", why);
         return KB_ERR_IO;
     }
-    char *tok = kb_malloc(KB_HTTP_TOKEN_MAX + 1);
-    size_t n = fread(tok, 1, KB_HTTP_TOKEN_MAX + 1, f);
-    fclose(f);
-    while (n && strchr(" \t\r\n", tok[n - 1]))
-        n--;
-    tok[n] = '\0';
-    if (n == 0 || n > KB_HTTP_TOKEN_MAX || strpbrk(tok, "\r\n")) {
-        snprintf(errstr, errstr_size, "http.token_file: %s: %s", path,
-                 n == 0 ? "empty" : "not one line of at most 16 KiB");
-        free(tok);
+    if (n == 0 || strpbrk(tok, "\r\n")) {
+        snprintf(errstr, errstr_size, "http.token_file: %s: %s", path, n == 0 ? "empty" : "not one line");
+        kb_secret_free(tok);
         return KB_ERR_CONFIG;
     }
     h->token = tok;
@@ -763,7 +759,7 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     *out = h;
     return KB_OK;
 fail:
-    free(h->token);
+    kb_secret_free(h->token);
     free(h);
     return err;
 }

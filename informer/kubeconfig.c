@@ -434,13 +434,6 @@ static void kb_strv_free(char **v, size_t n) {
     free(v);
 }
 
-void kb_secret_free(char *s) {
-    if (s) {
-        memset(s, 0, strlen(s));
-        free(s);
-    }
-}
-
 void kb_kubeconfig_free(kb_kubeconfig_t *kc) {
     if (!kc)
         return;

@@ -21,6 +21,7 @@
 #define KB_INFORMER_KUBECONFIG_H
 
 #include "common/err.h"
+#include "common/secret.h" /* kb_secret_free */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,7 +34,6 @@ typedef struct kb_blob {
 
 /* Zero, then free (secrets do not linger in freed memory). NULL/empty is a no-op. */
 void kb_blob_free(kb_blob_t *b);
-void kb_secret_free(char *s);
 
 typedef struct kb_kubeconfig_exec {
     char *command;       /* NULL = no exec plugin; resolved against the file's directory if relative with '/' */

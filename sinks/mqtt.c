@@ -58,6 +58,7 @@
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "common/time.h"
 
 #include <MQTTAsync.h>
@@ -187,21 +188,9 @@ static bool kb_mqtt_uri_ok(const char *uri) {
 
 /* Read a secret file: first line, trailing CR/LF removed. NULL with errno-ish reason on error. */
 static char *kb_mqtt_read_secret(const char *path, char *why, size_t why_size) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(why, why_size, "cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = kb_malloc(KB_MQTT_PASSWORD_MAX + 1);
-    size_t n = fread(buf, 1, KB_MQTT_PASSWORD_MAX + 1, f);
-    fclose(f);
-    if (n > KB_MQTT_PASSWORD_MAX) {
-        snprintf(why, why_size, "%s is longer than %d bytes", path, KB_MQTT_PASSWORD_MAX);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
+    char *buf = kb_secret_read(path, KB_MQTT_PASSWORD_MAX, NULL, why, why_size);
+    if (buf)
+        buf[strcspn(buf, "\r\n")] = '\0'; /* the first line is the password */
     return buf;
 }
 
