@@ -4,6 +4,7 @@ next start reads the previous checkpoint, delivers the unacknowledged tail
 again, and the consumer's view converges with nothing lost."""
 import os
 import subprocess
+import kbtest
 from kbtest import *
 
 
@@ -17,8 +18,12 @@ def test():
         b.logf = open(b.log, "a")
         b.proc = subprocess.Popen([KBRIDGE, "--config", b.config], stdout=subprocess.DEVNULL, stderr=b.logf,
                                   env=dict(os.environ, KB_TEST_KILL_IN_CHECKPOINT=str(n)))
+        kbtest._procs.append(b.proc)  # stopped by the harness at exit, also when the test fails
         sim.ctl("churn", {"resource": "pods", "count": 900, "rate": 300})
-        b.proc.wait(60)
+        try:
+            b.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            raise Failure("the kill point inside checkpoint write %d was never reached" % n)
         b.logf.close()
         check(b.proc.returncode == -9, "killed inside a checkpoint write (rc %s)" % b.proc.returncode)
         wait_for(lambda: not sim.ctl("churn", method="GET").get("running"), 30, what="the churn to end")
