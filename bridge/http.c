@@ -475,11 +475,7 @@ static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c
     if (watch) {
         s->q = kb_calloc(KB_HTTP_LIVE_MAX_EVENTS, sizeof(*s->q));
         pthread_mutex_init(&s->mtx, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        kb_cond_init_mono(&s->cond);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         s->fd = ci ? ci->connect_fd : -1;
         /* Subscribe before reading the journal: nothing falls in between. */

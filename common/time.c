@@ -33,6 +33,14 @@ struct timespec kb_deadline_mono(int64_t timeout_ms) {
     return ts;
 }
 
+void kb_cond_init_mono(pthread_cond_t *cv) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 int kb_sleep_ms_interruptible(int64_t ms, const _Atomic _Bool *stop) {
     int64_t end = kb_now_mono_ns() + ms * KB_NS_PER_MS;
     for (;;) {

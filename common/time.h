@@ -2,6 +2,7 @@
 #ifndef KB_COMMON_TIME_H
 #define KB_COMMON_TIME_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -15,6 +16,9 @@ void kb_format_rfc3339_us(int64_t real_ns, char *buf, size_t size);
 /* An absolute CLOCK_MONOTONIC deadline timeout_ms from now, for pthread_cond_timedwait
  * on a condition variable created with kb_cond_init_mono(). */
 struct timespec kb_deadline_mono(int64_t timeout_ms);
+/* Initialise cv to wait against CLOCK_MONOTONIC (immune to wall-clock jumps);
+ * destroy with pthread_cond_destroy. */
+void kb_cond_init_mono(pthread_cond_t *cv);
 /* Sleep up to ms, returning early (non-zero) if *stop becomes true. Polls every 50 ms at most. */
 int kb_sleep_ms_interruptible(int64_t ms, const _Atomic _Bool *stop);
 /* A uniform random double in [0, 1), thread-safe (per-thread state). */

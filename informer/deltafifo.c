@@ -72,19 +72,11 @@ void kb_deltas_fini(kb_deltas_t *d) {
     kb_deltas_init(d);
 }
 
-static void kb_cond_init_monotonic(pthread_cond_t *cv) {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &attr);
-    pthread_condattr_destroy(&attr);
-}
-
 kb_deltafifo_t *kb_deltafifo_new(kb_compaction_t mode, size_t max_bytes) {
     kb_deltafifo_t *fifo = kb_calloc(1, sizeof(*fifo));
     pthread_mutex_init(&fifo->mtx, NULL);
-    kb_cond_init_monotonic(&fifo->data_cv);
-    kb_cond_init_monotonic(&fifo->room_cv);
+    kb_cond_init_mono(&fifo->data_cv);
+    kb_cond_init_mono(&fifo->room_cv);
     fifo->keys = kb_strmap_new(64);
     fifo->mode = mode;
     fifo->max_bytes = max_bytes;

@@ -116,7 +116,6 @@ typedef struct kb_reflector {
     kb_err_t watch_err;    /* why the stream was aborted from inside */
     kb_status_t status;    /* the ERROR event's Status */
     kb_strmap_t *seen;     /* during a list: keys listed */
-    char errmsg[256];
 } kb_reflector_t;
 
 struct kb_informer {
@@ -641,35 +640,44 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         .observed_ns = kb_now_real_ns(),
         .read_mono_ns = read_ns,
     };
-    /* The key decides shard, replica and cache slot. */
-    kb_buf_t keyb = KB_BUF_INIT;
-    if (m.ns.len) {
-        kb_buf_append(&keyb, in.ns, in.ns_len);
-        kb_buf_append_char(&keyb, '/');
+    /* The key decides shard, replica and cache slot. Kubernetes bounds it
+     * (namespace <= 63, name <= 253 bytes), so it lives on the stack. */
+    char key[512];
+    size_t key_len = in.ns_len ? in.ns_len + 1 + in.name_len : in.name_len;
+    if (key_len >= sizeof(key)) {
+        kb_inf_error(inf, KB_WATCH_ERR_DECODE, "object skipped: key of %zu bytes is not a Kubernetes name", key_len);
+        return KB_INGEST_OK;
     }
-    kb_buf_append(&keyb, in.name, in.name_len);
-    uint64_t hash = kb_fnv1a64(keyb.data, keyb.len);
+    if (in.ns_len) {
+        memcpy(key, in.ns, in.ns_len);
+        key[in.ns_len] = '/';
+        memcpy(key + in.ns_len + 1, in.name, in.name_len);
+    } else {
+        memcpy(key, in.name, in.name_len);
+    }
+    key[key_len] = '\0';
+    uint64_t hash = kb_fnv1a64(key, key_len);
     if (!kb_inf_ours(inf, hash))
         goto out;
     if (src == KB_SRC_LIST && r->seen)
-        kb_strmap_put(r->seen, keyb.data, keyb.len, hash, (void *)1);
+        kb_strmap_put(r->seen, key, key_len, hash, (void *)1);
 
-    kb_event_t *old = kb_indexer_get(inf->idx, keyb.data, keyb.len, hash);
+    kb_event_t *old = kb_indexer_get(inf->idx, key, key_len, hash);
     bool same_uid = old && old->uid_len == in.uid_len && !memcmp(old->uid, in.uid, in.uid_len);
     bool same_rv = old && old->rv_len == in.rv_len && !memcmp(old->rv, in.rv, in.rv_len);
     uint64_t new_rv = kb_rv_parse(in.rv, in.rv_len);
 
-    uintptr_t grave = !old && src == KB_SRC_WATCH ? (uintptr_t)kb_strmap_get(inf->graves, keyb.data, keyb.len, hash) : 0;
+    uintptr_t grave = !old && src == KB_SRC_WATCH ? (uintptr_t)kb_strmap_get(inf->graves, key, key_len, hash) : 0;
     if (grave && new_rv && new_rv <= grave) {
         atomic_fetch_add(&inf->st_gated, 1);
         KB_DEBUG("informer", "informer=%s key=%s rv=%.*s is older than its delete at rv=%llu: skipped", inf->conf->name,
-                 keyb.data, (int)in.rv_len, in.rv, (unsigned long long)grave);
+                 key, (int)in.rv_len, in.rv, (unsigned long long)grave);
         goto done;
     }
     if (src == KB_SRC_WATCH && old && same_uid && (same_rv || (new_rv && old->rv_num && new_rv < old->rv_num))) {
         atomic_fetch_add(&inf->st_gated, 1);
         KB_DEBUG("informer", "informer=%s key=%s rv=%.*s not newer than cached rv=%s: skipped", inf->conf->name,
-                 keyb.data, (int)in.rv_len, in.rv, old->rv);
+                 key, (int)in.rv_len, in.rv, old->rv);
         goto done;
     }
     if (server_type == KB_WATCH_DELETED) {
@@ -690,7 +698,6 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
 done:
     kb_event_unref(old);
 out:
-    kb_buf_fini(&keyb);
     return inf->batch_failed ? KB_INGEST_STOPPED : KB_INGEST_OK;
 }
 

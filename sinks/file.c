@@ -197,11 +197,7 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
         kb_file_repair_tail(fs->fd, fs->path);
     }
     pthread_mutex_init(&fs->mtx, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&fs->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    kb_cond_init_mono(&fs->cond);
     if (pthread_create(&fs->writer, NULL, kb_file_writer, fs) != 0)
         KB_FATAL("cannot start the file writer thread");
     *state = fs;

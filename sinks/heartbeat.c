@@ -51,11 +51,7 @@ kb_heartbeat_t *kb_heartbeat_new(const kb_config_route_t *route, const char *clu
     hb->last_rv = last_rv;
     hb->opaque = opaque;
     pthread_mutex_init(&hb->mtx, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&hb->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    kb_cond_init_mono(&hb->cond);
     return hb;
 }
 

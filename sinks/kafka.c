@@ -768,11 +768,7 @@ static kb_err_t kb_kafka_create(const kb_config_sink_t *conf, const kb_config_t 
     pthread_rwlock_init(&ks->gate, &ra);
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&ks->mtx, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ks->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    kb_cond_init_mono(&ks->cond);
     if (pthread_create(&ks->poller, NULL, kb_kafka_poller, ks) != 0)
         KB_FATAL("cannot start the Kafka poller thread");
     pthread_mutex_lock(&ks->mtx);

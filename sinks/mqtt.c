@@ -847,12 +847,8 @@ static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *
     pthread_once(&kb_mqtt_trace_once, kb_mqtt_trace_setup);
     kb_mqtt_t *mq = kb_calloc(1, sizeof(*mq));
     pthread_mutex_init(&mq->mtx, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&mq->work_cond, &ca);
-    pthread_cond_init(&mq->space_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    kb_cond_init_mono(&mq->work_cond);
+    kb_cond_init_mono(&mq->space_cond);
     mq->name = kb_strdup(conf->name ? conf->name : "mqtt");
     mq->uri = kb_strdup(conf->uri);
     mq->client_id = kb_strdup(conf->client_id);

@@ -769,11 +769,7 @@ kb_sim_t *kb_sim_start(const kb_sim_opts_t *opts, char *errstr, size_t errstr_si
     if (sim->opts.bookmark_ms <= 0)
         sim->opts.bookmark_ms = 60000;
     pthread_mutex_init(&sim->mtx, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&sim->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    kb_cond_init_mono(&sim->cond);
     atomic_init(&sim->stopping, false);
     atomic_init(&sim->churn_running, false);
     sim->rv = 1;
