@@ -167,8 +167,8 @@ def main():
     print("generate %d pods in the simulator: %.1f s" % (a.pods, gen_s))
     print("initial sync: %d pods (%.0f B/envelope): listed in %.2f s, all written in %.2f s" %
           (a.pods, size, synced_s, delivered_s))
-    print("memory: RSS empty %.1f MiB, after sync %.1f MiB (anonymous %.1f MiB; the rest is state_dir's mapped "
-          "page cache), peak %.1f MiB (peak/steady %.2f); %.0f B per cached Pod (anonymous)" %
+    print("memory: RSS empty %.1f MiB, after sync %.1f MiB (anonymous %.1f MiB; the rest is file-backed: "
+          "libraries and, with state_dir, LMDB's mapped pages), peak %.1f MiB (peak/steady %.2f); %.0f B per cached Pod (anonymous)" %
           (rss_empty / 1024, rss_synced / 1024, anon_synced / 1024, hwm / 1024, hwm / max(rss_synced, 1), per_pod))
     print("watch backlog: %d of %d updates in %.2f s = %.0f events/s; kbridge CPU %.1f us/event%s" %
           (got, a.updates, watch_s, got / watch_s, cpu * 1e6 / max(got, 1), "" if ok else " (INCOMPLETE)"))
