@@ -65,6 +65,12 @@ typedef struct kb_event {
     _Atomic unsigned refcnt;
     kb_event_type_t type;
     bool final_state_unknown; /* DELETED synthesized by a relist/restart diff */
+    /* Queued again from the journal's unacknowledged tail after a restart: a
+     * sink may have delivered it before the crash, so compaction must never
+     * make it vanish (an ADDED so marked that meets its DELETED leaves the
+     * DELETED). Kept by retype and thin copies and by LATEST merges. Set
+     * before the event is shared. */
+    bool redelivery;
     kb_resource_t *res;       /* reference held */
     const char *key;          /* "namespace/name", or "name" when cluster-scoped */
     const char *ns;           /* "" when cluster-scoped */

@@ -14,6 +14,10 @@
  *           …+ Deleted          → Deleted (latest object); an Added still
  *                                 queued and then Deleted vanishes entirely
  *                                 (the key leaves the queue if nothing remains)
+ *                                 — unless the Added is a redelivery from the
+ *                                 journal (ev->redelivery): a sink may have it,
+ *                                 so the Deleted stays
+ *           merges keep the redelivery mark of what they replace
  *           Deleted + Added     → both kept (a new uid is a new object)
  *
  * Bounded in bytes (kb_event_size): push blocks while the queue holds more

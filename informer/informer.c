@@ -1289,8 +1289,10 @@ static void kb_inf_load_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, cons
     }
     kb_inf_staged_t *o = &inf->replay[inf->n_replay++];
     const char *rv;
-    if (ev)
+    if (ev) {
+        ev->redelivery = true; /* a sink may have it already: compaction must not make it vanish */
         kb_inf_grave_note(inf, ev); /* deletes not yet checkpointed still gate replays */
+    }
     o->ev = ev;
     o->seq = seq;
     o->refl = kb_inf_rv_untag(inf, rv_after, &rv);

@@ -177,6 +177,29 @@ static void test_latest_added_deleted_vanishes(void **state) {
     kb_deltafifo_destroy(fifo);
 }
 
+/* The journal's unacknowledged tail, queued again after a restart, may have
+ * reached a sink before the crash: an ADDED from it that meets its DELETED
+ * must leave the DELETED (issue: compaction = "latest" + restart lost a
+ * delete for ever). Merges keep the mark. */
+static void test_latest_redelivered_added_deleted_keeps_delete(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = latest();
+    kb_event_t *a = mk(A, "ns", "foo", "u1", 1);
+    a->redelivery = true;
+    assert_int_equal(kb_deltafifo_push(fifo, a, 0), KB_OK);
+    push(fifo, D, "foo", "u1", 4);
+    expect_pop(fifo, "ns/foo", 1, TYPES(D), RVS(4));
+
+    a = mk(A, "ns", "foo", "u1", 5);
+    a->redelivery = true;
+    assert_int_equal(kb_deltafifo_push(fifo, a, 0), KB_OK);
+    push(fifo, M, "foo", "u1", 6); /* merged into the redelivered ADDED: the mark stays */
+    push(fifo, D, "foo", "u1", 7);
+    expect_pop(fifo, "ns/foo", 1, TYPES(D), RVS(7));
+    expect_empty(fifo);
+    kb_deltafifo_destroy(fifo);
+}
+
 static void test_latest_modified_deleted(void **state) {
     (void)state;
     kb_deltafifo_t *fifo = latest();
@@ -520,6 +543,7 @@ int main(void) {
         cmocka_unit_test(test_latest_added_modified),
         cmocka_unit_test(test_latest_modified_modified),
         cmocka_unit_test(test_latest_added_deleted_vanishes),
+        cmocka_unit_test(test_latest_redelivered_added_deleted_keeps_delete),
         cmocka_unit_test(test_latest_modified_deleted),
         cmocka_unit_test(test_latest_deleted_added_stays_two),
         cmocka_unit_test(test_latest_deleted_added_modified),
