@@ -426,18 +426,10 @@ static void kb_eos_records(void *opaque, kb_ckpt_rec_t **recs, size_t *n) {
         kb_pipeline_t *p = b->pipes[i];
         if (atomic_load(&p->eos) != pv->bs)
             continue;
-        uint64_t seq;
-        char rvs[1024], key[512];
-        kb_buf_t also = KB_BUF_INIT;
-        kb_informer_txn_checkpoint(p->inf, &seq, rvs, sizeof(rvs), &also);
-        kb_eos_key(b, p->inf, key, sizeof(key));
+        char key[512];
         kb_buf_t v = KB_BUF_INIT;
-        kb_buf_appendf(&v, "{\"seq\":%llu,\"rv\":", (unsigned long long)seq);
-        kb_buf_append_json_str(&v, rvs, strlen(rvs));
-        kb_buf_append_str(&v, ",\"also\":");
-        kb_buf_append_json_str(&v, also.data ? also.data : "", also.len);
-        kb_buf_append_char(&v, '}');
-        kb_buf_fini(&also);
+        kb_informer_txn_cut(p->inf, &v);
+        kb_eos_key(b, p->inf, key, sizeof(key));
         *recs = kb_realloc(*recs, (*n + 1) * sizeof(**recs));
         (*recs)[*n].key = kb_strdup(key);
         (*recs)[*n].value = kb_buf_steal(&v, NULL);
@@ -464,27 +456,10 @@ static void kb_eos_read_back(kb_bridge_t *b, kb_pipeline_t *p) {
                  bs->sink->name, kb_err_str(err));
         return;
     }
-    /* {"seq":N,"rv":"…"} — written by kb_eos_records above. */
-    const char *sp = strstr(value, "\"seq\":"), *rp = strstr(value, "\"rv\":\"");
-    if (!sp || !rp) {
-        KB_ERROR("bridge", "informer=%s checkpoint in sink=%s does not parse: %.200s", kb_informer_conf(p->inf)->name,
-                 bs->sink->name, value);
-        return;
-    }
-    uint64_t seq = strtoull(sp + 6, NULL, 10);
-    rp += 6;
-    const char *end = strchr(rp, '"');
-    char rvs[1024];
-    snprintf(rvs, sizeof(rvs), "%.*s", end ? (int)(end - rp) : 0, rp);
-    const char *ap = strstr(value, "\"also\":\"");
-    kb_buf_t also = KB_BUF_INIT;
-    if (ap) {
-        ap += 8;
-        const char *aend = strchr(ap, '"');
-        kb_buf_append(&also, ap, aend ? (size_t)(aend - ap) : 0);
-    }
-    kb_informer_apply_checkpoint(p->inf, seq, rvs, also.data ? also.data : "");
-    kb_buf_fini(&also);
+    char why[512];
+    if (kb_informer_apply_cut(p->inf, value, strlen(value), why, sizeof(why)) != KB_OK)
+        KB_ERROR("bridge", "informer=%s checkpoint in sink=%s not used: %s; resuming from state_dir",
+                 kb_informer_conf(p->inf)->name, bs->sink->name, why);
 }
 
 /* ---- heartbeats --------------------------------------------------------- */
@@ -1118,7 +1093,7 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
     }
     kb_event_list_t all;
     kb_event_list_init(&all);
-    char rv[64];
+    char rv[KB_RV_MAX];
     kb_informer_snapshot(p->inf, NULL, &all, rv, sizeof(rv));
     kb_snap_ack_t *sa = kb_calloc(1, sizeof(*sa));
     atomic_init(&sa->pending, 1);

@@ -23,6 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The longest resourceVersion kbridge keeps, NUL included. Kubernetes RVs are
+ * decimal etcd revisions (at most 20 digits); a server whose RVs are longer
+ * than this has its objects refused with an error, never truncated. */
+#define KB_RV_MAX 256
+
 typedef enum {
     KB_EV_ADDED = 0,
     KB_EV_MODIFIED = 1,

@@ -298,8 +298,14 @@ static int kb_meta_put(MDB_txn *txn, kb_state_t *st, const char *name, const voi
     return mdb_put(txn, st->meta, &k, &v, 0);
 }
 
+void kb_state_checkpoint_fini(kb_state_checkpoint_t *cp) {
+    free(cp->rv);
+    cp->rv = NULL;
+}
+
 kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp) {
     memset(cp, 0, sizeof(*cp));
+    cp->rv = kb_strdup("");
     MDB_txn *txn;
     int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
     if (rc)
@@ -307,9 +313,9 @@ kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp) {
     MDB_val v;
     if (!kb_meta_get(txn, st, "ack_seq", &v) && v.mv_size == 8)
         cp->seq = kb_from_be64(v.mv_data);
-    if (!kb_meta_get(txn, st, "ack_rv", &v) && v.mv_size < sizeof(cp->rv)) {
-        memcpy(cp->rv, v.mv_data, v.mv_size);
-        cp->rv[v.mv_size] = '\0';
+    if (!kb_meta_get(txn, st, "ack_rv", &v)) { /* every namespace's resume point: no fixed bound */
+        free(cp->rv);
+        cp->rv = kb_strndup(v.mv_data, v.mv_size);
     }
     MDB_cursor *cur;
     if (!mdb_cursor_open(txn, st->journal, &cur)) {
@@ -337,7 +343,7 @@ kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, bool identity_o
         return kb_st_fail(st, "load index", rc);
     }
     MDB_val k, v;
-    char rv_after[64];
+    char rv_after[KB_RV_MAX + 320]; /* "namespace/rv" */
     size_t bad = 0;
     bool first = true;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -389,7 +395,7 @@ kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t
     unsigned char kb[8];
     kb_be64(after_seq + 1, kb);
     MDB_val k = {8, kb}, v;
-    char rv_after[64];
+    char rv_after[KB_RV_MAX + 320]; /* "namespace/rv" */
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (k.mv_size != 8)
             continue;
@@ -556,7 +562,7 @@ static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
     if (rc)
         return rc;
     MDB_val k, v;
-    char last_rv[64] = "";
+    char last_rv[KB_RV_MAX] = "";
     size_t trimmed = 0;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         kb_rec_hdr_t h;

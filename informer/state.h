@@ -46,11 +46,13 @@ const char *kb_state_dir(const kb_state_t *st);
 
 typedef struct kb_state_checkpoint {
     uint64_t seq;      /* everything up to and including seq is acknowledged (0: nothing yet) */
-    char rv[64];       /* resume the watch here; "" = list first */
+    char *rv;          /* resume the watches here ("rv" or "ns/rv,…"); "" = list first. Owned */
     uint64_t last_seq; /* the newest journal seq (0 when empty) */
 } kb_state_checkpoint_t;
 
+/* Fills *cp (release with kb_state_checkpoint_fini, also after an error). */
 kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp);
+void kb_state_checkpoint_fini(kb_state_checkpoint_t *cp);
 
 /* Called for each stored event (ev: a new reference the callee owns; NULL for a
  * journal marker) with the resume RV recorded with it ("" if none). */
