@@ -209,6 +209,9 @@ static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev)
                 kb_df_drop_last(fifo, node);
                 continue;
             }
+            /* Deletes of two incarnations of the name are two deletes. */
+            if (!kb_same_uid(last, ev))
+                break;
             /* Deleted + Deleted → one; a real delete beats a relist tombstone. */
             if (ev->final_state_unknown && !last->final_state_unknown)
                 kb_df_discard(fifo, ev);

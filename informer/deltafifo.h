@@ -18,6 +18,8 @@
  *                                 journal (ev->redelivery): a sink may have it,
  *                                 so the Deleted stays
  *           merges keep the redelivery mark of what they replace
+ *           Deleted + Deleted   → one if the same uid; deletes of two
+ *                                 incarnations of the name are both kept
  *           Deleted + Added     → both kept (a new uid is a new object)
  *
  * Bounded in bytes (kb_event_size): push blocks while the queue holds more

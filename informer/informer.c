@@ -36,6 +36,7 @@
 #include "common/strmap.h"
 #include "common/time.h"
 #include "informer/decode.h"
+#include "informer/ingest.h"
 #include "informer/ledger.h"
 #include "informer/state.h"
 
@@ -111,6 +112,8 @@ typedef struct kb_reflector {
     kb_err_t watch_err;    /* why the stream was aborted from inside */
     kb_status_t status;    /* the ERROR event's Status */
     kb_strmap_t *seen;     /* during a list: keys listed */
+    char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
+    size_t list_items, list_pages; /* during a list */
 } kb_reflector_t;
 
 struct kb_informer {
@@ -153,6 +156,7 @@ struct kb_informer {
     pthread_t ckpt_thread;
     bool ckpt_running;
     _Atomic bool ckpt_stop;
+    bool crashed;                  /* kb_ingest_crash: close without a last checkpoint */
     /* Live subscribers (the HTTP replay API); sub_mtx, taken inside ingest_mtx. */
     pthread_mutex_t sub_mtx;
     struct { kb_informer_sub_fn fn; void *opaque; } subs[64];
@@ -587,20 +591,101 @@ static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const kb_api
     return err;
 }
 
+/* ---- a list, step by step (the HTTP loop below and the simulation) ------- */
+
+static void kb_refl_list_begin(kb_reflector_t *r) {
+    kb_strmap_destroy(r->seen);
+    r->seen = kb_strmap_new(1024);
+    r->list_rv[0] = '\0';
+    r->list_items = r->list_pages = 0;
+}
+
+/* One page of the list (the response body): its items are ingested as one
+ * batch; cont gets its continue token ("" on the last page). KB_ERR_PARSE,
+ * KB_ERR_IO (state_dir) or KB_ERR_STOPPED end the list. */
+static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *data, size_t len, kb_buf_t *cont) {
+    kb_informer_t *inf = r->inf;
+    kb_list_page_t page;
+    memset(&page, 0, sizeof(page));
+    char why[256];
+    kb_err_t derr = kb_decode_list(data, len, &page, why, sizeof(why));
+    if (derr == KB_OK && r->list_pages == 0 && page.rv.len >= sizeof(r->list_rv)) {
+        snprintf(why, sizeof(why), "metadata.resourceVersion of %zu bytes (at most %d supported)", page.rv.len,
+                 KB_RV_MAX - 1);
+        derr = KB_ERR_PARSE;
+    }
+    if (derr != KB_OK) {
+        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response: %s", why);
+        KB_ERROR("reflector", "informer=%s list response does not parse: %s", inf->conf->name, why);
+        kb_list_page_fini(&page);
+        return KB_ERR_PARSE;
+    }
+    if (page.kind.len > 4 && !memcmp(data + page.kind.off + page.kind.len - 4, "List", 4))
+        kb_resource_set_kind(inf->res, data + page.kind.off, page.kind.len - 4);
+    if (r->list_pages == 0) {
+        memcpy(r->list_rv, data + page.rv.off, page.rv.len);
+        r->list_rv[page.rv.len] = '\0';
+    }
+    int64_t now = kb_now_mono_ns();
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_inf_batch_begin(inf);
+    for (size_t i = 0; i < page.n_items && !inf->batch_failed; i++)
+        kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, data + page.items[i].off, page.items[i].len, now, false);
+    kb_err_t berr = kb_inf_batch_end(inf);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    r->list_items += page.n_items;
+    r->list_pages++;
+    atomic_fetch_add(&inf->st_pages, 1);
+    kb_buf_reset(cont);
+    if (page.cont.len)
+        kb_buf_append(cont, data + page.cont.off, page.cont.len);
+    kb_list_page_fini(&page);
+    return berr;
+}
+
+/* The list is complete: what it did not contain was deleted while we did not
+ * watch; the reflector resumes at the list's RV. */
+static kb_err_t kb_refl_list_end(kb_reflector_t *r) {
+    kb_informer_t *inf = r->inf;
+    const char *list_rv = r->list_rv;
+    /* A list below where we were: the server's history went back (etcd restored). */
+    uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
+    if (prev && now_rv && now_rv < prev) {
+        atomic_fetch_add(&inf->st_rv_regressions, 1);
+        /* Forget the deletes we remember: their RVs belong to the old history. */
+        pthread_mutex_lock(&inf->ingest_mtx);
+        kb_ledger_forget_graves(inf->ledger);
+        pthread_mutex_unlock(&inf->ingest_mtx);
+        KB_WARN("reflector",
+                "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
+                "delivering the difference by content, some keys' RVs will go down",
+                inf->conf->name, r->rv, list_rv);
+    }
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_inf_batch_begin(inf);
+    kb_inf_delete_unseen(r);
+    kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
+    kb_err_t err = kb_inf_batch_end(inf);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    if (err != KB_OK)
+        return err;
+    kb_refl_set_rv(r, list_rv, strlen(list_rv));
+    atomic_fetch_add(&inf->st_lists, 1);
+    KB_INFO("reflector", "informer=%s%s%s listed items=%zu pages=%zu rv=%s", inf->conf->name, r->ns ? " namespace=" : "",
+            r->ns ? r->ns : "", r->list_items, r->list_pages, list_rv);
+    return KB_OK;
+}
+
 /* One complete paged list, diffed against the cache. */
 static kb_err_t kb_refl_list(kb_reflector_t *r, int *retry_after) {
     kb_informer_t *inf = r->inf;
     kb_buf_t q = KB_BUF_INIT, body = KB_BUF_INIT, path = KB_BUF_INIT, cont = KB_BUF_INIT;
     kb_err_t err = KB_OK;
     int restarts = 0;
-    size_t items = 0, pages = 0;
-    char list_rv[KB_RV_MAX] = "";
     *retry_after = -1;
 restart:
-    kb_strmap_destroy(r->seen);
-    r->seen = kb_strmap_new(1024);
+    kb_refl_list_begin(r);
     kb_buf_reset(&cont);
-    items = pages = 0;
     for (;;) {
         kb_buf_reset(&q);
         kb_buf_reset(&body);
@@ -632,81 +717,19 @@ restart:
             *retry_after = resp.retry_after >= 0 ? resp.retry_after : st.retry_after > 0 ? st.retry_after : -1;
             if (err == KB_ERR_GONE && cont.len && restarts++ < KB_LIST_RESTARTS) {
                 KB_INFO("reflector", "informer=%s continue token expired after %zu page(s); restarting the list",
-                        inf->conf->name, pages);
+                        inf->conf->name, r->list_pages);
                 err = KB_OK;
                 goto restart;
             }
             goto out;
         }
-        kb_list_page_t page;
-        memset(&page, 0, sizeof(page));
-        char why[256];
-        kb_err_t derr = kb_decode_list(body.data, body.len, &page, why, sizeof(why));
-        if (derr == KB_OK && pages == 0 && page.rv.len >= sizeof(list_rv)) {
-            snprintf(why, sizeof(why), "metadata.resourceVersion of %zu bytes (at most %d supported)", page.rv.len,
-                     KB_RV_MAX - 1);
-            derr = KB_ERR_PARSE;
-        }
-        if (derr != KB_OK) {
-            kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response: %s", why);
-            KB_ERROR("reflector", "informer=%s list response does not parse: %s", inf->conf->name, why);
-            kb_list_page_fini(&page);
-            err = KB_ERR_PARSE;
+        err = kb_refl_list_page(r, body.data, body.len, &cont);
+        if (err != KB_OK)
             goto out;
-        }
-        if (page.kind.len > 4 && !memcmp(body.data + page.kind.off + page.kind.len - 4, "List", 4))
-            kb_resource_set_kind(inf->res, body.data + page.kind.off, page.kind.len - 4);
-        if (pages == 0) {
-            memcpy(list_rv, body.data + page.rv.off, page.rv.len);
-            list_rv[page.rv.len] = '\0';
-        }
-        int64_t now = kb_now_mono_ns();
-        pthread_mutex_lock(&inf->ingest_mtx);
-        kb_inf_batch_begin(inf);
-        for (size_t i = 0; i < page.n_items && !inf->batch_failed; i++)
-            kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, body.data + page.items[i].off, page.items[i].len, now,
-                          false);
-        kb_err_t berr = kb_inf_batch_end(inf);
-        pthread_mutex_unlock(&inf->ingest_mtx);
-        items += page.n_items;
-        pages++;
-        atomic_fetch_add(&inf->st_pages, 1);
-        kb_buf_reset(&cont);
-        if (page.cont.len)
-            kb_buf_append(&cont, body.data + page.cont.off, page.cont.len);
-        kb_list_page_fini(&page);
-        if (berr != KB_OK) {
-            err = berr;
-            goto out;
-        }
         if (!cont.len)
             break;
     }
-    /* A list below where we were: the server's history went back (etcd restored). */
-    uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
-    if (prev && now_rv && now_rv < prev) {
-        atomic_fetch_add(&inf->st_rv_regressions, 1);
-        /* Forget the deletes we remember: their RVs belong to the old history. */
-        pthread_mutex_lock(&inf->ingest_mtx);
-        kb_ledger_forget_graves(inf->ledger);
-        pthread_mutex_unlock(&inf->ingest_mtx);
-        KB_WARN("reflector",
-                "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
-                "delivering the difference by content, some keys' RVs will go down",
-                inf->conf->name, r->rv, list_rv);
-    }
-    pthread_mutex_lock(&inf->ingest_mtx);
-    kb_inf_batch_begin(inf);
-    kb_inf_delete_unseen(r);
-    kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
-    err = kb_inf_batch_end(inf);
-    pthread_mutex_unlock(&inf->ingest_mtx);
-    if (err != KB_OK)
-        goto out;
-    kb_refl_set_rv(r, list_rv, strlen(list_rv));
-    atomic_fetch_add(&inf->st_lists, 1);
-    KB_INFO("reflector", "informer=%s%s%s listed items=%zu pages=%zu rv=%s", inf->conf->name, r->ns ? " namespace=" : "",
-            r->ns ? r->ns : "", items, pages, list_rv);
+    err = kb_refl_list_end(r);
 out:
     kb_strmap_destroy(r->seen);
     r->seen = NULL;
@@ -1185,7 +1208,7 @@ void kb_informer_close_state(kb_informer_t *inf) {
     if (inf->ckpt_running)
         pthread_join(inf->ckpt_thread, NULL);
     inf->ckpt_running = false;
-    if (inf->ledger)
+    if (inf->ledger && !inf->crashed)
         kb_ledger_checkpoint(inf->ledger);
     kb_state_close(inf->state);
     inf->state = NULL;
@@ -1458,4 +1481,48 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     pthread_mutex_lock(&inf->err_mtx);
     memcpy(st->last_error, inf->last_error, sizeof(st->last_error));
     pthread_mutex_unlock(&inf->err_mtx);
+}
+
+/* ---- ingest.h: the reflector's steps for the simulation ------------------- */
+
+void kb_ingest_list_begin(kb_informer_t *inf, size_t refl) {
+    KB_ASSERT(refl < inf->n_refl);
+    kb_refl_list_begin(&inf->refl[refl]);
+}
+
+kb_err_t kb_ingest_list_page(kb_informer_t *inf, size_t refl, const char *body, size_t len, kb_buf_t *cont) {
+    KB_ASSERT(refl < inf->n_refl && inf->refl[refl].seen);
+    return kb_refl_list_page(&inf->refl[refl], body, len, cont);
+}
+
+kb_err_t kb_ingest_list_end(kb_informer_t *inf, size_t refl) {
+    kb_reflector_t *r = &inf->refl[refl];
+    kb_err_t err = kb_refl_list_end(r);
+    kb_strmap_destroy(r->seen);
+    r->seen = NULL;
+    if (err == KB_OK && !r->listed) {
+        r->listed = true;
+        atomic_fetch_add(&inf->synced_refl, 1);
+    }
+    return err;
+}
+
+void kb_ingest_watch_begin(kb_informer_t *inf, size_t refl, char *rv, size_t rv_size) {
+    kb_reflector_t *r = &inf->refl[refl];
+    kb_buf_reset(&r->stream);
+    r->frames = 0;
+    r->watch_err = KB_OK;
+    snprintf(rv, rv_size, "%s", r->rv);
+}
+
+kb_err_t kb_ingest_watch_bytes(kb_informer_t *inf, size_t refl, const char *data, size_t len) {
+    kb_reflector_t *r = &inf->refl[refl];
+    if (kb_refl_stream(r, data, len))
+        return KB_OK;
+    return r->watch_err != KB_OK ? r->watch_err : KB_ERR_PARSE;
+}
+
+void kb_ingest_crash(kb_informer_t *inf) {
+    inf->crashed = true;
+    kb_informer_destroy(inf);
 }

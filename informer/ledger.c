@@ -190,6 +190,8 @@ static void kb_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *r
     t->seq = seq;
     t->scope = kb_scope_of(l, rv_after, strlen(rv_after), &rv, &rv_len);
     t->rv_after = t->scope >= 0 && rv_len ? kb_strndup(rv, rv_len) : NULL;
+    if (t->rv_after) /* the journal is ahead of the checkpoint: resume where it ends */
+        snprintf(l->start_rv[t->scope], KB_RV_MAX, "%s", t->rv_after);
     if (ev) {
         ev->redelivery = true; /* not yet shared: the mark is set before anyone sees it */
         kb_ledger_accept(l, ev); /* deletes not yet checkpointed still gate replays */
@@ -200,8 +202,10 @@ kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t
     if (!l->state)
         return KB_OK;
     kb_state_checkpoint_t cp;
-    if (kb_state_read_checkpoint(l->state, &cp) != KB_OK ||
-        kb_state_load_journal(l->state, cp.seq, res, kb_tail_cb, l) != KB_OK) {
+    kb_err_t err = kb_state_read_checkpoint(l->state, &cp);
+    if (err == KB_OK)
+        kb_parse_rvs(l, cp.rv, l->start_rv); /* the tail's resume points, read next, are newer */
+    if (err != KB_OK || kb_state_load_journal(l->state, cp.seq, res, kb_tail_cb, l) != KB_OK) {
         snprintf(errstr, errstr_size, "%s", kb_state_error(l->state));
         kb_state_checkpoint_fini(&cp);
         return KB_ERR_IO;
@@ -209,8 +213,7 @@ kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t
     l->seq = cp.last_seq;
     l->acked = l->saved = cp.seq;
     l->base = cp.seq + 1;
-    kb_parse_rvs(l, cp.rv, l->start_rv);
-    memcpy(l->ack_rv, l->start_rv, l->n_scopes * sizeof(*l->ack_rv));
+    kb_parse_rvs(l, cp.rv, l->ack_rv);
     kb_state_checkpoint_fini(&cp);
     return KB_OK;
 }
@@ -281,7 +284,8 @@ kb_err_t kb_ledger_apply_cut(kb_ledger_t *l, const char *json, size_t len, char 
         }
     }
     l->n_tail = keep;
-    kb_parse_rvs(l, json_string_value(jrv), l->start_rv);
+    /* The watch still resumes where the journal ends: what the cut does not
+     * cover is delivered from the journal. */
     kb_parse_rvs(l, json_string_value(jrv), l->ack_rv);
     if (seq > l->acked) {
         l->acked = seq;

@@ -64,7 +64,11 @@ kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t
 /* The resume point of scope as the journal stores it ("rv" or "ns/rv"), appended
  * to out; nothing for scope -1 or an empty rv. Thread: any. */
 void kb_ledger_tag(const kb_ledger_t *l, int scope, const char *rv, kb_buf_t *out);
-/* Where scope i resumes: the checkpoint's RV, "" for "list first". */
+/* Where scope i resumes: the newest resume point the journal holds (the
+ * checkpoint's, or a later one in the tail: everything up to it is recorded
+ * and delivered from the journal), "" for "list first". Resuming at the
+ * checkpoint instead would replay changes already in the journal and stage
+ * resume points older than the journal's, moving the watermark's back. */
 const char *kb_ledger_resume_rv(const kb_ledger_t *l, size_t scope);
 size_t kb_ledger_tail_len(const kb_ledger_t *l);
 /* Track every tail entry again and hand each event (a reference the callee
@@ -73,7 +77,7 @@ void kb_ledger_requeue_tail(kb_ledger_t *l, void (*queue)(void *opaque, kb_event
 
 /* The exactly-once cut a transactional sink committed last (its JSON as made
  * by kb_ledger_txn_cut): journal entries it covers are dropped from the tail
- * and the resume points move to it. KB_ERR_INVAL if it does not parse or is
+ * and the watermark moves to it (the watch still resumes where the journal ends). KB_ERR_INVAL if it does not parse or is
  * ahead of this state_dir (errstr says which). */
 kb_err_t kb_ledger_apply_cut(kb_ledger_t *l, const char *json, size_t len, char *errstr, size_t errstr_size);
 
