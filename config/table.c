@@ -78,7 +78,8 @@ static const kb_ckey_t kb_keys_log[] = {
     {.name = "level", .type = KB_CT_CHOICE, .off = TOP(log_level), .def = "info", .values = kb_v_log_level,
      .doc = "Lowest level written to stderr."},
     {.name = "format", .type = KB_CT_CHOICE, .off = TOP(log_format), .def = "text", .values = kb_v_log_format,
-     .doc = "One line per event: plain text, or a JSON object per line."},
+     .doc = "One line per event: plain text with key=value fields, or one JSON object per line in which "
+             "every key=value field (informer, sink, key, rv, …) is a string member of its own and msg keeps the prose."},
 };
 static const kb_csection_t kb_sec_log = {
     .title = "log", .doc = "Logging to stderr.", .line_off = SIZE_MAX,
