@@ -1,5 +1,5 @@
 /* tests/unit/config/test_config.c — the configuration loader: defaults, the
- * SPEC §2 example, every class of config error with its exact FILE:LINE
+ * reference example, every class of config error with its exact FILE:LINE
  * message, the $HOSTNAME ordinal, the --check summary, and that
  * docs/configuration.md is exactly what the key table generates.
  *
@@ -23,7 +23,7 @@
     "sinks = ( { name = \"out\"; type = \"file\"; } );\n"                                                   \
     "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n"
 
-/* SPEC §2, verbatim. */
+/* The documented example configuration, verbatim. */
 static const char spec_example[] =
     "cluster = {\n"
     "  name = \"prod-eu\";                 # appears in envelopes and topics\n"
