@@ -4,7 +4,8 @@ A FIFO whose reader stopped reading and stdout into a pipe nobody reads both mak
 ever; kbridge used to join its writer thread there and never exit (a second signal did nothing).
 Now: the drain gives up on the blocked reader at the deadline, the exit status is 1 (no state_dir:
 what was not acknowledged is lost) and the last line says how many changes; with a long
-shutdown_timeout a second SIGTERM ends it at once."""
+shutdown_timeout a second SIGTERM ends it at once. With state_dir the unacknowledged changes are
+delivered again at the next start: exit 0, and the line says so."""
 import array
 import fcntl
 import os
@@ -17,11 +18,11 @@ from kbtest import *
 PAD = {"spec": {"padding": "x" * 4000}}
 
 
-def config(sim, path, timeout):
-    return ('cluster = { name = "t"; server = "%s"; };\nhttp = { listen = ""; };\nshutdown_timeout = %d;\n'
+def config(sim, path, timeout, extra=""):
+    return ('cluster = { name = "t"; server = "%s"; };\nhttp = { listen = ""; };\nshutdown_timeout = %d;\n%s'
             'informers = ( { name = "pods"; version = "v1"; resource = "pods"; page_size = 50; } );\n'
             'sinks = ( { name = "out"; type = "file"; path = "%s"; } );\n'
-            'routes = ( { informer = "pods"; sink = "out"; } );\n' % (sim.url, timeout, path))
+            'routes = ( { informer = "pods"; sink = "out"; } );\n' % (sim.url, timeout, extra, path))
 
 
 def start(cfg_text, workdir, stdout):
@@ -63,12 +64,12 @@ def stalled(log, fd):
     return "listed items=200" in logtext(log) and n[0] >= 32768
 
 
-def start_on_fifo(sim, d, timeout):
+def start_on_fifo(sim, d, timeout, extra=""):
     """kbridge writing into a FIFO that a reader holds open and never reads, once the pipe is full."""
     fifo = os.path.join(d, "out.fifo")
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    p, log = start(config(sim, fifo, timeout), d, subprocess.DEVNULL)
+    p, log = start(config(sim, fifo, timeout, extra), d, subprocess.DEVNULL)
     wait_for(lambda: stalled(log, reader), 60, what="the list to fill the pipe")
     return p, log, reader
 
@@ -103,6 +104,16 @@ def test():
     text = logtext(log)
     check(rc == 1, "second SIGTERM: exit status 1 (rc %s)\n%s" % (rc, text[-2000:]))
     check("a second SIGTERM" in text, "the log says the second signal ended it:\n%s" % text[-2000:])
+    os.close(reader)
+
+    # 4. With state_dir the same stop is not a loss: exit 0, and the line says they come again.
+    d4 = tempfile.mkdtemp(prefix="kbtest-")
+    p, log, reader = start_on_fifo(sim, d4, 2, 'state_dir = "%s/state";\n' % d4)
+    rc = stop_within(p, log, [0], 15, "state_dir")
+    text = logtext(log)
+    check(rc == 0, "with state_dir: exit 0 (rc %s)\n%s" % (rc, text[-2000:]))
+    check("not acknowledged" in text and "delivers them again" in text, "the line says they come again:\n%s" %
+          text[-2000:])
     os.close(reader)
     sim.stop()
 
