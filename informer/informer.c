@@ -116,6 +116,7 @@ typedef struct kb_reflector {
     kb_err_t watch_err;    /* why the stream was aborted from inside */
     kb_status_t status;    /* the ERROR event's Status */
     kb_strmap_t *seen;     /* during a list: keys listed */
+    int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
 } kb_reflector_t;
 
 struct kb_informer {
@@ -766,9 +767,40 @@ static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const kb_api
     return err;
 }
 
+/* The most one list page may take: KB_LIST_MAX_BODY, or less under the test
+ * suite's KB_TEST_LIST_MAX_BODY (bytes), so splitting can be tested without
+ * half a GiB of objects. */
+static size_t kb_refl_max_body(void) {
+    const char *env = getenv("KB_TEST_LIST_MAX_BODY");
+    unsigned long long v = env && *env ? strtoull(env, NULL, 10) : 0;
+    return v >= 4096 && v < KB_LIST_MAX_BODY ? (size_t)v : KB_LIST_MAX_BODY;
+}
+
+/* A list page came back larger than max_body (page_size objects of ~1 MiB,
+ * Helm release Secrets, make 500 MiB): ask for half as many per page from
+ * now on. false when a single object is already too large. */
+static bool kb_refl_split_page(kb_reflector_t *r, size_t max_body) {
+    kb_informer_t *inf = r->inf;
+    if (r->page_limit <= 1) {
+        kb_inf_error(inf, KB_WATCH_ERR_HTTP, "one object is larger than a list page may be (%zu bytes)", max_body);
+        KB_ERROR("reflector", "informer=%s a list page of one object is over %zu bytes; cannot list", inf->conf->name,
+                 max_body);
+        return false;
+    }
+    int was = r->page_limit;
+    r->page_limit = (r->page_limit + 1) / 2;
+    KB_WARN("reflector", "informer=%s list page of %d object(s) is over %zu bytes; asking for %d per page from now "
+            "on (page_size = %d is too large for these objects)", inf->conf->name, was, max_body, r->page_limit,
+            inf->conf->page_size);
+    return true;
+}
+
 /* One complete paged list, diffed against the cache. */
 static kb_err_t kb_refl_list(kb_reflector_t *r, int *retry_after) {
     kb_informer_t *inf = r->inf;
+    const size_t max_body = kb_refl_max_body();
+    if (r->page_limit <= 0)
+        r->page_limit = inf->conf->page_size;
     kb_buf_t q = KB_BUF_INIT, body = KB_BUF_INIT, path = KB_BUF_INIT, cont = KB_BUF_INIT;
     kb_err_t err = KB_OK;
     int restarts = 0;
@@ -785,7 +817,7 @@ restart:
         kb_buf_reset(&body);
         kb_buf_reset(&path);
         char limit[16];
-        snprintf(limit, sizeof(limit), "%d", inf->conf->page_size);
+        snprintf(limit, sizeof(limit), "%d", r->page_limit);
         kb_api_query_add(&q, "limit", limit);
         if (cont.len)
             kb_api_query_add(&q, "continue", cont.data);
@@ -793,15 +825,14 @@ restart:
         kb_buf_append_str(&path, r->path);
         kb_buf_append(&path, q.data, q.len);
         kb_api_response_t resp;
-        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, KB_LIST_MAX_BODY, 120, &inf->stop, &resp);
+        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, max_body, 120, &inf->stop, &resp);
         if (atomic_load(&inf->stop)) {
             err = KB_ERR_STOPPED;
             goto out;
         }
         if (resp.err == KB_ERR_TOOBIG) {
-            kb_inf_error(inf, KB_WATCH_ERR_HTTP, "list page larger than %u bytes", KB_LIST_MAX_BODY);
-            KB_ERROR("reflector", "informer=%s list page over %u MiB; lower page_size", inf->conf->name,
-                     KB_LIST_MAX_BODY >> 20);
+            if (kb_refl_split_page(r, max_body))
+                continue; /* the same page (same continue token), fewer objects */
             err = KB_ERR_TOOBIG;
             goto out;
         }
@@ -919,6 +950,22 @@ static bool kb_refl_fast_frame(const char *f, size_t len, kb_watch_type_t *type,
     return false;
 }
 
+/* A bookmark only ever moves the resume point forward: one below it (a
+ * lagging cache replica, a proxy replaying an old frame) would make the next
+ * watch ask for history already delivered. Numbers only refuse going back;
+ * an RV that is not a number is taken as it is. */
+static bool kb_refl_bookmark_forward(kb_reflector_t *r, const char *rv, size_t len) {
+    uint64_t to = kb_rv_parse(rv, len), from = kb_rv_parse(r->rv, strlen(r->rv));
+    if (!to || !from || to >= from)
+        return true;
+    static kb_ratelimit_t rl;
+    uint64_t sup = 0;
+    if (kb_ratelimit_allow(&rl, 10000, &sup))
+        KB_WARN("reflector", "informer=%s BOOKMARK rv=%.*s is below the resume point rv=%s: ignored (suppressed=%llu)",
+                r->inf->conf->name, (int)len, rv, r->rv, (unsigned long long)sup);
+    return false;
+}
+
 /* Handle one watch frame. KB_INGEST_BAD if the bytes are not one valid
  * frame (nothing was counted or queued); KB_INGEST_STOPPED aborts the
  * stream (r->watch_err says why). */
@@ -951,7 +998,7 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     case KB_WATCH_BOOKMARK: {
         kb_span_t rv;
         atomic_fetch_add(&inf->st_bookmarks, 1);
-        if (kb_decode_object_rv(obj, f.object.len, &rv))
+        if (kb_decode_object_rv(obj, f.object.len, &rv) && kb_refl_bookmark_forward(r, obj + rv.off, rv.len))
             kb_refl_set_rv(r, obj + rv.off, rv.len);
         res = KB_INGEST_OK;
         goto counted;
