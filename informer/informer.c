@@ -28,6 +28,7 @@
  * always paged and never holds more than one page.
  */
 #include "informer/informer.h"
+#include "informer/kstatus.h"
 
 #include "common/alloc.h"
 #include "common/buf.h"
@@ -114,9 +115,13 @@ typedef struct kb_reflector {
     kb_buf_t stream;       /* bytes not yet parsed */
     uint64_t frames;       /* frames received in this watch */
     kb_err_t watch_err;    /* why the stream was aborted from inside */
+    bool watch_error_event;/* … by an ERROR event (status, cls) */
     kb_status_t status;    /* the ERROR event's Status */
     kb_strmap_t *seen;     /* during a list: keys listed */
     int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
+    kb_kclass_t cls;       /* class of the last failed answer (informer/kstatus.h), if has_cls */
+    bool has_cls;          /* the last request failed with an answer from the server */
+    int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
 } kb_reflector_t;
 
 struct kb_informer {
@@ -733,38 +738,51 @@ static void kb_refl_query_common(const kb_reflector_t *r, kb_buf_t *q) {
         kb_api_query_add(q, "fieldSelector", c->field_selector);
 }
 
-/* Turn a failed response into an error class, logging what the server said. */
-static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const kb_api_response_t *resp,
-                               const kb_buf_t *body, kb_status_t *st) {
+/* "GET https://host/path?query" of a request, for error texts. */
+static void kb_refl_request_text(const kb_reflector_t *r, const char *path_and_query, char *out, size_t size) {
+    snprintf(out, size, "GET %s%s", kb_apiclient_server(r->inf->api), path_and_query);
+}
+
+/* Turn a failed response into an error class (informer/kstatus.h), logging
+ * what was asked and what came back: the server's Status when the body is
+ * one, else the content type and the first bytes (a proxy's or another web
+ * server's page says more than "HTTP 404"). */
+static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const char *path_and_query,
+                               const kb_api_response_t *resp, const kb_buf_t *body, kb_status_t *st) {
     kb_informer_t *inf = r->inf;
+    char req[768];
+    kb_refl_request_text(r, path_and_query, req, sizeof(req));
     memset(st, 0, sizeof(*st));
     if (resp->err != KB_OK) {
-        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s%s: %s", what, kb_apiclient_server(inf->api), r->path,
-                     resp->errmsg);
+        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s: %s", what, req, resp->errmsg);
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
         if (kb_ratelimit_allow(&rl, 5000, &sup))
-            KB_WARN("reflector", "informer=%s %s %s%s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
-                    what, kb_apiclient_server(inf->api), r->path, resp->errmsg, (unsigned long long)sup);
+            KB_WARN("reflector", "informer=%s %s: %s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
+                    what, req, resp->errmsg, (unsigned long long)sup);
         return resp->err == KB_ERR_STOPPED ? KB_ERR_STOPPED : KB_ERR_CONNECT;
     }
-    if (body && body->len)
-        kb_decode_status(body->data, body->len, st);
-    kb_err_t err = kb_api_status_err(resp->status);
-    if (resp->status == 504 && !strcmp(st->cause_reason, "ResourceVersionTooLarge"))
-        err = KB_ERR_TOO_LARGE_RV;
-    kb_watch_err_t kind = err == KB_ERR_GONE          ? KB_WATCH_ERR_GONE
-                          : err == KB_ERR_THROTTLED   ? KB_WATCH_ERR_THROTTLED
-                          : err == KB_ERR_UNAVAILABLE ? KB_WATCH_ERR_SERVER
-                                                      : KB_WATCH_ERR_HTTP;
-    kb_inf_error(inf, kind, "%s: HTTP %ld %s %s", what, resp->status, st->reason, st->message);
-    if (err == KB_ERR_GONE)
-        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s: %s", inf->conf->name, what, st->reason, st->message);
+    bool is_status = body && body->len && kb_decode_status(body->data, body->len, st) == KB_OK &&
+                     (st->code || st->reason[0] || st->message[0]);
+    r->cls = kb_kstatus_classify(resp->status, st->reason, st->cause_reason);
+    r->has_cls = true;
+    char said[768];
+    if (is_status) {
+        snprintf(said, sizeof(said), "%s%s%s", st->reason, st->reason[0] ? ": " : "", st->message);
+    } else {
+        char first[160];
+        kb_api_body_excerpt(body ? body->data : "", body ? body->len : 0, 120, first, sizeof(first));
+        snprintf(said, sizeof(said), "not a Kubernetes Status (Content-Type \"%s\", %zu bytes%s%s%s) — is this "
+                 "an API server?", resp->content_type, body ? body->len : 0, first[0] ? ": \"" : "", first,
+                 first[0] ? "\"" : "");
+    }
+    kb_inf_error(inf, r->cls.kind, "%s %s: HTTP %ld %s", what, req, resp->status, said);
+    if (r->cls.err == KB_ERR_GONE)
+        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s", inf->conf->name, what, said);
     else
-        KB_WARN("reflector", "informer=%s %s %s: HTTP %ld %s: %s%s", inf->conf->name, what, r->path,
-                resp->status, st->reason[0] ? st->reason : "", st->message,
+        KB_WARN("reflector", "informer=%s %s: %s: HTTP %ld %s%s", inf->conf->name, what, req, resp->status, said,
                 resp->retry_after >= 0 ? " (Retry-After given)" : "");
-    return err;
+    return r->cls.err;
 }
 
 /* The most one list page may take: KB_LIST_MAX_BODY, or less under the test
@@ -825,6 +843,7 @@ restart:
         kb_buf_append_str(&path, r->path);
         kb_buf_append(&path, q.data, q.len);
         kb_api_response_t resp;
+        r->has_cls = false;
         kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, max_body, 120, &inf->stop, &resp);
         if (atomic_load(&inf->stop)) {
             err = KB_ERR_STOPPED;
@@ -838,7 +857,7 @@ restart:
         }
         if (resp.err != KB_OK || resp.status != 200) {
             kb_status_t st;
-            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", &resp, &body, &st);
+            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", path.data, &resp, &body, &st);
             *retry_after = resp.retry_after >= 0 ? resp.retry_after : st.retry_after > 0 ? st.retry_after : -1;
             if (err == KB_ERR_GONE && cont.len && restarts++ < KB_LIST_RESTARTS) {
                 KB_INFO("reflector", "informer=%s continue token expired after %zu page(s); restarting the list",
@@ -852,8 +871,13 @@ restart:
         memset(&page, 0, sizeof(page));
         char why[256];
         if (kb_decode_list(body.data, body.len, &page, why, sizeof(why)) != KB_OK) {
-            kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response: %s", why);
-            KB_ERROR("reflector", "informer=%s list response does not parse: %s", inf->conf->name, why);
+            char req[768], first[160];
+            kb_refl_request_text(r, path.data, req, sizeof(req));
+            kb_api_body_excerpt(body.data, body.len, 120, first, sizeof(first));
+            kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response of %s: %s (Content-Type \"%s\")", req, why,
+                         resp.content_type);
+            KB_ERROR("reflector", "informer=%s list response of %s does not parse: %s (HTTP %ld, Content-Type \"%s\", "
+                     "%zu bytes: \"%s\")", inf->conf->name, req, why, resp.status, resp.content_type, body.len, first);
             kb_list_page_fini(&page);
             err = KB_ERR_PARSE;
             goto out;
@@ -988,11 +1012,10 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     switch (f.type) {
     case KB_WATCH_ERROR:
         kb_decode_status(obj, f.object.len, &r->status);
-        r->watch_err = r->status.code == 410                                          ? KB_ERR_GONE
-                       : r->status.code == 429                                        ? KB_ERR_THROTTLED
-                       : !strcmp(r->status.cause_reason, "ResourceVersionTooLarge")   ? KB_ERR_TOO_LARGE_RV
-                       : r->status.code >= 500                                        ? KB_ERR_UNAVAILABLE
-                                                                                      : KB_ERR_HTTP;
+        r->cls = kb_kstatus_classify(r->status.code, r->status.reason, r->status.cause_reason);
+        r->has_cls = true;
+        r->watch_err = r->cls.err == KB_OK ? KB_ERR_HTTP : r->cls.err; /* an ERROR event is never a success */
+        r->watch_error_event = true;
         res = KB_INGEST_STOPPED;
         goto counted;
     case KB_WATCH_BOOKMARK: {
@@ -1132,6 +1155,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
     kb_buf_reset(&r->stream);
     r->frames = 0;
     r->watch_err = KB_OK;
+    r->watch_error_event = false;
+    r->has_cls = false;
     memset(&r->status, 0, sizeof(r->status));
     atomic_fetch_add(&inf->st_watches, 1);
     KB_DEBUG("reflector", "informer=%s watch rv=%s timeout=%ds", inf->conf->name, rv, timeout);
@@ -1143,13 +1168,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
         err = KB_ERR_STOPPED;
     } else if (resp.aborted) {
         err = r->watch_err;
-        if (err == KB_ERR_GONE || err == KB_ERR_THROTTLED || err == KB_ERR_UNAVAILABLE || err == KB_ERR_HTTP ||
-            err == KB_ERR_TOO_LARGE_RV) {
-            kb_watch_err_t kind = err == KB_ERR_GONE        ? KB_WATCH_ERR_GONE
-                                  : err == KB_ERR_THROTTLED ? KB_WATCH_ERR_THROTTLED
-                                  : err == KB_ERR_HTTP      ? KB_WATCH_ERR_HTTP
-                                                            : KB_WATCH_ERR_SERVER;
-            kb_inf_error(inf, kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
+        if (r->watch_error_event) {
+            kb_inf_error(inf, r->cls.kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
                          r->status.message);
             KB_INFO("reflector", "informer=%s watch ERROR event code=%d reason=%s: %s", inf->conf->name,
                     r->status.code, r->status.reason, r->status.message);
@@ -1163,7 +1183,7 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
         err = KB_OK;
     } else if (resp.err != KB_OK || resp.status != 200) {
         kb_status_t st;
-        err = kb_refl_failed(r, "watch", &resp, &body, &st);
+        err = kb_refl_failed(r, "watch", path.data, &resp, &body, &st);
         if (*retry_after < 0 && st.retry_after > 0)
             *retry_after = st.retry_after;
         if (err == KB_ERR_CONNECT && resp.status == 200)
@@ -1181,17 +1201,23 @@ static void kb_refl_sleep(kb_reflector_t *r, int64_t ms) {
     kb_sleep_ms_interruptible(ms, &r->inf->stop);
 }
 
-/* The delay before retrying after a throttle or server error: Retry-After
- * when given (with up to 20 % jitter so replicas do not return together),
- * never less than the next backoff step. */
+/* The delay before retrying after a failed request: the server's
+ * Retry-After as given where the class honours it, within the budget of
+ * informer/kstatus.h; else the next backoff step. */
 static int64_t kb_refl_retry_delay(kb_reflector_t *r, int retry_after) {
-    int64_t b = kb_backoff_next(&r->backoff);
-    if (retry_after > 0) {
-        int64_t ra = (int64_t)retry_after * 1000;
-        ra += (int64_t)(kb_random_unit() * 0.2 * (double)ra);
-        return ra > b ? ra : b;
+    if (r->has_cls && kb_kstatus_honour_retry_after(&r->cls, retry_after, r->ra_in_row)) {
+        r->ra_in_row++;
+        KB_DEBUG("reflector", "informer=%s waiting %d s as the server asked (Retry-After %d of %d in a row)",
+                 r->inf->conf->name, retry_after, r->ra_in_row, KB_KSTATUS_RETRY_AFTER_BUDGET);
+        return (int64_t)retry_after * 1000;
     }
-    return b;
+    return kb_backoff_next(&r->backoff);
+}
+
+/* The server answered in full: back off from scratch next time. */
+static void kb_refl_healthy(kb_reflector_t *r) {
+    r->backoff.base_ms = 0;
+    r->ra_in_row = 0;
 }
 
 static void *kb_refl_main(void *arg) {
@@ -1218,7 +1244,7 @@ static void *kb_refl_main(void *arg) {
                 kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
                 continue;
             }
-            r->backoff.base_ms = 0; /* the server answered in full: start backing off from scratch */
+            kb_refl_healthy(r);
             if (r->listed)
                 atomic_fetch_add(&inf->st_relists, 1);
             if (!r->listed) {
@@ -1231,7 +1257,7 @@ static void *kb_refl_main(void *arg) {
         if (err != KB_ERR_PARSE)
             malformed_in_row = 0;
         if (r->frames > 0 && err != KB_ERR_PARSE)
-            r->backoff.base_ms = 0; /* the watch made progress: the server is healthy */
+            kb_refl_healthy(r); /* the watch made progress */
         switch (err) {
         case KB_OK:
             break; /* a normal end: resume at once from the last RV */
@@ -1242,22 +1268,18 @@ static void *kb_refl_main(void *arg) {
             if (malformed_in_row++ > 0)
                 kb_refl_sleep(r, kb_backoff_next(&r->backoff));
             break;
-        case KB_ERR_GONE:
-        case KB_ERR_TOO_LARGE_RV:
-        case KB_ERR_HTTP:
-        case KB_ERR_UNAUTHORIZED:
-        case KB_ERR_FORBIDDEN:
-        case KB_ERR_NOTFOUND:
+        default:
+            if (!r->has_cls) { /* connection trouble or an empty watch: same RV after a backoff step */
+                kb_refl_sleep(r, kb_backoff_next(&r->backoff));
+                break;
+            }
+            if (r->cls.action == KB_KACT_RETRY) { /* the same watch, same RV */
+                kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
+                break;
+            }
             if (err == KB_ERR_GONE)
                 KB_INFO("reflector", "informer=%s history expired at rv=%s; relisting", inf->conf->name, r->rv);
             need_list = true;
-            kb_refl_sleep(r, kb_backoff_next(&r->backoff));
-            break;
-        case KB_ERR_THROTTLED:
-        case KB_ERR_UNAVAILABLE:
-            kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
-            break;
-        default: /* connection trouble or an empty watch: same RV after a backoff step */
             kb_refl_sleep(r, kb_backoff_next(&r->backoff));
             break;
         }
