@@ -687,6 +687,24 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     return result;
 }
 
+uint64_t kb_bridge_unacknowledged(kb_bridge_t *b) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < b->n_pipes; i++) {
+        kb_informer_stats_t st;
+        kb_informer_stats(b->pipes[i]->inf, &st);
+        n += st.seq > st.ack_seq ? st.seq - st.ack_seq : 0;
+    }
+    return n;
+}
+
+void kb_bridge_reopen_sinks(kb_bridge_t *b) {
+    for (size_t i = 0; i < b->cfg->n_sinks; i++) {
+        kb_sink_t *sink = b->sinks[i]->sink;
+        if (sink && sink->ops->reopen)
+            sink->ops->reopen(sink->state);
+    }
+}
+
 void kb_bridge_log_stats(kb_bridge_t *b) {
     for (size_t i = 0; i < b->n_pipes; i++) {
         kb_pipeline_t *p = b->pipes[i];

@@ -30,6 +30,12 @@ kb_err_t kb_bridge_start(kb_bridge_t *b);
  * undelivered (it is logged). */
 kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms);
 void kb_bridge_destroy(kb_bridge_t *b);
+/* Changes accepted from the server that not every sink has acknowledged yet
+ * (over all informers). Thread: any; takes each informer's stats lock. */
+uint64_t kb_bridge_unacknowledged(kb_bridge_t *b);
+/* SIGHUP: ask every running sink that can to reopen its output (the file
+ * sink's path after logrotate). Never blocks. Thread: main only. */
+void kb_bridge_reopen_sinks(kb_bridge_t *b);
 /* One log line per informer and sink with the counters. */
 void kb_bridge_log_stats(kb_bridge_t *b);
 

@@ -27,9 +27,11 @@ const int kb_cli_n_opts = (int)(sizeof(kb_cli_opts) / sizeof(kb_cli_opts[0]));
 
 static const char kb_cli_summary[] = "Streams changes of Kubernetes resources (list + watch) into Kafka, MQTT or files.";
 static const char kb_cli_signals[] =
-    "SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the config (an invalid one is refused\n"
-    "and the running one kept; cluster, state_dir, sharding and http changes need a restart).";
-static const char kb_cli_exit[] = "0 clean stop, 1 runtime failure, 2 usage or configuration error.";
+    "SIGTERM/SIGINT drain (a second one stops at once); SIGHUP reopens file sinks and reloads the\n"
+    "config (an invalid one is refused and the running one kept; cluster, state_dir, sharding and\n"
+    "http changes need a restart).";
+static const char kb_cli_exit[] = "0 clean stop, 1 runtime failure (also: changes left unacknowledged without "
+                                  "state_dir), 2 usage or configuration error.";
 
 void kb_cli_usage(FILE *out) {
     fprintf(out, "Usage: kbridge --config FILE [--check]\n"

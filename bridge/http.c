@@ -738,7 +738,10 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER, kb_http_log, NULL,
+    /* The port asked for, also passed apart from the address: libmicrohttpd's bind error names this one. */
+    uint16_t want_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                        : ((struct sockaddr_in *)&ss)->sin_port);
+    h->mhd = MHD_start_daemon(flags, want_port, NULL, NULL, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER, kb_http_log, NULL,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)KB_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
                               KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);

@@ -76,6 +76,9 @@ typedef struct kb_config_sink {
     int line;
     /* file */
     char *path;          /* "-" = stdout */
+    bool follow_symlinks; /* false: a symlink at path is refused (O_NOFOLLOW) */
+    char *file_mode;     /* "0600": octal permission bits of a file the sink creates */
+    unsigned file_mode_bits; /* file_mode parsed (finish_sink) */
     /* kafka */
     char *brokers;
     kb_kv_t *properties; size_t n_properties; /* passed to librdkafka as-is */

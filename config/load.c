@@ -572,9 +572,16 @@ static bool kb_load_section(kb_loader_t *ld, const kb_csection_t *sec, const con
 bool kb_config__finish_sink(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                             const char *prefix) {
     KB_UNUSED(index);
-    KB_UNUSED(grp);
-    KB_UNUSED(prefix);
     kb_config_sink_t *sink = base;
+    if (sink->type == KB_SINK_FILE) {
+        char *end = NULL;
+        long mode = strtol(sink->file_mode, &end, 8);
+        if (!sink->file_mode[0] || *end || mode < 0 || mode > 0777)
+            return kb_config__fail(ld, config_setting_get_member(grp, "file_mode"),
+                                   "%s.file_mode: \"%s\" is not an octal permission mode such as \"0600\"", prefix,
+                                   sink->file_mode);
+        sink->file_mode_bits = (unsigned)mode;
+    }
     if (!sink->client_id) {
         size_t n = strlen(ld->cfg->cluster.name) + sizeof("kbridge-");
         sink->client_id = kb_malloc(n);

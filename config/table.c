@@ -212,7 +212,16 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "type", .type = KB_CT_ENUM, .off = SNK(type), .values = kb_v_sink_type, .flags = KB_CF_REQUIRED,
      .doc = "Kind of sink; the keys below marked with a type are valid only for it."},
     {.name = "path", .type = KB_CT_STRING, .off = SNK(path), .def = "-", .only = FILE_ONLY,
-     .flags = KB_CF_NONEMPTY | KB_CF_FILE, .doc = "File to append JSON Lines to; \"-\" = stdout."},
+     .flags = KB_CF_NONEMPTY | KB_CF_FILE,
+     .doc = "File to append JSON Lines to; \"-\" = stdout. Reopened on SIGHUP and when the path no longer "
+            "names the open file (after logrotate's rename + create, or rm)."},
+    {.name = "follow_symlinks", .type = KB_CT_BOOL, .off = SNK(follow_symlinks), .def = "false", .only = FILE_ONLY,
+     .doc = "false: a symbolic link at path is refused (the sink would otherwise write to, and cut the torn "
+            "tail of, whatever file the link points at); true: follow it."},
+    {.name = "file_mode", .type = KB_CT_STRING, .off = SNK(file_mode), .def = "0600", .only = FILE_ONLY,
+     .flags = KB_CF_NONEMPTY,
+     .doc = "Permission bits (octal) of an output file the sink creates, whatever the umask; an existing "
+            "file keeps its mode."},
     {.name = "brokers", .type = KB_CT_STRING, .off = SNK(brokers), .def = "", .only = KAFKA_ONLY,
      .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY, .doc = "Bootstrap brokers, \"host:port,host:port\"."},
     {.name = "properties", .type = KB_CT_PROPS, .off = SNK(properties), .off2 = SNK(n_properties),

@@ -25,6 +25,7 @@
  * does, the last row collects the rest under verb and resource "other".
  */
 #include "informer/apiclient.h"
+#include "informer/kstatus.h"
 
 #include "common/alloc.h"
 #include "common/histogram.h"
@@ -710,6 +711,9 @@ static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query,
         kb_api_count_code(x.row, resp->status);
     if (strcmp(x.row->verb, "watch") != 0)
         kb_histogram_observe_ns(&x.row->duration, kb_now_mono_ns() - t0);
+    const char *ctype = NULL;
+    if (curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &ctype) == CURLE_OK && ctype)
+        snprintf(resp->content_type, sizeof(resp->content_type), "%s", ctype);
     switch (rc) {
     case CURLE_OK: resp->err = KB_OK; break;
     case CURLE_COULDNT_CONNECT:
@@ -754,16 +758,20 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
 }
 
 kb_err_t kb_api_status_err(long status) {
-    if (status >= 200 && status < 300)
-        return KB_OK;
-    switch (status) {
-    case 401: return KB_ERR_UNAUTHORIZED;
-    case 403: return KB_ERR_FORBIDDEN;
-    case 404: return KB_ERR_NOTFOUND;
-    case 410: return KB_ERR_GONE;
-    case 429: return KB_ERR_THROTTLED;
-    default: return status >= 500 ? KB_ERR_UNAVAILABLE : KB_ERR_HTTP;
+    return kb_kstatus_classify(status, NULL, NULL).err;
+}
+
+void kb_api_body_excerpt(const char *body, size_t len, size_t max, char *out, size_t out_size) {
+    size_t n = 0, i = 0;
+    for (; i < len && i < max && n + 4 < out_size; i++) {
+        unsigned char c = (unsigned char)body[i];
+        out[n++] = c < 0x20 || c == 0x7f || c == '"' || c == '\\' ? ' ' : (char)c;
     }
+    if (i < len && n + 4 < out_size) {
+        memcpy(out + n, "\xe2\x80\xa6", 3); /* … */
+        n += 3;
+    }
+    out[n < out_size ? n : out_size - 1] = '\0';
 }
 
 void kb_api_query_add(kb_buf_t *q, const char *name, const char *value) {

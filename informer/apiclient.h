@@ -58,6 +58,7 @@ typedef struct kb_api_response {
     kb_err_t err;         /* transport result: KB_OK, KB_ERR_CONNECT, KB_ERR_TIMEDOUT, KB_ERR_STOPPED, KB_ERR_IO */
     char errmsg[256];     /* curl's words for a transport error */
     bool aborted;         /* the body callback returned false */
+    char content_type[64];/* the response's Content-Type, "" if none (for error texts) */
 } kb_api_response_t;
 
 /* GET path_and_query. When body_fn is NULL the body is appended to *body (up
@@ -91,8 +92,13 @@ size_t kb_apiclient_request_stats(kb_api_request_stats_t *out, size_t max);
 /* The verb and resource a request path is counted under (exposed for tests). */
 void kb_api_path_classify(const char *path_and_query, const char **verb, char *resource, size_t resource_size);
 
-/* Map an HTTP status to an error class (410 → GONE, 429 → THROTTLED, 5xx → UNAVAILABLE, …). */
+/* Map an HTTP status to an error class (410 → GONE, 429 → THROTTLED, 5xx → UNAVAILABLE, …), by the one
+ * table of informer/kstatus.h. */
 kb_err_t kb_api_status_err(long status);
+
+/* "first bytes" of an answer for an error text: up to max bytes of body, control
+ * characters and quotes replaced, "…" when cut. Into out (NUL-terminated). */
+void kb_api_body_excerpt(const char *body, size_t len, size_t max, char *out, size_t out_size);
 
 /* Append "&name=<url-encoded value>" to q. */
 void kb_api_query_add(kb_buf_t *q, const char *name, const char *value);

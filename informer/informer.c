@@ -28,6 +28,7 @@
  * always paged and never holds more than one page.
  */
 #include "informer/informer.h"
+#include "informer/kstatus.h"
 
 #include "common/alloc.h"
 #include "common/buf.h"
@@ -110,10 +111,15 @@ typedef struct kb_reflector {
     kb_buf_t stream;       /* bytes not yet parsed */
     uint64_t frames;       /* frames received in this watch */
     kb_err_t watch_err;    /* why the stream was aborted from inside */
+    bool watch_error_event;/* … by an ERROR event (status, cls) */
     kb_status_t status;    /* the ERROR event's Status */
     kb_strmap_t *seen;     /* during a list: keys listed */
     char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
     size_t list_items, list_pages; /* during a list */
+    int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
+    kb_kclass_t cls;       /* class of the last failed answer (informer/kstatus.h), if has_cls */
+    bool has_cls;          /* the last request failed with an answer from the server */
+    int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
 } kb_reflector_t;
 
 struct kb_informer {
@@ -557,38 +563,79 @@ static void kb_refl_query_common(const kb_reflector_t *r, kb_buf_t *q) {
         kb_api_query_add(q, "fieldSelector", c->field_selector);
 }
 
-/* Turn a failed response into an error class, logging what the server said. */
-static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const kb_api_response_t *resp,
-                               const kb_buf_t *body, kb_status_t *st) {
+/* "GET https://host/path?query" of a request, for error texts. */
+static void kb_refl_request_text(const kb_reflector_t *r, const char *path_and_query, char *out, size_t size) {
+    snprintf(out, size, "GET %s%s", kb_apiclient_server(r->inf->api), path_and_query);
+}
+
+/* Turn a failed response into an error class (informer/kstatus.h), logging
+ * what was asked and what came back: the server's Status when the body is
+ * one, else the content type and the first bytes (a proxy's or another web
+ * server's page says more than "HTTP 404"). */
+static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const char *path_and_query,
+                               const kb_api_response_t *resp, const kb_buf_t *body, kb_status_t *st) {
     kb_informer_t *inf = r->inf;
+    char req[768];
+    kb_refl_request_text(r, path_and_query, req, sizeof(req));
     memset(st, 0, sizeof(*st));
     if (resp->err != KB_OK) {
-        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s%s: %s", what, kb_apiclient_server(inf->api), r->path,
-                     resp->errmsg);
+        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s: %s", what, req, resp->errmsg);
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
         if (kb_ratelimit_allow(&rl, 5000, &sup))
-            KB_WARN("reflector", "informer=%s %s %s%s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
-                    what, kb_apiclient_server(inf->api), r->path, resp->errmsg, (unsigned long long)sup);
+            KB_WARN("reflector", "informer=%s %s: %s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
+                    what, req, resp->errmsg, (unsigned long long)sup);
         return resp->err == KB_ERR_STOPPED ? KB_ERR_STOPPED : KB_ERR_CONNECT;
     }
-    if (body && body->len)
-        kb_decode_status(body->data, body->len, st);
-    kb_err_t err = kb_api_status_err(resp->status);
-    if (resp->status == 504 && !strcmp(st->cause_reason, "ResourceVersionTooLarge"))
-        err = KB_ERR_TOO_LARGE_RV;
-    kb_watch_err_t kind = err == KB_ERR_GONE          ? KB_WATCH_ERR_GONE
-                          : err == KB_ERR_THROTTLED   ? KB_WATCH_ERR_THROTTLED
-                          : err == KB_ERR_UNAVAILABLE ? KB_WATCH_ERR_SERVER
-                                                      : KB_WATCH_ERR_HTTP;
-    kb_inf_error(inf, kind, "%s: HTTP %ld %s %s", what, resp->status, st->reason, st->message);
-    if (err == KB_ERR_GONE)
-        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s: %s", inf->conf->name, what, st->reason, st->message);
+    bool is_status = body && body->len && kb_decode_status(body->data, body->len, st) == KB_OK &&
+                     (st->code || st->reason[0] || st->message[0]);
+    r->cls = kb_kstatus_classify(resp->status, st->reason, st->cause_reason);
+    r->has_cls = true;
+    char said[768];
+    if (is_status) {
+        snprintf(said, sizeof(said), "%s%s%s", st->reason, st->reason[0] ? ": " : "", st->message);
+    } else {
+        char first[160];
+        kb_api_body_excerpt(body ? body->data : "", body ? body->len : 0, 120, first, sizeof(first));
+        snprintf(said, sizeof(said), "not a Kubernetes Status (Content-Type \"%s\", %zu bytes%s%s%s) — is this "
+                 "an API server?", resp->content_type, body ? body->len : 0, first[0] ? ": \"" : "", first,
+                 first[0] ? "\"" : "");
+    }
+    kb_inf_error(inf, r->cls.kind, "%s %s: HTTP %ld %s", what, req, resp->status, said);
+    if (r->cls.err == KB_ERR_GONE)
+        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s", inf->conf->name, what, said);
     else
-        KB_WARN("reflector", "informer=%s %s %s: HTTP %ld %s: %s%s", inf->conf->name, what, r->path,
-                resp->status, st->reason[0] ? st->reason : "", st->message,
+        KB_WARN("reflector", "informer=%s %s: %s: HTTP %ld %s%s", inf->conf->name, what, req, resp->status, said,
                 resp->retry_after >= 0 ? " (Retry-After given)" : "");
-    return err;
+    return r->cls.err;
+}
+
+/* The most one list page may take: KB_LIST_MAX_BODY, or less under the test
+ * suite's KB_TEST_LIST_MAX_BODY (bytes), so splitting can be tested without
+ * half a GiB of objects. */
+static size_t kb_refl_max_body(void) {
+    const char *env = getenv("KB_TEST_LIST_MAX_BODY");
+    unsigned long long v = env && *env ? strtoull(env, NULL, 10) : 0;
+    return v >= 4096 && v < KB_LIST_MAX_BODY ? (size_t)v : KB_LIST_MAX_BODY;
+}
+
+/* A list page came back larger than max_body (page_size objects of ~1 MiB,
+ * Helm release Secrets, make 500 MiB): ask for half as many per page from
+ * now on. false when a single object is already too large. */
+static bool kb_refl_split_page(kb_reflector_t *r, size_t max_body) {
+    kb_informer_t *inf = r->inf;
+    if (r->page_limit <= 1) {
+        kb_inf_error(inf, KB_WATCH_ERR_HTTP, "one object is larger than a list page may be (%zu bytes)", max_body);
+        KB_ERROR("reflector", "informer=%s a list page of one object is over %zu bytes; cannot list", inf->conf->name,
+                 max_body);
+        return false;
+    }
+    int was = r->page_limit;
+    r->page_limit = (r->page_limit + 1) / 2;
+    KB_WARN("reflector", "informer=%s list page of %d object(s) is over %zu bytes; asking for %d per page from now "
+            "on (page_size = %d is too large for these objects)", inf->conf->name, was, max_body, r->page_limit,
+            inf->conf->page_size);
+    return true;
 }
 
 /* ---- a list, step by step (the HTTP loop below and the simulation) ------- */
@@ -600,10 +647,11 @@ static void kb_refl_list_begin(kb_reflector_t *r) {
     r->list_items = r->list_pages = 0;
 }
 
-/* One page of the list (the response body): its items are ingested as one
- * batch; cont gets its continue token ("" on the last page). KB_ERR_PARSE,
+/* One page of the list (the response body; src names the request for error
+ * texts): its items are ingested as one batch; cont gets its continue token
+ * ("" on the last page). KB_ERR_PARSE,
  * KB_ERR_IO (state_dir) or KB_ERR_STOPPED end the list. */
-static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *data, size_t len, kb_buf_t *cont) {
+static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *src, const char *data, size_t len, kb_buf_t *cont) {
     kb_informer_t *inf = r->inf;
     kb_list_page_t page;
     memset(&page, 0, sizeof(page));
@@ -615,8 +663,11 @@ static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *data, size_t le
         derr = KB_ERR_PARSE;
     }
     if (derr != KB_OK) {
-        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response: %s", why);
-        KB_ERROR("reflector", "informer=%s list response does not parse: %s", inf->conf->name, why);
+        char first[160];
+        kb_api_body_excerpt(data, len, 120, first, sizeof(first));
+        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response of %s: %s", src, why);
+        KB_ERROR("reflector", "informer=%s list response of %s does not parse: %s (%zu bytes: \"%s\")",
+                 inf->conf->name, src, why, len, first);
         kb_list_page_fini(&page);
         return KB_ERR_PARSE;
     }
@@ -679,6 +730,9 @@ static kb_err_t kb_refl_list_end(kb_reflector_t *r) {
 /* One complete paged list, diffed against the cache. */
 static kb_err_t kb_refl_list(kb_reflector_t *r, int *retry_after) {
     kb_informer_t *inf = r->inf;
+    const size_t max_body = kb_refl_max_body();
+    if (r->page_limit <= 0)
+        r->page_limit = inf->conf->page_size;
     kb_buf_t q = KB_BUF_INIT, body = KB_BUF_INIT, path = KB_BUF_INIT, cont = KB_BUF_INIT;
     kb_err_t err = KB_OK;
     int restarts = 0;
@@ -691,7 +745,7 @@ restart:
         kb_buf_reset(&body);
         kb_buf_reset(&path);
         char limit[16];
-        snprintf(limit, sizeof(limit), "%d", inf->conf->page_size);
+        snprintf(limit, sizeof(limit), "%d", r->page_limit);
         kb_api_query_add(&q, "limit", limit);
         if (cont.len)
             kb_api_query_add(&q, "continue", cont.data);
@@ -699,21 +753,21 @@ restart:
         kb_buf_append_str(&path, r->path);
         kb_buf_append(&path, q.data, q.len);
         kb_api_response_t resp;
-        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, KB_LIST_MAX_BODY, 120, &inf->stop, &resp);
+        r->has_cls = false;
+        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, max_body, 120, &inf->stop, &resp);
         if (atomic_load(&inf->stop)) {
             err = KB_ERR_STOPPED;
             goto out;
         }
         if (resp.err == KB_ERR_TOOBIG) {
-            kb_inf_error(inf, KB_WATCH_ERR_HTTP, "list page larger than %u bytes", KB_LIST_MAX_BODY);
-            KB_ERROR("reflector", "informer=%s list page over %u MiB; lower page_size", inf->conf->name,
-                     KB_LIST_MAX_BODY >> 20);
+            if (kb_refl_split_page(r, max_body))
+                continue; /* the same page (same continue token), fewer objects */
             err = KB_ERR_TOOBIG;
             goto out;
         }
         if (resp.err != KB_OK || resp.status != 200) {
             kb_status_t st;
-            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", &resp, &body, &st);
+            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", path.data, &resp, &body, &st);
             *retry_after = resp.retry_after >= 0 ? resp.retry_after : st.retry_after > 0 ? st.retry_after : -1;
             if (err == KB_ERR_GONE && cont.len && restarts++ < KB_LIST_RESTARTS) {
                 KB_INFO("reflector", "informer=%s continue token expired after %zu page(s); restarting the list",
@@ -723,7 +777,10 @@ restart:
             }
             goto out;
         }
-        err = kb_refl_list_page(r, body.data, body.len, &cont);
+        char src[1024], req[768];
+        kb_refl_request_text(r, path.data, req, sizeof(req));
+        snprintf(src, sizeof(src), "%s (HTTP %ld, Content-Type \"%s\")", req, resp.status, resp.content_type);
+        err = kb_refl_list_page(r, src, body.data, body.len, &cont);
         if (err != KB_OK)
             goto out;
         if (!cont.len)
@@ -767,6 +824,22 @@ static bool kb_refl_fast_frame(const char *f, size_t len, kb_watch_type_t *type,
     return false;
 }
 
+/* A bookmark only ever moves the resume point forward: one below it (a
+ * lagging cache replica, a proxy replaying an old frame) would make the next
+ * watch ask for history already delivered. Numbers only refuse going back;
+ * an RV that is not a number is taken as it is. */
+static bool kb_refl_bookmark_forward(kb_reflector_t *r, const char *rv, size_t len) {
+    uint64_t to = kb_rv_parse(rv, len), from = kb_rv_parse(r->rv, strlen(r->rv));
+    if (!to || !from || to >= from)
+        return true;
+    static kb_ratelimit_t rl;
+    uint64_t sup = 0;
+    if (kb_ratelimit_allow(&rl, 10000, &sup))
+        KB_WARN("reflector", "informer=%s BOOKMARK rv=%.*s is below the resume point rv=%s: ignored (suppressed=%llu)",
+                r->inf->conf->name, (int)len, rv, r->rv, (unsigned long long)sup);
+    return false;
+}
+
 /* Handle one watch frame. KB_INGEST_BAD if the bytes are not one valid
  * frame (nothing was counted or queued); KB_INGEST_STOPPED aborts the
  * stream (r->watch_err says why). */
@@ -789,17 +862,16 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     switch (f.type) {
     case KB_WATCH_ERROR:
         kb_decode_status(obj, f.object.len, &r->status);
-        r->watch_err = r->status.code == 410                                          ? KB_ERR_GONE
-                       : r->status.code == 429                                        ? KB_ERR_THROTTLED
-                       : !strcmp(r->status.cause_reason, "ResourceVersionTooLarge")   ? KB_ERR_TOO_LARGE_RV
-                       : r->status.code >= 500                                        ? KB_ERR_UNAVAILABLE
-                                                                                      : KB_ERR_HTTP;
+        r->cls = kb_kstatus_classify(r->status.code, r->status.reason, r->status.cause_reason);
+        r->has_cls = true;
+        r->watch_err = r->cls.err == KB_OK ? KB_ERR_HTTP : r->cls.err; /* an ERROR event is never a success */
+        r->watch_error_event = true;
         res = KB_INGEST_STOPPED;
         goto counted;
     case KB_WATCH_BOOKMARK: {
         kb_span_t rv;
         atomic_fetch_add(&inf->st_bookmarks, 1);
-        if (kb_decode_object_rv(obj, f.object.len, &rv))
+        if (kb_decode_object_rv(obj, f.object.len, &rv) && kb_refl_bookmark_forward(r, obj + rv.off, rv.len))
             kb_refl_set_rv(r, obj + rv.off, rv.len);
         res = KB_INGEST_OK;
         goto counted;
@@ -933,6 +1005,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
     kb_buf_reset(&r->stream);
     r->frames = 0;
     r->watch_err = KB_OK;
+    r->watch_error_event = false;
+    r->has_cls = false;
     memset(&r->status, 0, sizeof(r->status));
     atomic_fetch_add(&inf->st_watches, 1);
     KB_DEBUG("reflector", "informer=%s watch rv=%s timeout=%ds", inf->conf->name, rv, timeout);
@@ -944,13 +1018,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
         err = KB_ERR_STOPPED;
     } else if (resp.aborted) {
         err = r->watch_err;
-        if (err == KB_ERR_GONE || err == KB_ERR_THROTTLED || err == KB_ERR_UNAVAILABLE || err == KB_ERR_HTTP ||
-            err == KB_ERR_TOO_LARGE_RV) {
-            kb_watch_err_t kind = err == KB_ERR_GONE        ? KB_WATCH_ERR_GONE
-                                  : err == KB_ERR_THROTTLED ? KB_WATCH_ERR_THROTTLED
-                                  : err == KB_ERR_HTTP      ? KB_WATCH_ERR_HTTP
-                                                            : KB_WATCH_ERR_SERVER;
-            kb_inf_error(inf, kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
+        if (r->watch_error_event) {
+            kb_inf_error(inf, r->cls.kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
                          r->status.message);
             KB_INFO("reflector", "informer=%s watch ERROR event code=%d reason=%s: %s", inf->conf->name,
                     r->status.code, r->status.reason, r->status.message);
@@ -964,7 +1033,7 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
         err = KB_OK;
     } else if (resp.err != KB_OK || resp.status != 200) {
         kb_status_t st;
-        err = kb_refl_failed(r, "watch", &resp, &body, &st);
+        err = kb_refl_failed(r, "watch", path.data, &resp, &body, &st);
         if (*retry_after < 0 && st.retry_after > 0)
             *retry_after = st.retry_after;
         if (err == KB_ERR_CONNECT && resp.status == 200)
@@ -982,17 +1051,23 @@ static void kb_refl_sleep(kb_reflector_t *r, int64_t ms) {
     kb_sleep_ms_interruptible(ms, &r->inf->stop);
 }
 
-/* The delay before retrying after a throttle or server error: Retry-After
- * when given (with up to 20 % jitter so replicas do not return together),
- * never less than the next backoff step. */
+/* The delay before retrying after a failed request: the server's
+ * Retry-After as given where the class honours it, within the budget of
+ * informer/kstatus.h; else the next backoff step. */
 static int64_t kb_refl_retry_delay(kb_reflector_t *r, int retry_after) {
-    int64_t b = kb_backoff_next(&r->backoff);
-    if (retry_after > 0) {
-        int64_t ra = (int64_t)retry_after * 1000;
-        ra += (int64_t)(kb_random_unit() * 0.2 * (double)ra);
-        return ra > b ? ra : b;
+    if (r->has_cls && kb_kstatus_honour_retry_after(&r->cls, retry_after, r->ra_in_row)) {
+        r->ra_in_row++;
+        KB_DEBUG("reflector", "informer=%s waiting %d s as the server asked (Retry-After %d of %d in a row)",
+                 r->inf->conf->name, retry_after, r->ra_in_row, KB_KSTATUS_RETRY_AFTER_BUDGET);
+        return (int64_t)retry_after * 1000;
     }
-    return b;
+    return kb_backoff_next(&r->backoff);
+}
+
+/* The server answered in full: back off from scratch next time. */
+static void kb_refl_healthy(kb_reflector_t *r) {
+    r->backoff.base_ms = 0;
+    r->ra_in_row = 0;
 }
 
 static void *kb_refl_main(void *arg) {
@@ -1019,7 +1094,7 @@ static void *kb_refl_main(void *arg) {
                 kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
                 continue;
             }
-            r->backoff.base_ms = 0; /* the server answered in full: start backing off from scratch */
+            kb_refl_healthy(r);
             if (r->listed)
                 atomic_fetch_add(&inf->st_relists, 1);
             if (!r->listed) {
@@ -1032,7 +1107,7 @@ static void *kb_refl_main(void *arg) {
         if (err != KB_ERR_PARSE)
             malformed_in_row = 0;
         if (r->frames > 0 && err != KB_ERR_PARSE)
-            r->backoff.base_ms = 0; /* the watch made progress: the server is healthy */
+            kb_refl_healthy(r); /* the watch made progress */
         switch (err) {
         case KB_OK:
             break; /* a normal end: resume at once from the last RV */
@@ -1043,22 +1118,18 @@ static void *kb_refl_main(void *arg) {
             if (malformed_in_row++ > 0)
                 kb_refl_sleep(r, kb_backoff_next(&r->backoff));
             break;
-        case KB_ERR_GONE:
-        case KB_ERR_TOO_LARGE_RV:
-        case KB_ERR_HTTP:
-        case KB_ERR_UNAUTHORIZED:
-        case KB_ERR_FORBIDDEN:
-        case KB_ERR_NOTFOUND:
+        default:
+            if (!r->has_cls) { /* connection trouble or an empty watch: same RV after a backoff step */
+                kb_refl_sleep(r, kb_backoff_next(&r->backoff));
+                break;
+            }
+            if (r->cls.action == KB_KACT_RETRY) { /* the same watch, same RV */
+                kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
+                break;
+            }
             if (err == KB_ERR_GONE)
                 KB_INFO("reflector", "informer=%s history expired at rv=%s; relisting", inf->conf->name, r->rv);
             need_list = true;
-            kb_refl_sleep(r, kb_backoff_next(&r->backoff));
-            break;
-        case KB_ERR_THROTTLED:
-        case KB_ERR_UNAVAILABLE:
-            kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
-            break;
-        default: /* connection trouble or an empty watch: same RV after a backoff step */
             kb_refl_sleep(r, kb_backoff_next(&r->backoff));
             break;
         }
@@ -1492,7 +1563,7 @@ void kb_ingest_list_begin(kb_informer_t *inf, size_t refl) {
 
 kb_err_t kb_ingest_list_page(kb_informer_t *inf, size_t refl, const char *body, size_t len, kb_buf_t *cont) {
     KB_ASSERT(refl < inf->n_refl && inf->refl[refl].seen);
-    return kb_refl_list_page(&inf->refl[refl], body, len, cont);
+    return kb_refl_list_page(&inf->refl[refl], "a page handed in by kb_ingest_list_page", body, len, cont);
 }
 
 kb_err_t kb_ingest_list_end(kb_informer_t *inf, size_t refl) {

@@ -27,6 +27,7 @@
 #include "common/time.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <zstd.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #define KB_STATE_FORMAT 1
 #define KB_REC_MARK 0xff /* journal entry type of a resume-point marker */
@@ -103,6 +105,9 @@ static uint64_t kb_from_be64(const void *p) {
     return v;
 }
 
+/* mkdir -p with 0700: state holds Secret-derived data. A directory that
+ * exists keeps its mode, except the last one (the informer's own), which is
+ * made 0700 whatever the umask or an earlier version left. */
 static int kb_mkdirs(const char *path) {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s", path);
@@ -110,11 +115,91 @@ static int kb_mkdirs(const char *path) {
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
             return -1;
         *p = '/';
     }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return -1;
+    struct stat st;
+    if (stat(tmp, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return (st.st_mode & 0777) != 0700 ? chmod(tmp, 0700) : 0;
+}
+
+/* LMDB's file format (lmdb.h's MDB_page + MDB_meta, 64-bit builds): pages 0
+ * and 1 are meta pages; in each, after a 16-byte page header, the magic
+ * (u32), version (u32), address, map size, two 48-byte MDB_db records (the
+ * first's leading u32 is the page size), the last used page and the txn id.
+ * LMDB maps the file and reads the pages the newer meta names without
+ * checking the file is that long, so a truncated data.mdb kills the process
+ * with SIGBUS. Check the size against that meta before LMDB sees the file. */
+#define KB_LMDB_MAGIC 0xBEEFC0DEu
+#define KB_LMDB_META_MAGIC 16
+#define KB_LMDB_META_PSIZE 40
+#define KB_LMDB_META_LAST_PG 136
+#define KB_LMDB_META_TXNID 144
+
+static bool kb_lmdb_meta(int fd, off_t at, uint32_t *psize, uint64_t *last_pg, uint64_t *txnid) {
+    unsigned char m[KB_LMDB_META_TXNID + 8];
+    if (pread(fd, m, sizeof(m), at) != (ssize_t)sizeof(m))
+        return false;
+    uint32_t magic;
+    memcpy(&magic, m + KB_LMDB_META_MAGIC, 4);
+    memcpy(psize, m + KB_LMDB_META_PSIZE, 4);
+    memcpy(last_pg, m + KB_LMDB_META_LAST_PG, 8);
+    memcpy(txnid, m + KB_LMDB_META_TXNID, 8);
+    return magic == KB_LMDB_MAGIC && *psize >= 512 && (*psize & (*psize - 1)) == 0;
+}
+
+static bool kb_state_check_file(const char *dir, char *errstr, size_t errstr_size) {
+    if (sizeof(size_t) != 8)
+        return true; /* the offsets above are for 64-bit builds */
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/data.mdb", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return true; /* none yet: LMDB creates it */
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0;
+    const char *fix = "restore it from a backup, or remove the directory to start this informer afresh (it "
+                      "relists; deletes that happened while kbridge was down are then not reported)";
+    if (ok && st.st_size > 0) {
+        uint32_t ps0 = 0, ps1 = 0;
+        uint64_t last0 = 0, last1 = 0, txn0 = 0, txn1 = 0;
+        bool m0 = kb_lmdb_meta(fd, 0, &ps0, &last0, &txn0);
+        bool m1 = m0 && kb_lmdb_meta(fd, (off_t)ps0, &ps1, &last1, &txn1) && ps1 == ps0;
+        uint64_t last = m1 && txn1 > txn0 ? last1 : last0;
+        uint64_t need = (last + 1) * (uint64_t)ps0;
+        if (!m0) {
+            snprintf(errstr, errstr_size, "state_dir file %s is not a readable LMDB file (%lld bytes, no valid meta "
+                     "page); %s", path, (long long)st.st_size, fix);
+            ok = false;
+        } else if ((uint64_t)st.st_size < need || (uint64_t)st.st_size < 2u * ps0) {
+            snprintf(errstr, errstr_size, "state_dir file %s is truncated: %lld bytes, but its meta page says "
+                     "%llu pages of %u bytes (%llu bytes); %s", path, (long long)st.st_size,
+                     (unsigned long long)(last + 1), ps0, (unsigned long long)need, fix);
+            ok = false;
+        }
+    }
+    close(fd);
+    return ok;
+}
+
+/* data.mdb and lock.mdb 0600 whatever the umask or an earlier version left. */
+static void kb_state_private_files(const char *dir) {
+    static const char *const names[] = {"data.mdb", "lock.mdb"};
+    for (size_t i = 0; i < KB_ARRAY_LEN(names); i++) {
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        if (stat(path, &st) == 0 && (st.st_mode & 0777) != 0600 && chmod(path, 0600) != 0)
+            KB_WARN("state", "cannot make %s private (0600): %s", path, strerror(errno));
+    }
 }
 
 kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errstr_size) {
@@ -122,6 +207,8 @@ kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errs
         snprintf(errstr, errstr_size, "state_dir: cannot create \"%s\": %s", opts->dir, strerror(errno));
         return NULL;
     }
+    if (!kb_state_check_file(opts->dir, errstr, errstr_size))
+        return NULL;
     kb_state_t *st = kb_calloc(1, sizeof(*st));
     st->dir = kb_strdup(opts->dir);
     st->journal_max_bytes = opts->journal_max_bytes;
@@ -133,7 +220,9 @@ kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errs
     if (!rc)
         rc = mdb_env_set_mapsize(st->env, (size_t)opts->map_bytes);
     if (!rc)
-        rc = mdb_env_open(st->env, opts->dir, MDB_NOMETASYNC | MDB_NOTLS, 0644);
+        rc = mdb_env_open(st->env, opts->dir, MDB_NOMETASYNC | MDB_NOTLS, 0600);
+    if (!rc)
+        kb_state_private_files(opts->dir);
     MDB_txn *txn = NULL;
     if (!rc)
         rc = mdb_txn_begin(st->env, NULL, 0, &txn);
