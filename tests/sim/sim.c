@@ -160,6 +160,7 @@ typedef struct {
     mev_t *snap;
     size_t n_snap, at_snap;
     uint64_t list_rv;
+    bool live_pages;        /* fault: continue pages read the live state, not the snapshot */
     /* watching */
     size_t cursor;          /* next history index to consider */
     uint64_t from;          /* RV the watch began at */
@@ -364,6 +365,7 @@ static void start_list(sim_t *s, refl_t *f, int idx) {
                 f->snap[f->n_snap++] = (mev_t){KB_EV_ADDED, ns, n, o->uid, o->rv, o->gen};
         }
     f->list_rv = s->srv.rv;
+    f->live_pages = chance(&s->r, 25);
     f->st = R_LISTING;
     s->lists++;
     kb_ingest_list_begin(s->inf, (size_t)idx);
@@ -388,6 +390,11 @@ static void list_page(sim_t *s, refl_t *f, int idx) {
     kb_buf_append_str(&b, "},\"items\":[");
     for (size_t i = 0; i < n; i++) {
         mev_t *e = &f->snap[f->at_snap + i];
+        if (f->live_pages && f->at_snap > 0) { /* a page of today's state under the first page's RV */
+            mobj_t *o = &s->srv.obj[e->ns][e->name];
+            if (o->alive)
+                *e = (mev_t){KB_EV_ADDED, e->ns, e->name, o->uid, o->rv, o->gen};
+        }
         if (i)
             kb_buf_append_char(&b, ',');
         obj_json(&b, e->ns, e->name, e->uid, e->rv, e->gen);
@@ -464,10 +471,15 @@ static void watch_step(sim_t *s, refl_t *f, int idx, bool quiet) {
             kb_buf_append_str(&f->pending, "}\n");
             n--;
         }
-        if (f->cursor == s->srv.n_hist && chance(&s->r, quiet ? 100 : 30))
+        /* A bookmark: where the stream is; now and then an older one (a lagging
+         * server behind a load balancer), which must not move anything back. */
+        uint64_t at = f->cursor == s->srv.n_hist ? s->srv.rv : 0;
+        if (!quiet && !at && f->cursor > 0 && chance(&s->r, 5))
+            at = f->from > 3 ? f->from - rnd(&s->r, 3) : 0;
+        if (at && (f->cursor < s->srv.n_hist || chance(&s->r, quiet ? 100 : 30)))
             kb_buf_appendf(&f->pending, "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
                                         "\"metadata\":{\"resourceVersion\":\"%llu\"}}}\n",
-                           (unsigned long long)s->srv.rv);
+                           (unsigned long long)at);
     }
     kb_err_t err = feed(s, f, idx, quiet);
     if (err == KB_ERR_GONE) {
