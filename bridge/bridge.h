@@ -53,6 +53,16 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *cfg, char *errstr, size_t
  * read lock (kb_bridge_rdlock … kb_bridge_unlock) for as long as the result is
  * used: a reload swaps informers and sinks under the write lock. Objects a
  * reload replaced stay allocated until kb_bridge_destroy. */
+/* The names of the sinks that stopped after refusing a message (on_refused =
+ * "stop"), malloc'd (free each and the array). Thread: main. */
+size_t kb_bridge_stopped_sinks(kb_bridge_t *b, char ***names);
+/* Try the named sinks again (SIGHUP, after a reload): every informer that
+ * routes to one is drained, closed and opened again on its state_dir, so the
+ * journal's tail goes again to the sinks whose watermark is below it — the
+ * stopped ones — and the sinks take messages again. Returns the informers
+ * reopened. Thread: main. Locks: b->lock (write). */
+size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n);
+
 void kb_bridge_rdlock(kb_bridge_t *b);
 void kb_bridge_unlock(kb_bridge_t *b);
 struct kb_informer;
@@ -82,6 +92,19 @@ struct kb_sink *kb_bridge_sink(kb_bridge_t *b, size_t i);             /* in cfg-
 /* Watch read → sink acknowledgement, per sink. */
 const struct kb_histogram *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t sink);
 void kb_bridge_sink_counts(kb_bridge_t *b, size_t sink, uint64_t *acked, uint64_t *failed);
+
+/* What a sink refused for good (on_refused), by reason (kb_err_name: "TOOBIG",
+ * "DELIVERY", …), and whether it is stopped now, with what stopped it. */
+typedef struct kb_sink_refusals {
+    bool stopped;
+    char why[512];            /* "refused ns/name rv=R: reason" while stopped */
+    uint64_t dead_letters;    /* refused messages handed to its dead-letter sink */
+    size_t n;
+    const char *reason[8];    /* static strings */
+    uint64_t count[8];
+} kb_sink_refusals_t;
+/* Fills *out; returns out->stopped. Caller holds kb_bridge_rdlock. Thread: any. */
+bool kb_bridge_sink_refusals(kb_bridge_t *b, size_t sink, kb_sink_refusals_t *out);
 
 /* Publish every cached object of informer as SNAPSHOT to the sink of route
  * (a consistent cut; *count gets how many). The messages bypass the

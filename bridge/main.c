@@ -40,22 +40,29 @@ static void kb_setup_logging(const kb_config_t *cfg) {
     kb_log_setup(level < 0 ? KB_LOG_INFO : (kb_log_level_t)level, cfg->log_format && !strcmp(cfg->log_format, "json"));
 }
 
-/* SIGHUP: read the config file again and apply it; on any error keep running as we are. */
+/* SIGHUP: read the config file again and apply it (on any error keep running
+ * as we are), then try again every sink that had stopped after a refusal. */
 static void kb_reload(kb_bridge_t *b, const char *path) {
     char errstr[1024];
     KB_INFO("main", "SIGHUP received: reopening file sinks, reloading %s", path);
     kb_bridge_reopen_sinks(b);
+    char **stopped;
+    size_t n_stopped = kb_bridge_stopped_sinks(b, &stopped);
     kb_config_t *ncfg = kb_config_load(path, errstr, sizeof(errstr));
     if (!ncfg) {
         KB_ERROR("main", "reload refused, keeping the running configuration: %s", errstr);
-        return;
-    }
-    if (kb_bridge_reload(b, ncfg, errstr, sizeof(errstr)) != KB_OK) {
+    } else if (kb_bridge_reload(b, ncfg, errstr, sizeof(errstr)) != KB_OK) {
         KB_ERROR("main", "reload refused, keeping the running configuration: %s", errstr);
         kb_config_free(ncfg);
-        return;
+    } else {
+        kb_setup_logging(ncfg);
     }
-    kb_setup_logging(ncfg);
+    if (n_stopped)
+        KB_INFO("main", "SIGHUP: %zu stopped sink(s) tried again; %zu informer(s) reopened", n_stopped,
+                kb_bridge_retry_sinks(b, stopped, n_stopped));
+    for (size_t i = 0; i < n_stopped; i++)
+        free(stopped[i]);
+    free(stopped);
 }
 
 /* What the last line says about changes the sinks did not acknowledge, and

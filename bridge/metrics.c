@@ -209,6 +209,34 @@ static void kb_m_sinks(kb_buf_t *o, kb_bridge_t *b, const kb_config_t *cfg) {
         kb_m_label(o, "sink", cfg->sinks[i].name);
         kb_buf_appendf(o, ",result=\"failed\"} %llu\n", (unsigned long long)st[i].failed);
     }
+    kb_sink_refusals_t *rf = kb_calloc(n ? n : 1, sizeof(*rf));
+    for (size_t i = 0; i < n; i++)
+        kb_bridge_sink_refusals(b, i, &rf[i]);
+    kb_m_head(o, "kbridge_sink_refused_total", "counter",
+              "Messages the sink refused for good (they follow its on_refused), by reason.");
+    for (size_t i = 0; i < n; i++)
+        for (size_t r = 0; r < rf[i].n; r++) {
+            kb_buf_append_str(o, "kbridge_sink_refused_total{");
+            kb_m_label(o, "sink", cfg->sinks[i].name);
+            kb_buf_append_char(o, ',');
+            kb_m_label(o, "reason", rf[i].reason[r]);
+            kb_buf_appendf(o, "} %llu\n", (unsigned long long)rf[i].count[r]);
+        }
+    kb_m_head(o, "kbridge_dead_letters_total", "counter",
+              "Refused messages the sink handed to its dead-letter sink (on_refused = \"dead_letter\").");
+    for (size_t i = 0; i < n; i++) {
+        kb_buf_append_str(o, "kbridge_dead_letters_total{");
+        kb_m_label(o, "sink", cfg->sinks[i].name);
+        kb_buf_appendf(o, "} %llu\n", (unsigned long long)rf[i].dead_letters);
+    }
+    kb_m_head(o, "kbridge_sink_stopped", "gauge",
+              "1 while the sink is stopped after refusing a message (on_refused = \"stop\"): SIGHUP tries it again.");
+    for (size_t i = 0; i < n; i++) {
+        kb_buf_append_str(o, "kbridge_sink_stopped{");
+        kb_m_label(o, "sink", cfg->sinks[i].name);
+        kb_buf_appendf(o, "} %d\n", rf[i].stopped ? 1 : 0);
+    }
+    free(rf);
     static const struct {
         const char *name, *type, *help;
         size_t off;

@@ -619,11 +619,46 @@ static bool kb_hostname_ordinal(const char *host, long *ordinal) {
     return true;
 }
 
+/* on_refused = "dead_letter" names a sink that exists, is not the sink
+ * itself, and does not lead back to it through other dead-letter sinks. */
+static bool kb_check_dead_letters(kb_loader_t *ld, kb_config_t *cfg, const config_setting_t *grp) {
+    const config_setting_t *list = config_setting_get_member(grp, "sinks");
+    for (size_t i = 0; i < cfg->n_sinks; i++) {
+        const kb_config_sink_t *s = &cfg->sinks[i];
+        const config_setting_t *at = list ? config_setting_get_elem(list, (unsigned)i) : NULL;
+        const config_setting_t *key = at ? config_setting_get_member(at, "dead_letter") : NULL;
+        if (s->on_refused != KB_REFUSED_DEAD_LETTER) {
+            if (s->dead_letter[0])
+                return kb_config__fail(ld, key, "sinks.%s.dead_letter: used only with on_refused = \"dead_letter\"",
+                                       s->name);
+            continue;
+        }
+        if (!s->dead_letter[0])
+            return kb_config__fail(ld, at, "sinks.%s: on_refused = \"dead_letter\" needs dead_letter = \"<sink>\"",
+                                   s->name);
+        const kb_config_sink_t *d = s;
+        for (size_t hops = 0; d && d->on_refused == KB_REFUSED_DEAD_LETTER; hops++) {
+            const kb_config_sink_t *next = kb_config_find_sink(cfg, d->dead_letter);
+            if (!next)
+                return kb_config__fail(ld, key, "sinks.%s.dead_letter: no sink named \"%s\"", d->name,
+                                       d->dead_letter);
+            if (next == s || hops > cfg->n_sinks)
+                return kb_config__fail(ld, key, "sinks.%s.dead_letter: \"%s\" leads back to \"%s\" (a sink cannot "
+                                       "dead-letter to itself, directly or through others)", s->name, s->dead_letter,
+                                       s->name);
+            d = next;
+        }
+    }
+    return true;
+}
+
 bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                             const char *prefix) {
     KB_UNUSED(index);
     KB_UNUSED(prefix);
     kb_config_t *cfg = base;
+    if (!kb_check_dead_letters(ld, cfg, grp))
+        return false;
     const config_setting_t *sharding = config_setting_get_member(grp, "sharding");
     const config_setting_t *at = sharding ? config_setting_get_member(sharding, "index") : NULL;
     if (cfg->sharding_index == -1) {

@@ -28,6 +28,7 @@ static const char *const kb_v_sink_type[] = {"file", "kafka", "mqtt", NULL};
 static const char *const kb_v_format[] = {"json", "cloudevents-structured", "cloudevents-binary", NULL};
 static const char *const kb_v_mode[] = {"events", "state", NULL};
 static const char *const kb_v_mqtt_version[] = {"3", "5", NULL};
+static const char *const kb_v_refused[] = {"stop", "dead_letter", NULL};
 
 #define FILE_ONLY (1u << KB_SINK_FILE)
 #define KAFKA_ONLY (1u << KB_SINK_KAFKA)
@@ -211,6 +212,15 @@ static const kb_ckey_t kb_keys_sink[] = {
      .doc = "Unique name; routes refer to it."},
     {.name = "type", .type = KB_CT_ENUM, .off = SNK(type), .values = kb_v_sink_type, .flags = KB_CF_REQUIRED,
      .doc = "Kind of sink; the keys below marked with a type are valid only for it."},
+    {.name = "on_refused", .type = KB_CT_ENUM, .off = SNK(on_refused), .def = "stop", .values = kb_v_refused,
+     .doc = "A message the sink can never deliver (too large, invalid topic, not authorized, rejected for good): "
+            "\"stop\" stops this sink loudly (ERROR log naming the object, /readyz 503, "
+            "kbridge_sink_refused_total) while the other sinks go on, and holds its watermark there so nothing is "
+            "dropped — SIGHUP or a restart tries it again; \"dead_letter\" sends it to the sink named by "
+            "dead_letter, with the reason, and goes on."},
+    {.name = "dead_letter", .type = KB_CT_STRING, .off = SNK(dead_letter), .def = "",
+     .doc = "With on_refused = \"dead_letter\": the sink (any type) that receives refused messages, as the "
+            "normal envelope plus \"deadLetter\": {sink, reason, at}. If it refuses one too, this sink stops."},
     {.name = "path", .type = KB_CT_STRING, .off = SNK(path), .def = "-", .only = FILE_ONLY,
      .flags = KB_CF_NONEMPTY | KB_CF_FILE,
      .doc = "File to append JSON Lines to; \"-\" = stdout. Reopened on SIGHUP and when the path no longer "

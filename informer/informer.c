@@ -211,6 +211,10 @@ void kb_informer_mark_produced(kb_informer_t *inf, uint64_t seq) {
     kb_ledger_produced(inf->ledger, seq);
 }
 
+kb_ledger_t *kb_informer_ledger(kb_informer_t *inf) {
+    return inf->ledger;
+}
+
 void kb_informer_txn_cut(kb_informer_t *inf, kb_buf_t *json) {
     kb_ledger_txn_cut(inf->ledger, json);
 }

@@ -96,6 +96,10 @@ void kb_informer_destroy(kb_informer_t *inf); /* after stop; NULL is a no-op */
  * went nowhere). Thread: any (sink ack callbacks). Locks: the ack lock (leaf). */
 void kb_informer_done(kb_informer_t *inf, uint64_t seq);
 
+/* The informer's ledger (informer/ledger.h): sinks acknowledge into it.
+ * Valid for the informer's life. Thread: any. */
+struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
+
 /* Exactly-once with a transactional sink: seq's messages are all inside the
  * sink's open transaction (they count as delivered once it commits).
  * Thread: any (the sink's enqueued hook). Locks: the ack lock. */

@@ -43,10 +43,22 @@
 
 typedef struct kb_slot {
     bool done;       /* nothing more to wait for */
+    bool routed;     /* the bridge handed it to its sinks: waiting says which still owe an ack */
     bool produced;   /* inside an open transaction (exactly-once) */
     int scope;       /* the resume point this change completes, -1 none */
+    uint64_t waiting;/* bit i: sink i (the ledger's sink table) has not acknowledged it */
     char *rv_after;  /* its RV (malloc'd), NULL none */
 } kb_slot_t;
+
+/* A sink this informer's routes deliver to. Its watermark is the seq up to
+ * which it acknowledged everything routed to it; a restart delivers the
+ * journal's tail again only to sinks whose watermark is below a change. */
+typedef struct kb_lsink {
+    char *name;
+    uint64_t start_wm;  /* its watermark when this process started (wants) */
+    uint64_t saved_wm;  /* the watermark last written (checkpointer) */
+    bool gone;          /* removed by a reload: it holds nothing back */
+} kb_lsink_t;
 
 typedef struct kb_tail_entry {
     kb_event_t *ev;  /* NULL for a resume-point marker */
@@ -78,6 +90,9 @@ struct kb_ledger {
     char (*ack_rv)[KB_RV_MAX];  /* per scope: resume point at acked */
     int64_t ack_time_ns;
     uint64_t saved;             /* the checkpoint in state_dir (checkpointer only) */
+    kb_lsink_t sinks[KB_LEDGER_MAX_SINKS];
+    size_t n_sinks;
+    uint64_t loaded;            /* the checkpoint this process started from */
 };
 
 kb_ledger_t *kb_ledger_new(const char *const *scope_ns, size_t n_scopes, kb_state_t *state) {
@@ -115,6 +130,8 @@ void kb_ledger_destroy(kb_ledger_t *l) {
     for (size_t i = 0; i < l->n_scopes; i++)
         free(l->scope_ns[i]);
     free(l->scope_ns);
+    for (size_t i = 0; i < l->n_sinks; i++)
+        free(l->sinks[i].name);
     free(l->start_rv);
     free(l->ack_rv);
     kb_strmap_destroy(l->graves);
@@ -211,7 +228,7 @@ kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t
         return KB_ERR_IO;
     }
     l->seq = cp.last_seq;
-    l->acked = l->saved = cp.seq;
+    l->acked = l->saved = l->loaded = cp.seq;
     l->base = cp.seq + 1;
     kb_parse_rvs(l, cp.rv, l->ack_rv);
     kb_state_checkpoint_fini(&cp);
@@ -416,6 +433,8 @@ void kb_ledger_track(kb_ledger_t *l, uint64_t seq, int scope, const char *rv_aft
         kb_slot_t *s = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
         bool this = l->base + l->ring_len == seq;
         s->done = this ? done : true; /* a seq no batch committed: nothing to wait for */
+        s->routed = false;
+        s->waiting = 0;
         s->produced = false;
         s->scope = this ? scope : -1;
         s->rv_after = this && scope >= 0 && rv_after && rv_after[0] ? kb_strdup(rv_after) : NULL;
@@ -444,20 +463,142 @@ void kb_ledger_produced(kb_ledger_t *l, uint64_t seq) {
     pthread_mutex_unlock(&l->mtx);
 }
 
+/* ---- sinks --------------------------------------------------------------- */
+
+int kb_ledger_add_sink(kb_ledger_t *l, const char *name) {
+    pthread_mutex_lock(&l->mtx);
+    int idx = -1;
+    for (size_t i = 0; i < l->n_sinks && idx < 0; i++)
+        if (!strcmp(l->sinks[i].name, name))
+            idx = (int)i;
+    if (idx >= 0) {
+        l->sinks[idx].gone = false;
+    } else if (l->n_sinks < KB_LEDGER_MAX_SINKS) {
+        idx = (int)l->n_sinks++;
+        kb_lsink_t *k = &l->sinks[idx];
+        k->name = kb_strdup(name);
+        k->gone = false;
+        /* A sink with no watermark of its own (new, or a state_dir from before
+         * per-sink watermarks) starts from the checkpoint. */
+        k->start_wm = k->saved_wm = l->loaded;
+        uint64_t wm;
+        if (l->state && kb_state_read_sink_seq(l->state, name, &wm) == KB_OK && wm > k->start_wm)
+            k->start_wm = k->saved_wm = wm;
+    }
+    pthread_mutex_unlock(&l->mtx);
+    return idx;
+}
+
+void kb_ledger_remove_sink(kb_ledger_t *l, int sink) {
+    KB_ASSERT(sink >= 0 && (size_t)sink < l->n_sinks);
+    pthread_mutex_lock(&l->mtx);
+    l->sinks[sink].gone = true;
+    uint64_t bit = UINT64_C(1) << sink;
+    for (size_t i = 0; i < l->ring_len; i++) {
+        kb_slot_t *s = &l->ring[(l->ring_head + i) % l->ring_cap];
+        s->waiting &= ~bit;
+        if (s->routed && !s->waiting)
+            s->done = true;
+    }
+    kb_advance(l);
+    pthread_mutex_unlock(&l->mtx);
+}
+
+bool kb_ledger_wants(kb_ledger_t *l, uint64_t seq, int sink) {
+    KB_ASSERT(sink >= 0 && (size_t)sink < l->n_sinks);
+    pthread_mutex_lock(&l->mtx);
+    bool wants = seq > l->sinks[sink].start_wm;
+    pthread_mutex_unlock(&l->mtx);
+    return wants;
+}
+
+void kb_ledger_routed(kb_ledger_t *l, uint64_t seq, uint64_t waiting) {
+    pthread_mutex_lock(&l->mtx);
+    kb_slot_t *s = kb_slot(l, seq);
+    if (s) {
+        s->routed = true;
+        s->waiting = waiting;
+        if (!waiting) {
+            s->done = true;
+            kb_advance(l);
+        }
+    }
+    pthread_mutex_unlock(&l->mtx);
+}
+
+void kb_ledger_sink_done(kb_ledger_t *l, uint64_t seq, int sink) {
+    KB_ASSERT(sink >= 0 && sink < KB_LEDGER_MAX_SINKS);
+    pthread_mutex_lock(&l->mtx);
+    kb_slot_t *s = kb_slot(l, seq);
+    if (s) {
+        s->waiting &= ~(UINT64_C(1) << sink);
+        l->ack_time_ns = kb_now_real_ns();
+        if (s->routed && !s->waiting) {
+            s->done = true;
+            kb_advance(l);
+        }
+    }
+    pthread_mutex_unlock(&l->mtx);
+}
+
+/* Sink i's watermark: the first change it still owes (routed to it and not
+ * acknowledged, or not routed yet), less one. l->mtx held. */
+static uint64_t kb_sink_wm(const kb_ledger_t *l, size_t sink) {
+    uint64_t bit = UINT64_C(1) << sink;
+    for (size_t i = 0; i < l->ring_len; i++) {
+        const kb_slot_t *s = &l->ring[(l->ring_head + i) % l->ring_cap];
+        if (!s->done && (!s->routed || (s->waiting & bit)))
+            return l->base + i - 1;
+    }
+    return l->ring_len ? l->base + l->ring_len - 1 : l->acked;
+}
+
+size_t kb_ledger_sinks(kb_ledger_t *l, kb_ledger_sink_t *out, size_t max) {
+    pthread_mutex_lock(&l->mtx);
+    size_t n = 0;
+    for (size_t i = 0; i < l->n_sinks && n < max; i++) {
+        if (l->sinks[i].gone)
+            continue;
+        snprintf(out[n].name, sizeof(out[n].name), "%s", l->sinks[i].name);
+        out[n].watermark = kb_sink_wm(l, i);
+        out[n].index = (int)i;
+        n++;
+    }
+    pthread_mutex_unlock(&l->mtx);
+    return n;
+}
+
 /* ---- checkpoint ------------------------------------------------------------ */
 
 void kb_ledger_checkpoint(kb_ledger_t *l) {
     if (!l->state)
         return;
     kb_buf_t rvs = KB_BUF_INIT;
+    kb_state_sink_seq_t wms[KB_LEDGER_MAX_SINKS];
+    size_t n = 0;
+    bool moved = false;
     pthread_mutex_lock(&l->mtx);
     uint64_t seq = l->acked;
-    if (seq != l->saved)
+    for (size_t i = 0; i < l->n_sinks; i++) {
+        if (l->sinks[i].gone)
+            continue;
+        wms[n].sink = l->sinks[i].name; /* names live as long as the ledger */
+        wms[n].seq = kb_sink_wm(l, i);
+        moved |= wms[n].seq != l->sinks[i].saved_wm;
+        n++;
+    }
+    moved |= seq != l->saved;
+    if (moved)
         kb_format_rvs(l, l->ack_rv, &rvs);
     pthread_mutex_unlock(&l->mtx);
-    if (seq != l->saved) {
-        if (kb_state_set_checkpoint(l->state, seq, rvs.data ? rvs.data : "") == KB_OK) {
+    if (moved) {
+        if (kb_state_set_checkpoint(l->state, seq, rvs.data ? rvs.data : "", wms, n) == KB_OK) {
             l->saved = seq;
+            pthread_mutex_lock(&l->mtx);
+            for (size_t i = 0, j = 0; i < l->n_sinks && j < n; i++)
+                if (!l->sinks[i].gone)
+                    l->sinks[i].saved_wm = wms[j++].seq;
+            pthread_mutex_unlock(&l->mtx);
         } else {
             static kb_ratelimit_t rl;
             if (kb_ratelimit_allow(&rl, 10000, NULL))

@@ -693,7 +693,30 @@ static void kb_state_fault_point(kb_state_t *st) {
     }
 }
 
-kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv) {
+/* The meta key of a sink's watermark. */
+static void kb_sink_key(const char *sink, char *out, size_t size) {
+    snprintf(out, size, "sink_seq/%s", sink);
+}
+
+kb_err_t kb_state_read_sink_seq(kb_state_t *st, const char *sink, uint64_t *seq) {
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kb_st_fail(st, "read sink watermark", rc);
+    char key[320];
+    kb_sink_key(sink, key, sizeof(key));
+    MDB_val v;
+    kb_err_t err = KB_ERR_NOTFOUND;
+    if (!kb_meta_get(txn, st, key, &v) && v.mv_size == 8) {
+        *seq = kb_from_be64(v.mv_data);
+        err = KB_OK;
+    }
+    mdb_txn_abort(txn);
+    return err;
+}
+
+kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv, const kb_state_sink_seq_t *sinks,
+                                 size_t n_sinks) {
     MDB_txn *txn;
     int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
     if (rc)
@@ -703,6 +726,12 @@ kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv) {
     rc = kb_meta_put(txn, st, "ack_seq", kb, 8);
     if (!rc)
         rc = kb_meta_put(txn, st, "ack_rv", rv, strlen(rv));
+    for (size_t i = 0; i < n_sinks && !rc; i++) {
+        char key[320];
+        kb_sink_key(sinks[i].sink, key, sizeof(key));
+        kb_be64(sinks[i].seq, kb);
+        rc = kb_meta_put(txn, st, key, kb, 8);
+    }
     if (!rc)
         rc = kb_state_trim(st, txn, seq);
     if (rc) {

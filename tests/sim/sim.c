@@ -39,6 +39,7 @@
 #include "informer/deltafifo.h"
 #include "informer/informer.h"
 #include "informer/ingest.h"
+#include "informer/ledger.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -167,17 +168,20 @@ typedef struct {
     kb_buf_t pending;       /* bytes not yet handed over (a stream cut mid-frame) */
 } refl_t;
 
-typedef struct delivery { uint64_t seq; int pending; bool failed; } delivery_t;
-typedef struct { delivery_t *d; char key[16]; } inflight_t;
+/* A sink as the bridge drives it (bridge/bridge.c): messages it took are
+ * acknowledged into the informer's ledger per sink (kb_ledger_sink_done);
+ * on_refused = "stop": after a refusal it takes nothing more until the next
+ * start, and what it misses stays unacknowledged (its watermark holds). */
+typedef struct { uint64_t seq; char key[16]; } inflight_t;
 typedef struct {
     inflight_t *v;          /* taken, not yet acknowledged */
     size_t n, cap;
     unsigned ack_pct, refuse_pct;
-    /* on_refused = "stop": after a refusal the sink takes nothing more until
-     * the next start; what it is handed meanwhile is held, never acknowledged */
     bool stopped;
-    delivery_t **held;
-    size_t n_held, cap_held;
+    bool missed;            /* it was stopped with something routed to it */
+    int lidx;               /* its index in the ledger */
+    uint64_t persisted_wm;  /* its watermark in state_dir, as last written */
+    uint64_t wm_at_start[64]; /* per lifetime */
     clog_t log;
 } msink_t;
 
@@ -220,6 +224,12 @@ static void kb_open(sim_t *s) {
     if (s->life < 64)
         s->acked_at_start[s->life] = st.ack_seq;
     TRACE("life %d: checkpoint seq %llu rv %s\n", s->life, (unsigned long long)st.ack_seq, st.checkpoint_rv);
+    static const char *const names[MAX_SINKS] = {"s0", "s1"};
+    for (int i = 0; i < s->n_sinks; i++) {
+        s->sinks[i].lidx = kb_ledger_add_sink(kb_informer_ledger(s->inf), names[i]);
+        if (s->life < 64)
+            s->sinks[i].wm_at_start[s->life] = s->sinks[i].persisted_wm;
+    }
     kb_informer_requeue_tail(s->inf);
     kb_informer_stats(s->inf, &st);
     if (s->life < 64)
@@ -230,24 +240,31 @@ static void kb_open(sim_t *s) {
     }
 }
 
-/* A sink took the message: the consumer has it from now on. */
+/* The bridge's delivery of one event: only to sinks that do not have it yet
+ * (ledger wants), the ledger told who owes an acknowledgement before anyone
+ * can give one, a refusal stops the sink. A sink that takes the message hands
+ * it to its consumer at once; the acknowledgement comes later, or never. */
 static void deliver(sim_t *s, kb_event_t *ev) {
-    delivery_t *d = calloc(1, sizeof(*d));
-    d->seq = ev->seq;
-    d->pending = s->n_sinks;
+    kb_ledger_t *l = kb_informer_ledger(s->inf);
+    uint64_t waiting = 0;
+    bool take[MAX_SINKS];
+    for (int i = 0; i < s->n_sinks; i++) {
+        take[i] = !ev->redelivery || kb_ledger_wants(l, ev->seq, s->sinks[i].lidx);
+        if (take[i])
+            waiting |= UINT64_C(1) << s->sinks[i].lidx;
+    }
+    kb_ledger_routed(l, ev->seq, waiting);
     int ns = ev->ns[0] == 'a' ? 0 : 1, name = atoi(ev->name + 1);
     for (int i = 0; i < s->n_sinks; i++) {
         msink_t *k = &s->sinks[i];
-        if (!k->stopped && chance(&s->r, k->refuse_pct)) { /* refused for good: the sink stops */
+        if (!take[i])
+            continue;
+        if (!k->stopped && chance(&s->r, k->refuse_pct)) {
             TRACE("  sink %d refuses seq %llu and stops\n", i, (unsigned long long)ev->seq);
             k->stopped = true;
         }
         if (k->stopped) {
-            if (k->n_held == k->cap_held) {
-                k->cap_held = k->cap_held ? k->cap_held * 2 : 64;
-                k->held = realloc(k->held, k->cap_held * sizeof(*k->held));
-            }
-            k->held[k->n_held++] = d;
+            k->missed = true;
             continue;
         }
         if (k->log.n == k->log.cap) {
@@ -261,25 +278,12 @@ static void deliver(sim_t *s, kb_event_t *ev) {
             k->cap = k->cap ? k->cap * 2 : 64;
             k->v = realloc(k->v, k->cap * sizeof(*k->v));
         }
-        k->v[k->n].d = d;
+        k->v[k->n].seq = ev->seq;
         snprintf(k->v[k->n].key, sizeof(k->v[k->n].key), "%s", ev->key);
         k->n++;
     }
     TRACE("  deliver seq %llu %s %s uid %s @%s%s%s\n", (unsigned long long)ev->seq, kb_event_type_name(ev->type),
           ev->key, ev->uid, ev->rv, ev->final_state_unknown ? " fsu" : "", ev->redelivery ? " (redelivery)" : "");
-    if (d->pending == 0) {
-        if (!d->failed)
-            kb_informer_done(s->inf, d->seq);
-        free(d);
-    }
-}
-
-static void ack_one(sim_t *s, delivery_t *d) {
-    if (--d->pending > 0)
-        return;
-    if (!d->failed)
-        kb_informer_done(s->inf, d->seq);
-    free(d);
 }
 
 /* Acknowledge some of a sink's messages: any order across keys, in order per key. */
@@ -292,7 +296,7 @@ static void sink_acks(sim_t *s, msink_t *k, bool all) {
         for (int b = 0; b < n_blocked; b++)
             is_blocked |= !strcmp(blocked[b], k->v[i].key);
         if (!is_blocked && (all || chance(&s->r, k->ack_pct))) {
-            ack_one(s, k->v[i].d);
+            kb_ledger_sink_done(kb_informer_ledger(s->inf), k->v[i].seq, k->lidx);
             continue;
         }
         if (!is_blocked && n_blocked < NAMES * MAX_NS)
@@ -300,6 +304,17 @@ static void sink_acks(sim_t *s, msink_t *k, bool all) {
         k->v[keep++] = k->v[i];
     }
     k->n = keep;
+}
+
+/* The checkpointer: what it writes is what a restart starts from. */
+static void checkpoint(sim_t *s) {
+    kb_informer_save_checkpoint(s->inf);
+    kb_ledger_sink_t sk[MAX_SINKS];
+    size_t n = kb_ledger_sinks(kb_informer_ledger(s->inf), sk, MAX_SINKS);
+    for (size_t j = 0; j < n; j++)
+        for (int i = 0; i < s->n_sinks; i++)
+            if (sk[j].index == s->sinks[i].lidx)
+                s->sinks[i].persisted_wm = sk[j].watermark;
 }
 
 static void pop_shard(sim_t *s, size_t shard) {
@@ -312,19 +327,10 @@ static void pop_shard(sim_t *s, size_t shard) {
 }
 
 /* The end of a process: acks that never came are lost with it. */
-static void drop_ref(delivery_t *d) {
-    if (--d->pending == 0)
-        free(d);
-}
-
 static void kb_gone(sim_t *s, bool crash) {
     for (int i = 0; i < s->n_sinks; i++) {
         msink_t *k = &s->sinks[i];
-        for (size_t j = 0; j < k->n; j++)
-            drop_ref(k->v[j].d);
-        for (size_t j = 0; j < k->n_held; j++)
-            drop_ref(k->held[j]);
-        k->n = k->n_held = 0;
+        k->n = 0;
         k->stopped = false; /* a new start tries the sink again */
     }
     if (crash)
@@ -349,7 +355,7 @@ static void clean_stop(sim_t *s) {
         for (int i = 0; i < s->n_sinks; i++)
             sink_acks(s, &s->sinks[i], true);
     }
-    kb_informer_save_checkpoint(s->inf);
+    checkpoint(s); /* the last one, as kb_informer_destroy writes it */
     kb_gone(s, false);
 }
 
@@ -537,15 +543,15 @@ static void check_sink(sim_t *s, int si) {
         /* With "latest", a change of the re-queued tail may have been merged
          * away before the crash (never sent): it comes behind newer changes of
          * its key, whose state already covers it, and the rule skips it. */
-        bool stale_redelivery = s->latest && m->life < 64 && m->seq > s->acked_at_start[m->life] &&
+        bool stale_redelivery = s->latest && m->life < 64 && m->seq > k->wm_at_start[m->life] &&
                                 m->seq <= s->tail_end[m->life];
         if (!repeat && !stale_redelivery)
             fail("sink %d message %zu: %s %s/n%d uid %u @%llu (seq %llu) goes back: the key had @%llu%s", si, i,
                  kb_event_type_name(m->type), ns_names[m->ns], m->name, m->uid, (unsigned long long)m->rv,
                  (unsigned long long)m->seq, (unsigned long long)v->rv, v->rank ? " DELETED" : "");
-        else if (repeat && m->life < 64 && m->seq <= s->acked_at_start[m->life])
-            fail("sink %d message %zu: seq %llu repeated although the checkpoint (seq %llu) had passed it", si, i,
-                 (unsigned long long)m->seq, (unsigned long long)s->acked_at_start[m->life]);
+        else if (repeat && m->life < 64 && m->seq <= k->wm_at_start[m->life])
+            fail("sink %d message %zu: seq %llu repeated although this sink's watermark (seq %llu) had passed it",
+                 si, i, (unsigned long long)m->seq, (unsigned long long)k->wm_at_start[m->life]);
     }
     /* The view converges to the server's state. */
     for (int ns = 0; ns < s->srv.n_ns && !failed; ns++)
@@ -591,7 +597,7 @@ static bool caught_up(sim_t *s) {
             return false;
     }
     for (int i = 0; i < s->n_sinks; i++)
-        if (s->sinks[i].n || s->sinks[i].n_held)
+        if (s->sinks[i].n || s->sinks[i].stopped)
             return false;
     return true;
 }
@@ -608,9 +614,11 @@ static void quiesce(sim_t *s) {
             sink_acks(s, &s->sinks[i], true);
     }
     bool held = false;
-    for (int i = 0; i < s->n_sinks; i++)
-        held |= s->sinks[i].n_held > 0;
-    if (!failed && held) { /* a stopped sink holds its messages until it is tried again */
+    for (int i = 0; i < s->n_sinks; i++) {
+        held |= s->sinks[i].stopped || s->sinks[i].missed;
+        s->sinks[i].missed = false;
+    }
+    if (!failed && held) { /* a stopped sink's changes wait in the journal until it is tried again */
         clean_stop(s);
         kb_open(s);
         quiesce(s);
@@ -676,7 +684,7 @@ static bool run_history(uint64_t seed, unsigned steps) {
         } else if (w < 92) {
             sink_acks(s, &s->sinks[rnd(&s->r, (unsigned)s->n_sinks)], false);
         } else if (w < 97) {
-            kb_informer_save_checkpoint(s->inf);
+            checkpoint(s);
         } else if (w < 99) {
             TRACE("CRASH\n");
             s->crashes++;
@@ -700,11 +708,6 @@ static bool run_history(uint64_t seed, unsigned steps) {
         kb_buf_fini(&s->refl[i].pending);
     }
     for (int i = 0; i < MAX_SINKS; i++) {
-        for (size_t j = 0; j < s->sinks[i].n; j++)
-            drop_ref(s->sinks[i].v[j].d);
-        for (size_t j = 0; j < s->sinks[i].n_held; j++)
-            drop_ref(s->sinks[i].held[j]);
-        free(s->sinks[i].held);
         free(s->sinks[i].v);
         free(s->sinks[i].log.v);
     }
