@@ -517,10 +517,14 @@ static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb
     kb_buf_t body = KB_BUF_INIT;
     for (size_t i = 0; i < kb_bridge_informer_count(h->b); i++) {
         kb_informer_t *x = kb_bridge_informer(h->b, i);
-        if (kb_informer_synced(x))
-            continue;
         kb_informer_stats_t st;
         kb_informer_stats(x, &st);
+        if (st.paused)
+            kb_buf_appendf(&body, "informer %s: reading paused: %llu change(s) not acknowledged by every sink "
+                           "(the oldest at seq %llu; see the sinks below)\n", kb_informer_conf(x)->name,
+                           (unsigned long long)st.window, (unsigned long long)st.ack_seq + 1);
+        if (kb_informer_synced(x))
+            continue;
         kb_buf_appendf(&body, "informer %s: not synced (first list not finished)%s%s\n", kb_informer_conf(x)->name,
                        st.last_error[0] ? "; last error: " : "", st.last_error);
     }

@@ -49,6 +49,10 @@
 
 #define KB_LIST_MAX_BODY (512u << 20) /* one list page */
 #define KB_WATCH_MAX_FRAME (64u << 20)
+/* Changes tracked and not acknowledged by every sink, at most: beyond, the
+ * reflectors stop reading until the sinks catch up (with state_dir, the bytes
+ * of the journal's unacknowledged tail are bounded by journal.max_bytes too). */
+#define KB_INF_MAX_WINDOW ((size_t)1 << 20)
 #define KB_BACKOFF_INITIAL_MS 800
 #define KB_BACKOFF_CAP_MS 30000
 #define KB_BACKOFF_RESET_MS 120000
@@ -162,6 +166,7 @@ struct kb_informer {
     pthread_t ckpt_thread;
     bool ckpt_running;
     _Atomic bool ckpt_stop;
+    _Atomic bool paused;           /* a reflector waits for the sinks (the ledger's window is full) */
     bool crashed;                  /* kb_ingest_crash: close without a last checkpoint */
     /* Live subscribers (the HTTP replay API); sub_mtx, taken inside ingest_mtx. */
     pthread_mutex_t sub_mtx;
@@ -396,7 +401,8 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         kb_ledger_batch_committed(inf->ledger);
         for (size_t i = 0; i < inf->n_out; i++) {
             kb_inf_staged_t *o = &inf->out[i];
-            kb_ledger_track(inf->ledger, o->seq, o->refl, o->rv_after, o->ev == NULL);
+            kb_ledger_track_sized(inf->ledger, o->seq, o->refl, o->rv_after, o->ev == NULL,
+                                  o->ev ? kb_event_size(o->ev) : 0);
             if (!o->ev)
                 continue;
             kb_event_type_t type = o->ev->type;
@@ -642,6 +648,26 @@ static bool kb_refl_split_page(kb_reflector_t *r, size_t max_body) {
     return true;
 }
 
+/* Before a batch: wait while the ledger's window is full (a sink stopped or
+ * stalls), so reading stops instead of the window and the journal growing.
+ * False when the informer stops. Called with no lock held. */
+static bool kb_refl_wait_room(kb_reflector_t *r) {
+    kb_informer_t *inf = r->inf;
+    kb_ledger_window_t w;
+    if (kb_ledger_wait_room(inf->ledger, 0, &w))
+        return true;
+    atomic_store(&inf->paused, true);
+    KB_WARN("reflector", "informer=%s paused reading: %zu change(s), %llu bytes, from seq %llu on, are not "
+            "acknowledged by every sink (a stopped or stalled sink holds them; see /readyz)", inf->conf->name,
+            w.slots, (unsigned long long)w.bytes, (unsigned long long)w.oldest);
+    while (!atomic_load(&inf->stop) && !kb_ledger_wait_room(inf->ledger, 200, NULL))
+        ;
+    atomic_store(&inf->paused, false);
+    if (!atomic_load(&inf->stop))
+        KB_INFO("reflector", "informer=%s reading again: the sinks caught up", inf->conf->name);
+    return !atomic_load(&inf->stop);
+}
+
 /* ---- a list, step by step (the HTTP loop below and the simulation) ------- */
 
 static void kb_refl_list_begin(kb_reflector_t *r) {
@@ -660,6 +686,8 @@ static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *src, const char
     kb_list_page_t page;
     memset(&page, 0, sizeof(page));
     char why[256];
+    if (!kb_refl_wait_room(r))
+        return KB_ERR_STOPPED;
     kb_err_t derr = kb_decode_list(data, len, &page, why, sizeof(why));
     if (derr == KB_OK && r->list_pages == 0 && page.rv.len >= sizeof(r->list_rv)) {
         snprintf(why, sizeof(why), "metadata.resourceVersion of %zu bytes (at most %d supported)", page.rv.len,
@@ -948,6 +976,10 @@ static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
     if (!memchr(data, '\n', len) && r->stream.len < KB_WATCH_MAX_FRAME)
         return true;
     size_t had = r->stream.len - len;
+    if (!kb_refl_wait_room(r)) {
+        r->watch_err = KB_ERR_STOPPED;
+        return false;
+    }
     char rv0[sizeof(r->rv)];
     memcpy(rv0, r->rv, sizeof(rv0));
     pthread_mutex_lock(&inf->ingest_mtx);
@@ -1210,6 +1242,10 @@ static kb_ledger_t *kb_inf_ledger_new(kb_informer_t *inf) {
         ns[i] = inf->refl[i].ns;
     kb_ledger_t *l = kb_ledger_new(ns, inf->n_refl, inf->state);
     free(ns);
+    /* KB_TEST_MAX_WINDOW lowers the bound for tests; never set in production. */
+    const char *test = getenv("KB_TEST_MAX_WINDOW");
+    size_t slots = test && atol(test) > 0 ? (size_t)atol(test) : KB_INF_MAX_WINDOW;
+    kb_ledger_set_bounds(l, slots, inf->state ? (uint64_t)inf->cfg->journal_max_bytes : 0);
     return l;
 }
 
@@ -1550,6 +1586,8 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
         st->pending_bytes += fs.bytes;
     }
     st->synced = kb_informer_synced(inf);
+    st->paused = atomic_load(&inf->paused);
+    st->window = ls.in_flight;
     pthread_mutex_lock(&inf->refl[0].rv_mtx);
     memcpy(st->last_rv, inf->refl[0].rv, sizeof(st->last_rv));
     pthread_mutex_unlock(&inf->refl[0].rv_mtx);

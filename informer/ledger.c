@@ -47,6 +47,7 @@ typedef struct kb_slot {
     bool produced;   /* inside an open transaction (exactly-once) */
     int scope;       /* the resume point this change completes, -1 none */
     uint64_t waiting;/* bit i: sink i (the ledger's sink table) has not acknowledged it */
+    uint32_t bytes;  /* of its event (the bound on what the window holds) */
     char *rv_after;  /* its RV (malloc'd), NULL none */
 } kb_slot_t;
 
@@ -93,6 +94,10 @@ struct kb_ledger {
     kb_lsink_t sinks[KB_LEDGER_MAX_SINKS];
     size_t n_sinks;
     uint64_t loaded;            /* the checkpoint this process started from */
+    pthread_cond_t room_cv;     /* signalled when the watermark moves (kb_ledger_wait_room) */
+    size_t max_slots;           /* bounds of the window; 0 = none */
+    uint64_t max_bytes;
+    uint64_t window_bytes;      /* bytes of the events in the window */
 };
 
 kb_ledger_t *kb_ledger_new(const char *const *scope_ns, size_t n_scopes, kb_state_t *state) {
@@ -108,6 +113,7 @@ kb_ledger_t *kb_ledger_new(const char *const *scope_ns, size_t n_scopes, kb_stat
     l->ack_rv = kb_calloc(n_scopes, sizeof(*l->ack_rv));
     l->base = 1;
     pthread_mutex_init(&l->mtx, NULL);
+    kb_cond_init_mono(&l->room_cv);
     return l;
 }
 
@@ -135,6 +141,7 @@ void kb_ledger_destroy(kb_ledger_t *l) {
     free(l->start_rv);
     free(l->ack_rv);
     kb_strmap_destroy(l->graves);
+    pthread_cond_destroy(&l->room_cv);
     pthread_mutex_destroy(&l->mtx);
     free(l);
 }
@@ -400,12 +407,15 @@ static kb_slot_t *kb_slot(kb_ledger_t *l, uint64_t seq) {
 
 /* Move the watermark over the done prefix. l->mtx held. */
 static void kb_advance(kb_ledger_t *l) {
+    if (l->ring_len && l->ring[l->ring_head].done)
+        pthread_cond_broadcast(&l->room_cv);
     while (l->ring_len && l->ring[l->ring_head].done) {
         kb_slot_t *s = &l->ring[l->ring_head];
         if (s->scope >= 0 && s->rv_after)
             snprintf(l->ack_rv[s->scope], KB_RV_MAX, "%s", s->rv_after);
         free(s->rv_after);
         s->rv_after = NULL;
+        l->window_bytes -= s->bytes;
         KB_ASSERT(l->base > l->acked);
         l->acked = l->base++;
         l->ring_head = (l->ring_head + 1) % l->ring_cap;
@@ -414,6 +424,10 @@ static void kb_advance(kb_ledger_t *l) {
 }
 
 void kb_ledger_track(kb_ledger_t *l, uint64_t seq, int scope, const char *rv_after, bool done) {
+    kb_ledger_track_sized(l, seq, scope, rv_after, done, 0);
+}
+
+void kb_ledger_track_sized(kb_ledger_t *l, uint64_t seq, int scope, const char *rv_after, bool done, size_t bytes) {
     KB_ASSERT(scope < (int)l->n_scopes);
     pthread_mutex_lock(&l->mtx);
     KB_ASSERT(seq > l->acked && seq >= l->base + l->ring_len);
@@ -438,6 +452,8 @@ void kb_ledger_track(kb_ledger_t *l, uint64_t seq, int scope, const char *rv_aft
         s->produced = false;
         s->scope = this ? scope : -1;
         s->rv_after = this && scope >= 0 && rv_after && rv_after[0] ? kb_strdup(rv_after) : NULL;
+        s->bytes = this && bytes < UINT32_MAX ? (uint32_t)bytes : 0;
+        l->window_bytes += s->bytes;
         l->ring_len++;
     }
     kb_advance(l);
@@ -461,6 +477,36 @@ void kb_ledger_produced(kb_ledger_t *l, uint64_t seq) {
     if (s)
         s->produced = true;
     pthread_mutex_unlock(&l->mtx);
+}
+
+/* ---- bounds ---------------------------------------------------------------- */
+
+void kb_ledger_set_bounds(kb_ledger_t *l, size_t max_slots, uint64_t max_bytes) {
+    pthread_mutex_lock(&l->mtx);
+    l->max_slots = max_slots;
+    l->max_bytes = max_bytes;
+    pthread_mutex_unlock(&l->mtx);
+}
+
+static bool kb_full(const kb_ledger_t *l) {
+    return (l->max_slots && l->ring_len >= l->max_slots) || (l->max_bytes && l->window_bytes >= l->max_bytes);
+}
+
+bool kb_ledger_wait_room(kb_ledger_t *l, int timeout_ms, kb_ledger_window_t *w) {
+    pthread_mutex_lock(&l->mtx);
+    if (kb_full(l) && timeout_ms > 0) {
+        struct timespec deadline = kb_deadline_mono(timeout_ms);
+        while (kb_full(l) && pthread_cond_timedwait(&l->room_cv, &l->mtx, &deadline) == 0)
+            ;
+    }
+    bool room = !kb_full(l);
+    if (w) {
+        w->slots = l->ring_len;
+        w->bytes = l->window_bytes;
+        w->oldest = l->ring_len ? l->base : 0;
+    }
+    pthread_mutex_unlock(&l->mtx);
+    return room;
 }
 
 /* ---- sinks --------------------------------------------------------------- */

@@ -109,11 +109,29 @@ size_t kb_ledger_graves(const kb_ledger_t *l);
  * e.g. a resume-point marker). scope/rv_after: the resume point it completes
  * (-1 / NULL for none). */
 void kb_ledger_track(kb_ledger_t *l, uint64_t seq, int scope, const char *rv_after, bool done);
+/* The same, counting bytes (the event's size) against the byte bound. */
+void kb_ledger_track_sized(kb_ledger_t *l, uint64_t seq, int scope, const char *rv_after, bool done, size_t bytes);
 /* seq needs no more acknowledgements (all its messages were acknowledged,
  * compaction merged it away, or no route took it). */
 void kb_ledger_done(kb_ledger_t *l, uint64_t seq);
 /* seq is inside an open transaction of its one transactional sink. */
 void kb_ledger_produced(kb_ledger_t *l, uint64_t seq);
+
+/* ---- bounds ---------------------------------------------------------------- */
+
+/* The window of tracked, not yet acknowledged changes is bounded: a sink that
+ * stopped (or stalls) would otherwise grow it — and the journal tail behind
+ * it — without end. 0 = no bound. */
+void kb_ledger_set_bounds(kb_ledger_t *l, size_t max_slots, uint64_t max_bytes);
+typedef struct kb_ledger_window {
+    size_t slots;      /* changes tracked and not past the watermark */
+    uint64_t bytes;    /* their events' bytes */
+    uint64_t oldest;   /* the first of them (0: none) */
+} kb_ledger_window_t;
+/* Wait up to timeout_ms for the window to be under its bounds; true if it is.
+ * *w (may be NULL) gets the window as it is. Call with no lock held: it is the
+ * reflector's backpressure. Thread: any. */
+bool kb_ledger_wait_room(kb_ledger_t *l, int timeout_ms, kb_ledger_window_t *w);
 
 /* ---- sinks (any thread; l->mtx) ------------------------------------------ */
 

@@ -10,7 +10,9 @@ max_packet_size 20000. For each broker:
    sink keeps taking new changes; /v1/informers shows the file sink's watermark past the broker
    sink's.
 2. A clean stop and a start with no server change: the file sink gets nothing twice (per-sink
-   watermarks); the broker sink refuses the same Pod again and stops again.
+   watermarks); the broker sink refuses the same Pod again and stops again. With the window of
+   unacknowledged changes made small (KB_TEST_MAX_WINDOW), more changes fill it and reading stops:
+   /readyz says "reading paused" instead of the journal growing.
 3. SIGHUP with on_refused = "dead_letter": the refused Pod lands in the dead-letter file sink as
    the normal envelope plus "deadLetter": {sink, reason, at}; the broker's consumer gets every
    other change, including those made while the sink was stopped; /readyz is 200 again; the
@@ -113,16 +115,21 @@ def scenario(kind):
     n_out = len(lines(out))
 
     # 2. A clean restart: the file sink gets nothing twice.
+    os.environ["KB_TEST_MAX_WINDOW"] = "40"
     b = bridge("")
+    del os.environ["KB_TEST_MAX_WINDOW"]
     url = b.http_url()
     wait_for(lambda: "sink k: stopped" in readyz(url)[1], 30, 0.1, "the sink to refuse the Pod again")
     wait_for(lambda: (lambda s: s[1].get("out") == s[0])(informer_sinks(url)), 30, 0.1, "the file sink to be current")
     check(len(lines(out)) == n_out, "a clean restart re-delivered %d message(s) to the file sink, which had them all"
           % (len(lines(out)) - n_out))
 
+    for r in range(3):
+        sim.bulk(pod_ops("update", "team-a", small, extra={"spec": {"round": 10 + r}}))
+    wait_for(lambda: "reading paused" in readyz(url)[1], 60, 0.1, "reading to pause behind the stopped sink")
+    check("paused reading" in b.logtext(), "the pause is logged")
+
     # 3. dead_letter on SIGHUP: the refused Pod goes to dl, everything else reaches the broker.
-    sim.bulk(pod_ops("update", "team-a", small[5:10], extra={"spec": {"round": 2}}))
-    b.wait_converged(sim)
     with open(b.config) as f:
         text = f.read()
     with open(b.config, "w") as f:
@@ -133,7 +140,8 @@ def scenario(kind):
         "deadLetter"))
     check(dead[0]["type"] in ("ADDED", "MODIFIED") and dead[0]["object"]["metadata"]["name"] == "big",
           "the dead letter is the normal envelope")
-    wait_for(lambda: readyz(url)[0] == 200, 30, 0.1, "/readyz to be 200 again")
+    wait_for(lambda: readyz(url)[0] == 200, 60, 0.1, "/readyz to be 200 again")
+    b.wait_converged(sim)
     want = {"team-a/" + n: sim.state()["team-a/" + n]["metadata"]["resourceVersion"] for n in small} \
         if isinstance(sim.state(), dict) and "team-a/web-00" in sim.state() else None
     wait_for(lambda: (lambda s: s[1].get("k") == s[0])(informer_sinks(url)), 60, 0.1,

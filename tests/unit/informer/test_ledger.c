@@ -276,6 +276,31 @@ static void test_per_sink_watermarks_across_restart(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* The window is bounded: a sink that stopped holds the watermark, and reading
+ * must wait rather than the window (and the journal) grow without end. */
+static void test_window_bound(void **state) {
+    (void)state;
+    kb_ledger_t *l = kb_ledger_new(NULL, 1, NULL);
+    kb_ledger_set_bounds(l, 2, 100);
+    kb_ledger_window_t w;
+    kb_ledger_track_sized(l, kb_ledger_next_seq(l), 0, "1", false, 10);
+    assert_true(kb_ledger_wait_room(l, 0, &w));
+    kb_ledger_track_sized(l, kb_ledger_next_seq(l), 0, "2", false, 10);
+    assert_false(kb_ledger_wait_room(l, 10, &w)); /* two slots: full */
+    assert_int_equal(w.slots, 2);
+    assert_int_equal(w.bytes, 20);
+    assert_int_equal(w.oldest, 1);
+    kb_ledger_done(l, 1);
+    assert_true(kb_ledger_wait_room(l, 0, &w));
+    kb_ledger_track_sized(l, kb_ledger_next_seq(l), 0, "3", false, 95); /* bytes: 10 + 95 */
+    assert_false(kb_ledger_wait_room(l, 0, &w));
+    kb_ledger_done(l, 2);
+    kb_ledger_done(l, 3);
+    assert_true(kb_ledger_wait_room(l, 0, &w));
+    assert_int_equal(w.bytes, 0);
+    kb_ledger_destroy(l);
+}
+
 static int setup(void **state) {
     (void)state;
     res = kb_resource_new("c", "pods", "", "v1", "pods");
@@ -296,6 +321,7 @@ int main(void) {
         cmocka_unit_test(test_produced_counts_for_the_cut),
         cmocka_unit_test(test_restart_tail_and_cut),
         cmocka_unit_test(test_per_sink_watermarks_across_restart),
+        cmocka_unit_test(test_window_bound),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
