@@ -67,7 +67,7 @@ typedef struct kb_bsink {
     _Atomic bool stopped;
     pthread_mutex_t why_mtx;       /* guards why */
     char why[512];                 /* what stopped it: the object and the reason */
-    struct kb_bsink *dl;           /* on_refused = "dead_letter": where refused messages go */
+    _Atomic(struct kb_bsink *) dl; /* on_refused = "dead_letter": where refused messages go */
     _Atomic uint64_t dead_letters; /* refused messages this sink handed to its dead-letter sink */
     struct {                       /* refusals by reason (kb_err_name), first come, first slot */
         _Atomic(const char *) reason;
@@ -238,7 +238,7 @@ static void kb_bridge_ack(void *opaque, kb_err_t err);
  * plus "deadLetter": {sink, reason, at}, as a raw record with the refused
  * message's topic and key. False if it could not be taken. */
 static bool kb_dead_letter(kb_delivery_t *d, size_t slot, kb_err_t why, const char *topic, const char *key) {
-    kb_bsink_t *bs = d->s[slot].bs, *dl = bs->dl;
+    kb_bsink_t *bs = d->s[slot].bs, *dl = atomic_load(&bs->dl);
     if (!dl || !dl->sink || atomic_load(&dl->stopped))
         return false;
     kb_buf_t env = KB_BUF_INIT;
@@ -278,7 +278,8 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_le
     kb_bsink_t *bs = d->s[slot].bs;
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
-    kb_bsink_count_refusal(dead_letter && bs->dl ? bs->dl : bs, err);
+    kb_bsink_t *dl = atomic_load(&bs->dl);
+    kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
     if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
     kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err));
@@ -291,7 +292,8 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_bsink_t *bs = d->s[ma->slot].bs;
     if (err == KB_OK) {
         atomic_fetch_add(&p->delivered, 1);
-        atomic_fetch_add(ma->dead_letter && bs->dl ? &bs->dl->acked : &bs->acked, 1);
+        kb_bsink_t *dl = atomic_load(&bs->dl);
+        atomic_fetch_add(ma->dead_letter && dl ? &dl->acked : &bs->acked, 1);
         if (!ma->dead_letter)
             kb_histogram_observe_ns(&bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
         kb_slot_acked(d, ma->slot);
@@ -535,12 +537,11 @@ static int *kb_pipeline_lidx(kb_pipeline_t *p, const kb_router_t *r, const kb_co
 /* Point every dead-letter sink of bsinks (parallel to cfg->sinks) at its target. */
 static void kb_bsinks_link_dead_letters(kb_bsink_t **bsinks, const kb_config_t *cfg) {
     for (size_t i = 0; i < cfg->n_sinks; i++) {
-        bsinks[i]->dl = NULL;
-        if (cfg->sinks[i].on_refused != KB_REFUSED_DEAD_LETTER)
-            continue;
-        for (size_t j = 0; j < cfg->n_sinks; j++)
+        kb_bsink_t *dl = NULL;
+        for (size_t j = 0; j < cfg->n_sinks && cfg->sinks[i].on_refused == KB_REFUSED_DEAD_LETTER; j++)
             if (!strcmp(cfg->sinks[j].name, cfg->sinks[i].dead_letter))
-                bsinks[i]->dl = bsinks[j];
+                dl = bsinks[j];
+        atomic_store(&bsinks[i]->dl, dl);
     }
 }
 
@@ -1093,6 +1094,8 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
             }
         goto out;
     }
+
+    kb_bsinks_link_dead_letters(nsinks, ncfg);
 
     /* 2. Stop and drain the informers that go away (into their old routes). */
     int64_t deadline = kb_now_mono_ns() + (int64_t)ocfg->shutdown_timeout * KB_NS_PER_MS * 1000;
