@@ -42,11 +42,14 @@
 #include "sinks/router.h"
 #include "sinks/sink.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct kb_pipeline kb_pipeline_t;
 typedef struct kb_eos_provider kb_eos_provider_t;
@@ -137,6 +140,57 @@ kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_
             return KB_ERR_CONFIG;
         }
     }
+    return KB_OK;
+}
+
+/* state_dir need not exist (it is created), but the first part of it that
+ * does must be a directory. */
+static kb_err_t kb_check_state_dir(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
+    if (!cfg->state_dir || !cfg->state_dir[0])
+        return KB_OK;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", cfg->state_dir);
+    for (;;) {
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            if (S_ISDIR(st.st_mode))
+                return KB_OK;
+            snprintf(errstr, errstr_size, "%s: state_dir: \"%s\" is not a directory (it names a file)", cfg->path,
+                     path);
+            return KB_ERR_CONFIG;
+        }
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path)
+            return KB_OK;
+        *slash = '\0';
+    }
+}
+
+kb_err_t kb_bridge_check(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
+    kb_err_t err = kb_bridge_validate(cfg, errstr, errstr_size);
+    if (err != KB_OK)
+        return err;
+    if ((err = kb_check_state_dir(cfg, errstr, errstr_size)) != KB_OK)
+        return err;
+    if (cfg->http_listen && cfg->http_listen[0] && cfg->http_token_file && cfg->http_token_file[0] &&
+        access(cfg->http_token_file, R_OK) != 0) {
+        snprintf(errstr, errstr_size, "%s: http.token_file: cannot read \"%s\": %s", cfg->path, cfg->http_token_file,
+                 strerror(errno));
+        return KB_ERR_CONFIG;
+    }
+    /* A config for a pod, checked outside one (CI, a laptop): the mount is not here to check. */
+    const char *host = getenv("KUBERNETES_SERVICE_HOST");
+    if (cfg->cluster.in_cluster && (!host || !host[0])) {
+        KB_INFO("bridge", "cluster.in_cluster: not inside a pod here, so the service account is checked at start");
+        return KB_OK;
+    }
+    char why[512];
+    kb_apiclient_t *api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
+    if (!api) {
+        snprintf(errstr, errstr_size, "%s: %s", cfg->path, why);
+        return KB_ERR_CONFIG;
+    }
+    kb_apiclient_destroy(api);
     return KB_OK;
 }
 
@@ -712,9 +766,8 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
 uint64_t kb_bridge_unacknowledged(kb_bridge_t *b) {
     uint64_t n = 0;
     for (size_t i = 0; i < b->n_pipes; i++) {
-        kb_informer_stats_t st;
-        kb_informer_stats(b->pipes[i]->inf, &st);
-        n += st.seq > st.ack_seq ? st.seq - st.ack_seq : 0;
+        int64_t inflight = atomic_load(&b->pipes[i]->inflight);
+        n += (inflight > 0 ? (uint64_t)inflight : 0) + atomic_load(&b->pipes[i]->failed);
     }
     return n;
 }

@@ -172,16 +172,27 @@ static const kb_ckey_t kb_keys_informer[] = {
 };
 #undef INF
 
+/* grp's label_selector parses (common/selector.h), or a config error naming it. */
+static bool kb_selector_valid(kb_loader_t *ld, const config_setting_t *grp, const char *prefix, const char *text) {
+    char err[256];
+    kb_selector_t *sel = kb_selector_parse(text, err, sizeof(err));
+    if (!sel)
+        return kb_config__fail(ld, config_setting_get_member(grp, "label_selector"), "%s.label_selector: %s",
+                               prefix, err);
+    kb_selector_free(sel);
+    return true;
+}
+
 /* Secrets are redacted unless the file says otherwise; saying [] is recorded
  * so the bridge can warn. Only the core group's "secrets" is a Secret. */
 static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                                const char *prefix) {
-    KB_UNUSED(ld);
     KB_UNUSED(index);
-    KB_UNUSED(grp);
-    KB_UNUSED(prefix);
     static const char *const secret_paths[] = {"data", "stringData"};
     kb_config_informer_t *inf = base;
+    /* The server would refuse a bad selector with a 400 on every list, for ever: say it at load. */
+    if (!kb_selector_valid(ld, grp, prefix, inf->label_selector))
+        return false;
     if (strcmp(inf->group, "") != 0 || strcmp(inf->resource, "secrets") != 0)
         return true;
     if (inf->redact_fields_set) {
@@ -310,13 +321,7 @@ static bool kb_finish_route(kb_loader_t *ld, void *base, size_t index, const con
     if (!kb_config__finish_route(ld, base, index, grp, prefix))
         return false;
     const kb_config_route_t *route = base;
-    char err[256];
-    kb_selector_t *sel = kb_selector_parse(route->label_selector, err, sizeof(err));
-    if (!sel)
-        return kb_config__fail(ld, config_setting_get_member(grp, "label_selector"), "%s.label_selector: %s",
-                               prefix, err);
-    kb_selector_free(sel);
-    return true;
+    return kb_selector_valid(ld, grp, prefix, route->label_selector);
 }
 
 static const kb_csection_t kb_sec_route = {
@@ -468,7 +473,10 @@ void kb_config_print_reference(FILE *out, bool md) {
               "<!-- Generated from config/table.c by kb_config_print_reference(); do not edit.\n"
               "     Regenerate: KB_UPDATE_DOCS=1 KB_SOURCE_DIR=. build/tests/test_config -->\n\n"
               "kbridge reads one libconfig file (`kbridge --config FILE`; `--check` validates it and\n"
-              "prints a summary). Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
+              "prints a summary). `--check` refuses what start-up would refuse without contacting\n"
+              "anyone: also a kubeconfig, token or CA file that cannot be read, an `http.token_file`\n"
+              "that cannot be read, a file sink whose directory does not exist and a `state_dir`\n"
+              "that names a file. Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
               "out of range, duplicate names, routes to unknown informers or sinks and bad templates\n"
               "are errors reported as `FILE:LINE: what is wrong`, and nothing starts.\n"
               "`kbridge --help-config` prints this reference as text.\n\n"

@@ -90,6 +90,23 @@ static kb_err_t kb_file_validate(const kb_config_sink_t *conf, const kb_config_t
                  conf->line, conf->name);
         return KB_ERR_CONFIG;
     }
+    if (!strcmp(conf->path, "-"))
+        return KB_OK;
+    /* The file may not exist yet; its directory must (start-up would fail to create it). */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", conf->path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        slash[slash == dir ? 1 : 0] = '\0';
+    struct stat st;
+    bool exists = stat(dir, &st) == 0;
+    if (!exists || !S_ISDIR(st.st_mode)) {
+        snprintf(errstr, errstr_size, "%s:%d: sinks.%s.path: the directory \"%s\" of \"%s\" %s", cfg->path,
+                 conf->line, conf->name, dir, conf->path, exists ? "is not a directory" : "does not exist");
+        return KB_ERR_CONFIG;
+    }
     return KB_OK;
 }
 
