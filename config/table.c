@@ -76,9 +76,9 @@ static const kb_csection_t kb_sec_cluster = {
 #define TOP(field) KB_OFF(kb_config_t, field)
 static const kb_ckey_t kb_keys_log[] = {
     {.name = "level", .type = KB_CT_CHOICE, .off = TOP(log_level), .def = "info", .values = kb_v_log_level,
-     .doc = "Lowest level written to stderr."},
+     .flags = KB_CF_LIVE, .doc = "Lowest level written to stderr."},
     {.name = "format", .type = KB_CT_CHOICE, .off = TOP(log_format), .def = "text", .values = kb_v_log_format,
-     .doc = "One line per event: plain text, or a JSON object per line."},
+     .flags = KB_CF_LIVE, .doc = "One line per event: plain text, or a JSON object per line."},
 };
 static const kb_csection_t kb_sec_log = {
     .title = "log", .doc = "Logging to stderr.", .line_off = SIZE_MAX,
@@ -205,7 +205,7 @@ static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const 
     return true;
 }
 
-static const kb_csection_t kb_sec_informer = {
+const kb_csection_t kb_config__sec_informer = {
     .title = "informers",
     .doc = "A list of groups, one per watched resource: `informers = ( { name = \"pods\"; resource = \"pods\"; } );`",
     .size = sizeof(kb_config_informer_t), .line_off = offsetof(kb_config_informer_t, line),
@@ -268,7 +268,7 @@ static const kb_ckey_t kb_keys_sink[] = {
 };
 #undef SNK
 
-static const kb_csection_t kb_sec_sink = {
+const kb_csection_t kb_config__sec_sink = {
     .title = "sinks",
     .doc = "A list of groups, one per destination: `sinks = ( { name = \"out\"; type = \"file\"; } );`",
     .size = sizeof(kb_config_sink_t), .line_off = offsetof(kb_config_sink_t, line),
@@ -339,14 +339,14 @@ static const kb_ckey_t kb_keys_root[] = {
     {.name = "state_dir", .type = KB_CT_STRING, .off = TOP(state_dir), .flags = KB_CF_FILE, .def = "",
      .doc = "Directory for checkpoints and the persisted index; \"\" = memory only."},
     {.name = "shutdown_timeout", .type = KB_CT_INT, .off = TOP(shutdown_timeout), .def = "10", .min = 0,
-     .max = 3600, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
+     .max = 3600, .flags = KB_CF_LIVE, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
     {.name = "journal", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_journal},
     {.name = "log", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_log},
     {.name = "http", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_http},
     {.name = "sharding", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_sharding},
     {.name = "informers", .type = KB_CT_LIST, .off = TOP(informers), .off2 = TOP(n_informers),
-     .sub = &kb_sec_informer},
-    {.name = "sinks", .type = KB_CT_LIST, .off = TOP(sinks), .off2 = TOP(n_sinks), .sub = &kb_sec_sink},
+     .sub = &kb_config__sec_informer},
+    {.name = "sinks", .type = KB_CT_LIST, .off = TOP(sinks), .off2 = TOP(n_sinks), .sub = &kb_config__sec_sink},
     {.name = "routes", .type = KB_CT_LIST, .off = TOP(routes), .off2 = TOP(n_routes), .sub = &kb_sec_route},
 };
 #undef TOP
@@ -422,6 +422,18 @@ static void kb_print_constraints(FILE *out, const kb_ckey_t *k) {
         fputs("; a leading ~/ is $HOME/", out);
 }
 
+/* What SIGHUP does when the key changed (config/reload.c's rule). */
+static void kb_print_reload(FILE *out, const kb_csection_t *sec, const kb_ckey_t *k) {
+    if (k->flags & KB_CF_LIVE)
+        fputs("; SIGHUP applies a change in place", out);
+    else if (k->flags & KB_CF_RESTART || sec->size == 0) /* the top level and its groups */
+        fputs("; a change needs a restart", out);
+    else if (sec == &kb_config__sec_informer || sec == &kb_config__sec_sink)
+        fprintf(out, "; SIGHUP rebuilds the %s when it changes", sec == &kb_config__sec_sink ? "sink" : "informer");
+    else /* routes: every reload swaps them in */
+        fputs("; SIGHUP applies a change in place", out);
+}
+
 static void kb_print_only(FILE *out, const kb_csection_t *sec, const kb_ckey_t *k) {
     if (!k->only || sec->disc < 0)
         return;
@@ -453,6 +465,7 @@ static void kb_print_section(FILE *out, bool md, const kb_csection_t *sec, const
         if (md)
             fputc('`', out);
         kb_print_constraints(out, k);
+        kb_print_reload(out, sec, k);
         fprintf(out, md ? ".\n\n%s\n\n" : ".\n      %s\n", k->doc);
     }
     if (!md)
