@@ -14,7 +14,8 @@
  * starts clean. Nothing before the last newline is ever touched.
  *
  * Stopping never waits on the reader: the descriptor is non-blocking (stdout
- * too, its flags restored at the end), so a pipe or FIFO whose reader stopped
+ * too when it is a pipe, its flags restored at the end; a terminal is left
+ * blocking, the shutdown watchdog bounds it), so a pipe or FIFO whose reader stopped
  * reading makes write(2) say EAGAIN and the writer waits in poll(2), where
  * the stop flag reaches it. Once stopping, a batch that cannot progress is
  * given up (its messages acknowledged with an error, never as delivered),
@@ -307,7 +308,11 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
     if (!strcmp(conf->path, "-")) {
         fs->is_stdout = true;
         fs->fd = STDOUT_FILENO;
-        fs->saved_flags = fcntl(fs->fd, F_GETFL);
+        /* Only a pipe or socket: a terminal's open file is shared with the
+         * shell's stdin, which must never be left non-blocking. */
+        struct stat st;
+        bool piped = fstat(fs->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+        fs->saved_flags = piped ? fcntl(fs->fd, F_GETFL) : -1;
         if (fs->saved_flags >= 0)
             (void)fcntl(fs->fd, F_SETFL, fs->saved_flags | O_NONBLOCK);
     } else {
