@@ -23,7 +23,8 @@ def test():
         r = k("apply", "--dry-run=server", "-k", os.path.join(DEPLOY, overlay), check_rc=False)
         check(r.returncode == 0, "%s: kubectl apply --dry-run=server failed:\n%s" % (overlay, r.stderr))
         check("Warning" not in r.stderr, "%s: the API server warned:\n%s" % (overlay, r.stderr))
-        for obj in (workload, "configmap/kbridge-config", "secret/kbridge-broker", "serviceaccount/kbridge",
+        for obj in (workload, "configmap/kbridge-config", "secret/kbridge-broker", "secret/kbridge-http",
+                    "secret/kbridge-tls", "serviceaccount/kbridge",
                     "clusterrole.rbac.authorization.k8s.io/kbridge-reader", "poddisruptionbudget.policy/kbridge"):
             check(obj in r.stdout, "%s: %s missing from:\n%s" % (overlay, obj, r.stdout))
 
@@ -44,14 +45,28 @@ def test():
     r = k("apply", "--dry-run=server", "-f", "-", input=gen.stdout, check_rc=False)
     check(r.returncode == 0 and "kb-gen" in r.stdout, "generated ClusterRole refused: %s" % r.stderr)
 
-    # The shipped config is valid; the sharded one resolves the ordinal from $HOSTNAME.
+    # The shipped config is valid; the sharded one resolves the ordinal from $HOSTNAME. Its secret
+    # files (broker password, HTTP token, TLS pair) are stand-ins made here.
     d = tempfile.mkdtemp(prefix="kbtest-deploy-")
     with open(os.path.join(DEPLOY, "base", "kbridge.cfg")) as f:
-        cfg = f.read().replace("/etc/kbridge/secrets/", d + "/")
+        cfg = f.read()
+    for sub in ("secrets", "http", "tls"):
+        os.mkdir(os.path.join(d, sub))
+        cfg = cfg.replace("/etc/kbridge/%s/" % sub, "%s/%s/" % (d, sub))
+    help_config = subprocess.run([KBRIDGE, "--help-config"], stdout=subprocess.PIPE, text=True).stdout
+    if "tls_cert_file" not in help_config:
+        # This kbridge predates HTTPS (http.tls_cert_file / tls_key_file): check the rest.
+        print("NOTE: kbridge has no http.tls_* keys; checking the shipped config without them")
+        cfg = "\n".join(l for l in cfg.splitlines() if "tls_cert_file" not in l and "tls_key_file" not in l)
     with open(os.path.join(d, "kbridge.cfg"), "w") as f:
         f.write(cfg)
-    with open(os.path.join(d, "kafka-password"), "w") as f:
-        f.write("pw\n")
+    for name, text in (("secrets/kafka-password", "pw\n"), ("http/token", "t0ken\n")):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=kbridge.kbridge.svc", "-keyout", os.path.join(d, "tls", "tls.key"),
+                    "-out", os.path.join(d, "tls", "tls.crt")], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     for sharding, host, want in (("base", "kbridge-7d9f-abcde", "replica 0 of 1"),
                                  ("sharded", "kbridge-2", "replica 2 of 3")):
         shutil.copy(os.path.join(DEPLOY, sharding, "sharding.cfg"), d)
