@@ -7,8 +7,8 @@ shipped config passes `kbridge --check`, with a sharded pod named kbridge-2 taki
 import os
 import shutil
 import subprocess
-import tempfile
 
+from deploycheck import config_with_standins
 from kbtest import KBRIDGE, SOURCE, check, ControlPlane, run
 
 DEPLOY = os.path.join(SOURCE, "deploy", "kubernetes")
@@ -47,26 +47,8 @@ def test():
 
     # The shipped config is valid; the sharded one resolves the ordinal from $HOSTNAME. Its secret
     # files (broker password, HTTP token, TLS pair) are stand-ins made here.
-    d = tempfile.mkdtemp(prefix="kbtest-deploy-")
     with open(os.path.join(DEPLOY, "base", "kbridge.cfg")) as f:
-        cfg = f.read()
-    for sub in ("secrets", "http", "tls"):
-        os.mkdir(os.path.join(d, sub))
-        cfg = cfg.replace("/etc/kbridge/%s/" % sub, "%s/%s/" % (d, sub))
-    help_config = subprocess.run([KBRIDGE, "--help-config"], stdout=subprocess.PIPE, text=True).stdout
-    if "tls_cert_file" not in help_config:
-        # This kbridge predates HTTPS (http.tls_cert_file / tls_key_file): check the rest.
-        print("NOTE: kbridge has no http.tls_* keys; checking the shipped config without them")
-        cfg = "\n".join(l for l in cfg.splitlines() if "tls_cert_file" not in l and "tls_key_file" not in l)
-    with open(os.path.join(d, "kbridge.cfg"), "w") as f:
-        f.write(cfg)
-    for name, text in (("secrets/kafka-password", "pw\n"), ("http/token", "t0ken\n")):
-        with open(os.path.join(d, name), "w") as f:
-            f.write(text)
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=kbridge.kbridge.svc", "-keyout", os.path.join(d, "tls", "tls.key"),
-                    "-out", os.path.join(d, "tls", "tls.crt")], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+        d = config_with_standins(KBRIDGE, f.read())
     for sharding, host, want in (("base", "kbridge-7d9f-abcde", "replica 0 of 1"),
                                  ("sharded", "kbridge-2", "replica 2 of 3")):
         shutil.copy(os.path.join(DEPLOY, sharding, "sharding.cfg"), d)

@@ -13,7 +13,7 @@ import re
 import subprocess
 import tempfile
 
-from deploycheck import cross_check, json_docs, pod_security
+from deploycheck import config_with_standins, cross_check, json_docs, pod_security
 from kbtest import KBRIDGE, SOURCE, check, ControlPlane, run
 
 CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
@@ -35,22 +35,7 @@ def template(*args):
 
 def kbridge_check(cfg, host):
     """kbridge --check on a rendered kbridge.cfg, its /etc/kbridge files replaced by stand-ins."""
-    d = tempfile.mkdtemp(prefix="kbtest-helm-")
-    for sub, name, text in (("secrets", "kafka-password", "pw\n"), ("http", "token", "t0ken\n")):
-        os.makedirs(os.path.join(d, sub), exist_ok=True)
-        with open(os.path.join(d, sub, name), "w") as f:
-            f.write(text)
-    os.makedirs(os.path.join(d, "tls"))
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=kb",
-                    "-keyout", os.path.join(d, "tls", "tls.key"), "-out", os.path.join(d, "tls", "tls.crt")],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cfg = cfg.replace("/etc/kbridge/", d + "/")
-    help_config = subprocess.run([KBRIDGE, "--help-config"], stdout=subprocess.PIPE, text=True).stdout
-    if "tls_cert_file" not in help_config:
-        print("NOTE: kbridge has no http.tls_* keys; checking the chart's config without them")
-        cfg = "\n".join(l for l in cfg.splitlines() if "tls_cert_file" not in l and "tls_key_file" not in l)
-    with open(os.path.join(d, "kbridge.cfg"), "w") as f:
-        f.write(cfg)
+    d = config_with_standins(KBRIDGE, cfg)
     r = subprocess.run([KBRIDGE, "--config", os.path.join(d, "kbridge.cfg"), "--check"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, env=dict(os.environ, HOSTNAME=host))
     check(r.returncode == 0, "kbridge --check on the chart's config -> %d\n%s\n%s" % (r.returncode, r.stdout, cfg))

@@ -147,3 +147,29 @@ def json_docs(text):
             return out
         doc, i = dec.raw_decode(text, i)
         out.extend(doc["items"] if doc.get("kind") == "List" else [doc])
+
+
+def config_with_standins(kbridge, cfg):
+    """A directory holding kbridge.cfg = cfg with /etc/kbridge/ pointing into it, and stand-ins for the
+    files the shipped configs name (broker password, HTTP token, a self-signed TLS pair). A kbridge
+    without the http.tls_* keys (older than HTTPS) gets the config without them, said on stdout."""
+    import os
+    import subprocess
+    import tempfile
+    d = tempfile.mkdtemp(prefix="kbtest-deploy-")
+    for sub, name, text in (("secrets", "kafka-password", "pw\n"), ("http", "token", "t0ken\n")):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+        with open(os.path.join(d, sub, name), "w") as f:
+            f.write(text)
+    os.makedirs(os.path.join(d, "tls"))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=kb",
+                    "-keyout", os.path.join(d, "tls", "tls.key"), "-out", os.path.join(d, "tls", "tls.crt")],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cfg = cfg.replace("/etc/kbridge/", d + "/")
+    help_config = subprocess.run([kbridge, "--help-config"], stdout=subprocess.PIPE, text=True).stdout
+    if "tls_cert_file" not in help_config:
+        print("NOTE: this kbridge has no http.tls_* keys; checking the config without them")
+        cfg = "\n".join(l for l in cfg.splitlines() if "tls_cert_file" not in l and "tls_key_file" not in l)
+    with open(os.path.join(d, "kbridge.cfg"), "w") as f:
+        f.write(cfg)
+    return d
