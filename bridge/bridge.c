@@ -92,6 +92,7 @@ struct kb_pipeline {
     _Atomic uint64_t routed;     /* messages handed to sinks */
     _Atomic uint64_t unrouted;   /* events no route took */
     _Atomic int64_t inflight;    /* produced, not yet acked */
+    _Atomic int64_t last_change_real_ns; /* newest ADDED/MODIFIED/DELETED seen by kb_deliver (metrics) */
     kb_histogram_t handle[KB_EV_TYPE_COUNT]; /* worker time per event, by type */
 };
 
@@ -208,6 +209,8 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     d->seq = ev->seq;
     d->read_mono_ns = ev->read_mono_ns;
     int64_t t0 = kb_now_mono_ns();
+    if (ev->type <= KB_EV_DELETED)
+        atomic_store_explicit(&p->last_change_real_ns, kb_now_real_ns(), memory_order_relaxed);
     atomic_init(&d->pending, 1);
     atomic_init(&d->failed, false);
     atomic_init(&d->enqueued, 0);
@@ -1045,6 +1048,7 @@ void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t i, kb_pipeline_stats_t *st)
     st->routed = atomic_load(&p->routed);
     st->unrouted = atomic_load(&p->unrouted);
     st->inflight = atomic_load(&p->inflight);
+    st->last_change_real_ns = atomic_load(&p->last_change_real_ns);
 }
 
 const kb_histogram_t *kb_bridge_handle_histogram(kb_bridge_t *b, size_t i, int type) {

@@ -61,6 +61,7 @@ const kb_config_t *kb_bridge_config(const kb_bridge_t *b);
 typedef struct kb_pipeline_stats {
     uint64_t delivered, failed, routed, unrouted;
     int64_t inflight;
+    int64_t last_change_real_ns; /* wall time of the newest ADDED/MODIFIED/DELETED routed (0: none yet) */
 } kb_pipeline_stats_t;
 void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t informer, kb_pipeline_stats_t *st);
 /* Time a shard worker spends per event (routing + handing to sinks), by event type. */

@@ -9,8 +9,10 @@
  * mask and only this thread ever sees SIGTERM/SIGINT/SIGHUP: no handlers.
  */
 #include "bridge/bridge.h"
+#include "bridge/cli.h"
 #include "bridge/http.h"
 
+#include "common/alloc.h"
 #include "common/log.h"
 #include "config/config.h"
 #include "tests/kubesim/kubesim.h"
@@ -23,26 +25,6 @@
 #include <string.h>
 
 enum { KB_EXIT_OK = 0, KB_EXIT_RUNTIME = 1, KB_EXIT_USAGE = 2 };
-
-static void kb_usage(FILE *out) {
-    fprintf(out,
-            "Usage: kbridge --config FILE [--check]\n"
-            "       kbridge --demo\n"
-            "       kbridge --version | --help | --help-config\n"
-            "\n"
-            "Streams changes of Kubernetes resources (list + watch) into Kafka, MQTT or files.\n"
-            "\n"
-            "  -c, --config FILE   run with this libconfig file\n"
-            "      --check         validate the config, print a summary, exit (0 valid, 2 not)\n"
-            "      --demo          run the bundled API-server simulator and stream its pods to stdout\n"
-            "      --help-config   every configuration key with its type, default and meaning\n"
-            "  -V, --version       print the version\n"
-            "  -h, --help          this text\n"
-            "\n"
-            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the config (an invalid one is refused\n"
-            "and the running one kept; cluster, state_dir, sharding and http changes need a restart).\n"
-            "Exit codes: 0 clean stop, 1 runtime failure, 2 usage or configuration error.\n");
-}
 
 static void kb_setup_logging(const kb_config_t *cfg) {
     int level = kb_log_level_parse(cfg->log_level);
@@ -110,35 +92,36 @@ static int kb_run(const kb_config_t *cfg, const sigset_t *sigs) {
 }
 
 int main(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 'k'},
-        {"demo", no_argument, NULL, 'd'},         {"help-config", no_argument, NULL, 'H'},
-        {"version", no_argument, NULL, 'V'},      {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
+    struct option opts[16] = {{0}};
+    KB_ASSERT(kb_cli_n_opts < 16);
+    for (int i = 0; i < kb_cli_n_opts; i++)
+        opts[i] = (struct option){kb_cli_opts[i].name, kb_cli_opts[i].arg ? required_argument : no_argument, NULL,
+                                  kb_cli_opts[i].id};
     const char *config_path = NULL;
     bool check = false, demo = false;
     int c;
     while ((c = getopt_long(argc, argv, "c:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config_path = optarg; break;
-        case 'k': check = true; break;
-        case 'd': demo = true; break;
-        case 'H': kb_config_print_reference(stdout, false); return KB_EXIT_OK;
+        case KB_OPT_CHECK: check = true; break;
+        case KB_OPT_DEMO: demo = true; break;
+        case KB_OPT_HELP_CONFIG: kb_config_print_reference(stdout, false); return KB_EXIT_OK;
+        case KB_OPT_HELP_MAN: kb_cli_man(stdout); return KB_EXIT_OK;
+        case KB_OPT_HELP_COMPLETION: kb_cli_bash_completion(stdout); return KB_EXIT_OK;
         case 'V': printf("kbridge %s\n", KB_VERSION); return KB_EXIT_OK;
-        case 'h': kb_usage(stdout); return KB_EXIT_OK;
-        default: kb_usage(stderr); return KB_EXIT_USAGE;
+        case 'h': kb_cli_usage(stdout); return KB_EXIT_OK;
+        default: kb_cli_usage(stderr); return KB_EXIT_USAGE;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "kbridge: unexpected argument \"%s\"\n", argv[optind]);
-        kb_usage(stderr);
+        kb_cli_usage(stderr);
         return KB_EXIT_USAGE;
     }
     if (demo == (config_path != NULL) || (check && !config_path)) {
         fprintf(stderr, "kbridge: give exactly one of --config FILE or --demo%s\n",
                 check ? " (--check needs --config)" : "");
-        kb_usage(stderr);
+        kb_cli_usage(stderr);
         return KB_EXIT_USAGE;
     }
 

@@ -78,7 +78,8 @@ static const kb_ckey_t kb_keys_log[] = {
     {.name = "level", .type = KB_CT_CHOICE, .off = TOP(log_level), .def = "info", .values = kb_v_log_level,
      .doc = "Lowest level written to stderr."},
     {.name = "format", .type = KB_CT_CHOICE, .off = TOP(log_format), .def = "text", .values = kb_v_log_format,
-     .doc = "One line per event: plain text, or a JSON object per line."},
+     .doc = "One line per event: plain text with key=value fields, or one JSON object per line in which "
+             "every key=value field (informer, sink, key, rv, …) is a string member of its own and msg keeps the prose."},
 };
 static const kb_csection_t kb_sec_log = {
     .title = "log", .doc = "Logging to stderr.", .line_off = SIZE_MAX,
@@ -465,7 +466,16 @@ void kb_config_print_reference(FILE *out, bool md) {
               "`kbridge --help-config` prints this reference as text.\n\n"
               "A setting name may be quoted, which librdkafka properties need:\n"
               "`properties = { \"compression.type\" = \"lz4\"; };`. Integers wider than 32 bits\n"
-              "need no `L` suffix.\n\n"
+              "need no `L` suffix. A UTF-8 byte order mark at the start of the file is ignored.\n\n"
+              "Environment variables: in every string value (lists and `properties` included),\n"
+              "`${NAME}` is replaced by the variable's value and `${NAME:-default}` by the value, or by\n"
+              "`default` when the variable is unset or empty; `$$` is a literal `$` (so `$${X}` is the\n"
+              "text `${X}`), and a `$` before anything else stays as it is. An unset variable without a\n"
+              "default is an error, `FILE:LINE: key: environment variable NAME is not set`. Values are\n"
+              "expanded at every load (start and SIGHUP reload) and then checked like literal ones:\n\n"
+              "    cluster = { name = \"${CLUSTER_NAME:-prod}\"; };\n"
+              "    sinks = ( { name = \"k\"; type = \"kafka\"; brokers = \"${KAFKA_BROKERS}\";\n"
+              "                properties = { \"sasl.username\" = \"${KAFKA_USER}\"; }; } );\n\n"
               "A minimal configuration:\n\n"
               "    cluster = { name = \"prod\"; kubeconfig = \"/etc/kbridge/kubeconfig\"; };\n"
               "    informers = ( { name = \"pods\"; resource = \"pods\"; } );\n"

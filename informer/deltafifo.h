@@ -6,7 +6,7 @@
  * so one key is never processed by two pops at the same time and per-key
  * order holds by construction.
  *
- * Compaction (SPEC §6), applied on push to the deltas still queued:
+ * Compaction (informers[].compaction), applied on push to the deltas still queued:
  *   NONE:   every event is kept.
  *   LATEST: Added + Modified…   → Added(latest)
  *           Modified + Modified → Modified(latest)

@@ -19,7 +19,7 @@
  * for equality), so a resumed watch that replays a change cannot make a key
  * go back.
  *
- * Errors follow client-go's table (research/clientgo-semantics.md §1.5) with
+ * Errors follow client-go's reflector (docs/informer.md has the table) with
  * two deliberate differences, both in the direction of not losing or
  * re-sending: a watch that ends with nothing received is re-opened after a
  * backoff step rather than turned into a relist, and a malformed frame

@@ -68,7 +68,7 @@ typedef struct kb_informer_stats {
     uint64_t list_pages;
     uint64_t gated;                    /* watch events refused as not newer than the cache */
     uint64_t watches;                  /* watch requests opened */
-    uint64_t rv_regressions;           /* lists below the previous resume point (SPEC §7) */
+    uint64_t rv_regressions;           /* lists below the previous resume point */
     uint64_t seq;                      /* the newest event or marker accepted */
     uint64_t ack_seq;                  /* everything up to here is acknowledged by every sink */
     int64_t ack_time_ns;               /* realtime of the newest acknowledgement (0: none) */

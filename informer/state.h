@@ -86,7 +86,7 @@ const char *kb_state_error(const kb_state_t *st);
 /* Record the checkpoint and trim acknowledged journal entries over the bounds. */
 kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv);
 
-/* Forget everything (a server RV regression: SPEC §7). */
+/* Forget everything (a server RV regression: the server's history went back). */
 kb_err_t kb_state_reset(kb_state_t *st);
 
 typedef struct kb_state_stats {
