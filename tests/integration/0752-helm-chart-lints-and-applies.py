@@ -20,7 +20,8 @@ CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
 HELM = os.path.join(SOURCE, "tests", "infra", "helm.sh")
 CRDS = os.path.join(SOURCE, "tests", "infra", "prometheus-operator-crds.sh")
 NS = "kb-helm"
-MONITORING = ["--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true"]
+MONITORING = ["--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+              "--set", "dashboard.enabled=true"]
 
 
 def helm(*args):
