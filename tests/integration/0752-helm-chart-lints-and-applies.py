@@ -75,6 +75,9 @@ def test():
             check(kinds.count("Service") == 2, "sharded: want the Service and the headless one: %s" % kinds)
         bad = cross_check(objs, NS) + pod_security(objs)
         check(not bad, "%s does not work together:\n  %s" % (mode, "\n  ".join(bad)))
+        dash = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rel-kbridge-dashboard")
+        with open(os.path.join(CHART, "files", "kbridge-dashboard.json")) as f:
+            check(json.loads(dash["data"]["kbridge-dashboard.json"]) == json.load(f), "dashboard ConfigMap differs")
         secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
         check(secrets["rel-kbridge-http"]["data"]["token"], "%s: empty HTTP token" % mode)
         check(secrets["rel-kbridge-tls"]["type"] == "kubernetes.io/tls", "%s: no TLS Secret" % mode)
