@@ -4,7 +4,8 @@ packages): its config runs /usr/local/bin/kbridge as user 65532 (not root); the 
 libraries and CA bundle but no shell, no package manager, no compiler; and the image's kbridge runs
 --demo from the unpacked root (chroot in a private mount namespace: the root bind-mounted read-only,
 /proc and a tmpfs /tmp mounted as a runtime does), streaming envelopes and exiting 0 on SIGINT.
-(podman is not used: the chroot path needs nothing beyond util-linux and coreutils.)
+(Not `podman run`: in this project's CI sandbox podman 4.3 pulls the image from the OCI layout but
+crun fails with "setrlimit `RLIMIT_NPROC`: Operation not permitted"; chroot needs only util-linux.)
 The root filesystem is cached keyed on the package list: a second build repacks without mmdebstrap."""
 import atexit
 import json
