@@ -7,6 +7,7 @@ CRDs installed into the test API server first. The PrometheusRule's groups pass 
 The generated kbridge.cfg passes `kbridge --check`, and a sharded pod <release>-kbridge-2 takes index 2.
 RBAC follows the configured informers: a cluster-wide informer lands in the ClusterRole, one with
 `namespaces` in a Role per namespace, and the API server's authorizer agrees."""
+import base64
 import json
 import os
 import re
@@ -81,6 +82,16 @@ def test():
         secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
         check(secrets["rel-kbridge-http"]["data"]["token"], "%s: empty HTTP token" % mode)
         check(secrets["rel-kbridge-tls"]["type"] == "kubernetes.io/tls", "%s: no TLS Secret" % mode)
+        # The certificate names what clients dial: the ServiceMonitor's serverName, and each shard.
+        crt = base64.b64decode(secrets["rel-kbridge-tls"]["data"]["tls.crt"])
+        sans = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName"], input=crt,
+                              stdout=subprocess.PIPE, check=True).stdout.decode()
+        monitor = next(o for o in objs if o["kind"] == "ServiceMonitor")
+        names = [monitor["spec"]["endpoints"][0]["tlsConfig"]["serverName"]]
+        if mode == "sharded":
+            names.append("*.rel-kbridge-shards.%s.svc" % NS)
+        for n in names:
+            check("DNS:%s" % n in sans, "%s: the certificate does not name %s: %s" % (mode, n, sans))
 
         r = cp.kubectl("apply", "--dry-run=server", "-f", "-", input=text, check_rc=False)
         check(r.returncode == 0, "%s: kubectl apply --dry-run=server failed:\n%s" % (mode, r.stderr))
