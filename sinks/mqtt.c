@@ -125,12 +125,15 @@ struct kb_mqtt {
     atomic_bool stop;
 
     pthread_mutex_t mtx;
-    pthread_cond_t work_cond;  /* worker waits: new record, ack, connection change */
-    pthread_cond_t space_cond; /* producers and flush wait: a record left the list */
+    pthread_cond_t work_cond;  /* worker waits: connection change, requeue, timers */
+    pthread_cond_t space_cond; /* producers (room) and flush (empty list) wait */
     /* everything below: mq->mtx */
     kb_mqtt_rec_t *head, *tail, *cursor;
     size_t queue_bytes, n_inflight;
     size_t n_acking;           /* unlinked records whose ack is running (flush waits for them) */
+    size_t room_waiters;       /* producers waiting in kb_mqtt_wait_room */
+    size_t empty_waiters;      /* flush calls waiting for the list to drain */
+    bool pumping;              /* a thread is inside kb_mqtt_pump (the only one handing records over) */
     bool connected, connecting, birth_pending, closing;
     bool poisoned;             /* the client's handle must be replaced (see DESIGN) */
     bool clean_next;           /* the next connect starts a clean session */
@@ -415,8 +418,8 @@ static void kb_mqtt_unlink(kb_mqtt_t *mq, kb_mqtt_rec_t *rec) {
     if (rec->state == KB_MQTT_SENT)
         mq->n_inflight--;
     mq->queue_bytes -= rec->bytes;
-    pthread_cond_broadcast(&mq->space_cond);
-    pthread_cond_signal(&mq->work_cond);
+    if (mq->room_waiters)
+        pthread_cond_broadcast(&mq->space_cond);
 }
 
 /* Put a SENT record back in the queue at its place (mq->mtx held). */
@@ -433,6 +436,8 @@ static void kb_mqtt_requeue(kb_mqtt_t *mq, kb_mqtt_rec_t *rec) {
     pthread_cond_signal(&mq->work_cond);
 }
 
+static void kb_mqtt_pump(kb_mqtt_t *mq);
+
 /* Unlink, count and ack one record with err; takes and drops mq->mtx. */
 static void kb_mqtt_finish(kb_mqtt_t *mq, kb_mqtt_rec_t *rec, kb_err_t err) {
     pthread_mutex_lock(&mq->mtx);
@@ -446,8 +451,9 @@ static void kb_mqtt_finish(kb_mqtt_t *mq, kb_mqtt_rec_t *rec, kb_err_t err) {
     rec->ack(rec->ack_opaque, err);
     kb_mqtt_rec_free(rec);
     pthread_mutex_lock(&mq->mtx);
-    if (--mq->n_acking == 0)
+    if (--mq->n_acking == 0 && !mq->head && mq->empty_waiters)
         pthread_cond_broadcast(&mq->space_cond);
+    kb_mqtt_pump(mq); /* the window has room again */
     pthread_mutex_unlock(&mq->mtx);
 }
 
@@ -637,7 +643,7 @@ static void kb_mqtt_start_connect(kb_mqtt_t *mq) {
     }
 }
 
-/* Hand the cursor's record over. Thread: worker, mq->mtx held, dropped inside. */
+/* Hand the cursor's record over. Thread: the pumping one, mq->mtx held, dropped inside. */
 static void kb_mqtt_send_next(kb_mqtt_t *mq) {
     kb_mqtt_rec_t *rec = mq->cursor;
     rec->state = KB_MQTT_SENT;
@@ -665,6 +671,23 @@ static void kb_mqtt_send_next(kb_mqtt_t *mq) {
     pthread_mutex_lock(&mq->mtx);
 }
 
+/* Hand records over, in list order, while the window has room. Whoever adds
+ * a record or frees a slot of the window calls this (mq->mtx held; it may be
+ * dropped and retaken inside): the producer, the thread that ran an ack, or
+ * the worker. One thread pumps at a time (mq->pumping), so records leave in
+ * order and without a hand-off to another thread per message; a call while
+ * another thread pumps returns at once, and that thread sees the change
+ * when it next checks the window (under the same lock). */
+static void kb_mqtt_pump(kb_mqtt_t *mq) {
+    if (mq->pumping)
+        return;
+    mq->pumping = true;
+    while (mq->connected && !mq->birth_pending && mq->cursor && mq->n_inflight < mq->window &&
+           !atomic_load(&mq->stop) && (!mq->send_pause_ns || kb_now_mono_ns() >= mq->send_pause_ns))
+        kb_mqtt_send_next(mq);
+    mq->pumping = false;
+}
+
 static void *kb_mqtt_worker(void *arg) {
     kb_mqtt_t *mq = arg;
     char tname[32];
@@ -690,9 +713,11 @@ static void *kb_mqtt_worker(void *arg) {
             pthread_mutex_lock(&mq->mtx);
             continue;
         }
-        if (mq->connected && mq->cursor && mq->n_inflight < mq->window && now >= mq->send_pause_ns) {
-            kb_mqtt_send_next(mq);
-            continue;
+        if (mq->connected && !mq->pumping && mq->cursor && mq->n_inflight < mq->window &&
+            now >= mq->send_pause_ns) {
+            kb_mqtt_pump(mq);
+            if (mq->connected && mq->cursor && mq->n_inflight < mq->window && mq->send_pause_ns <= now)
+                continue; /* stopped by something else than the window: look again */
         }
         int64_t wait_ms = 1000;
         if (!mq->connected && !mq->connecting)
@@ -860,8 +885,10 @@ static kb_err_t kb_mqtt_wait_room(kb_mqtt_t *mq, const kb_mqtt_rec_t *rec, int t
     struct timespec deadline = kb_deadline_mono(timeout_ms < 0 ? 0 : timeout_ms);
     /* A record larger than the whole buffer still goes in alone. */
     while (mq->head && mq->queue_bytes + rec->bytes > KB_MQTT_BUFFER_BYTES && !atomic_load(&mq->stop)) {
+        mq->room_waiters++;
         int rc = timeout_ms < 0 ? pthread_cond_wait(&mq->space_cond, &mq->mtx)
                                 : pthread_cond_timedwait(&mq->space_cond, &mq->mtx, &deadline);
+        mq->room_waiters--;
         if (rc == ETIMEDOUT && mq->head && mq->queue_bytes + rec->bytes > KB_MQTT_BUFFER_BYTES)
             return KB_ERR_FULL;
     }
@@ -917,7 +944,7 @@ static kb_err_t kb_mqtt_produce(void *state, const kb_msg_t *msg, int timeout_ms
         mq->cursor = rec;
     mq->queue_bytes += rec->bytes;
     mq->st.produced++;
-    pthread_cond_signal(&mq->work_cond);
+    kb_mqtt_pump(mq);
     pthread_mutex_unlock(&mq->mtx);
     return KB_OK;
 }
@@ -928,8 +955,10 @@ static kb_err_t kb_mqtt_flush(void *state, int timeout_ms) {
     kb_err_t err = KB_OK;
     pthread_mutex_lock(&mq->mtx);
     while (mq->head || mq->n_acking) {
+        mq->empty_waiters++;
         int rc = timeout_ms < 0 ? pthread_cond_wait(&mq->space_cond, &mq->mtx)
                                 : pthread_cond_timedwait(&mq->space_cond, &mq->mtx, &deadline);
+        mq->empty_waiters--;
         if (rc == ETIMEDOUT && (mq->head || mq->n_acking)) {
             err = KB_ERR_TIMEDOUT;
             break;
