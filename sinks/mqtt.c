@@ -519,6 +519,8 @@ void kb_mqtt_core_connected(void *core, bool session_present, uint32_t max_packe
     /* exceeding the broker's Receive Maximum is a protocol error that costs the connection */
     if (receive_max > 0 && receive_max < window)
         window = receive_max;
+    if (mq->ops->max_window && mq->ops->max_window < window)
+        window = mq->ops->max_window;
     pthread_mutex_lock(&mq->mtx);
     mq->window = window;
     mq->connected = true;

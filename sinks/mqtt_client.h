@@ -72,6 +72,9 @@ typedef enum {
 
 typedef struct kb_mqtt_client_ops {
     const char *name; /* "paho", "mosquitto" */
+    /* The most messages in flight this library handles well (0: no limit of its own);
+     * the sink's window is min(max_inflight, the broker's Receive Maximum, this). */
+    unsigned max_window;
     /* Why this library cannot use uri (e.g. ws:// without websockets), or NULL. Static text. */
     const char *(*unsupported)(const char *uri);
     /* core is handed back in the connection callbacks. */
