@@ -27,30 +27,13 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 os.environ.setdefault("KB_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 import kbtest  # noqa: E402
-
-HZ = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
-
+from kafka_pipeline import cpu_seconds, start  # noqa: E402  (same helpers, same measure)
 
 def acked(url, sink):
     with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
         text = r.read().decode()
     m = re.search(r'kbridge_sink_messages_total\{[^}]*sink="%s"[^}]*result="acked"[^}]*\} (\d+)' % sink, text)
     return int(m.group(1)) if m else 0
-
-
-def start(cfg, logpath):
-    """kbridge with cfg, and the URL of its HTTP API (read from its log)."""
-    log = open(logpath, "w")
-    br = subprocess.Popen([kbtest.KBRIDGE, "--config", cfg], stderr=log)
-    port = kbtest.wait_for(lambda: re.search(r"http: listening on [^:]+:(\d+)", open(logpath).read()), 60,
-                           what="the HTTP API").group(1)
-    return br, "http://127.0.0.1:%s" % port
 
 
 def run_client(a, sim, broker, client, work):
