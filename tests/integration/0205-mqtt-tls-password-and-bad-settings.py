@@ -5,6 +5,8 @@
   cert_file and key_file kbridge's retained state reaches a TLS subscriber.
 - Password (mosquitto.sh auth): the right password_file works; the password
   never appears in the log.
+- A password over tcp:// (no TLS): a WARN at start on loopback; to any other
+  host, refused at start (exit 2) unless allow_plaintext_password = true.
 - A wrong password: a clear error in the log naming the sink and the
   broker's refusal, retried (the broker sees repeated attempts), no crash.
 - Bad settings exit 2 naming the key: a missing ca_file, a cert_file without
@@ -59,6 +61,8 @@ def test():
     wait_for(lambda: pods_retained(auth) == server(sim), 60, 0.3, "the state with a password")
     check(b.stop() == 0, "kbridge (password) exits 0 on SIGTERM")
     check(password not in b.logtext(), "the password is never logged")
+    check("WARN  main mqtt: sink=mqtt sends its password in clear text: uri %s is not ssl://" % auth.uri
+          in b.logtext(), "a password over tcp:// is warned about at start: %s" % b.logtext()[-1500:])
 
     wrong = os.path.join(tempfile.mkdtemp(prefix="kbtest-"), "wrong-password")
     with open(wrong, "w") as f:
@@ -86,6 +90,10 @@ def test():
                                                                       tls.env["KB_MQTT_CERT"]), "key_file")
     bad_config(sim, 'uri = "%s"; username = "u"; password_file = "/nonexistent/pw";' % auth.uri, "password_file")
     bad_config(sim, 'uri = "%s"; ca_file = "%s";' % (auth.uri, tls.env["KB_MQTT_CA"]), "ca_file")
+    # a password in clear text to a broker off this machine: refused before any connection is tried
+    # (192.0.2.1 is TEST-NET-1; nothing is sent to it)
+    bad_config(sim, 'uri = "tcp://192.0.2.1:1883"; username = "u"; password_file = "%s";'
+               % e["KB_MQTT_PASSWORD_FILE"], "password_file")
     sim.stop()
 
 
