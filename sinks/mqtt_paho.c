@@ -68,8 +68,9 @@ typedef struct kb_paho {
 static atomic_ulong kb_paho_heap_lines;
 
 static bool kb_paho_heap_line(const char *m) {
-    /* HeapScan's lines: "Heap scan start…", "Heap element size…", "  Content …", "Heap scan end" */
-    return !strncmp(m, "Heap ", 5) || !strncmp(m, "  Content", 9) || !strncmp(m, "Content ", 8);
+    /* HeapScan's lines ("Heap scan start…", "Heap element size…", "  Content …",
+     * "Heap scan end"), after paho's own timestamp prefix */
+    return strstr(m, "Heap ") || strstr(m, "Content ") || strstr(m, "heap use");
 }
 
 static void kb_paho_trace(enum MQTTASYNC_TRACE_LEVELS level, char *message) {
