@@ -516,8 +516,9 @@ static void kb_mqtt_schedule_reconnect(kb_mqtt_t *mq) {
 void kb_mqtt_core_connected(void *core, bool session_present, uint32_t max_packet, unsigned receive_max) {
     kb_mqtt_t *mq = core;
     size_t window = (size_t)mq->max_inflight;
-    /* exceeding the broker's Receive Maximum is a protocol error that costs the connection */
-    if (receive_max > 0 && receive_max < window)
+    /* exceeding the broker's Receive Maximum is a protocol error that costs the connection;
+     * it counts QoS 1 and 2 only (a QoS 0 record is in flight until written) */
+    if (mq->qos > 0 && receive_max > 0 && receive_max < window)
         window = receive_max;
     if (mq->ops->max_window && mq->ops->max_window < window)
         window = mq->ops->max_window;
