@@ -68,6 +68,12 @@ typedef struct kb_mosq {
     bool want_connect;    /* the sink asked for a connect attempt */
     bool sock_up;         /* a connection (or its attempt) is being looped */
     bool stop;
+    /* Held by the network thread while libmosquitto may run our callbacks (inside
+     * mosquitto_loop) and while it reports a failed connect; destroy takes it to
+     * set abandoned when the thread cannot be joined, so no callback reaches the
+     * sink after destroy returned. */
+    pthread_mutex_t cb_mtx;
+    bool abandoned;      /* cb_mtx */
     kb_mosq_slot_t *slots;
     uint64_t gen;         /* disconnects seen: a QoS 0 publish that straddles one is given back */
     bool disconnected;
@@ -239,8 +245,11 @@ static bool kb_mosq_try_connect(kb_mosq_t *c) {
     mosquitto_property_free_all(&props);
     if (rc == MOSQ_ERR_SUCCESS)
         return true;
-    kb_mqtt_core_connect_failed(c->core, false, mosquitto_strerror(rc),
-                                rc == MOSQ_ERR_ERRNO && err ? strerror(err) : NULL);
+    pthread_mutex_lock(&c->cb_mtx);
+    if (!c->abandoned)
+        kb_mqtt_core_connect_failed(c->core, false, mosquitto_strerror(rc),
+                                    rc == MOSQ_ERR_ERRNO && err ? strerror(err) : NULL);
+    pthread_mutex_unlock(&c->cb_mtx);
     return false;
 }
 
@@ -265,7 +274,9 @@ static void *kb_mosq_loop(void *arg) {
         }
         pthread_mutex_unlock(&c->mtx);
         /* returns on traffic, on a publish (threaded mode wakes it), or after 500 ms */
+        pthread_mutex_lock(&c->cb_mtx);
         int rc = mosquitto_loop(c->mosq, 500, 1);
+        pthread_mutex_unlock(&c->cb_mtx);
         pthread_mutex_lock(&c->mtx);
         if (rc != MOSQ_ERR_SUCCESS)
             c->sock_up = false; /* libmosquitto called on_disconnect; the sink decides when to retry */
@@ -280,6 +291,7 @@ static void kb_mosq_free(kb_mosq_t *c) {
     free(c->slots);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->mtx);
+    pthread_mutex_destroy(&c->cb_mtx);
     free(c);
 }
 
@@ -289,6 +301,7 @@ static kb_err_t kb_mosq_create(const kb_mqtt_settings_t *s, void *core, void **c
     c->s = *s;
     c->core = core;
     pthread_mutex_init(&c->mtx, NULL);
+    pthread_mutex_init(&c->cb_mtx, NULL);
     kb_cond_init_mono(&c->cond);
     c->slots = kb_calloc(KB_MOSQ_MIDS, sizeof(*c->slots));
     if (!kb_mosq_parse_uri(c, why, why_size))
@@ -403,8 +416,11 @@ static void kb_mosq_destroy(void *client) {
         if (pthread_timedjoin_np(c->thread, NULL, &deadline) != 0) {
             KB_WARN(KB_MOSQ_MOD, "sink=%s libmosquitto's connect did not return; its client is left behind",
                     c->s.name);
+            pthread_mutex_lock(&c->cb_mtx);
+            c->abandoned = true; /* the sink is going away: nothing may call back into it */
+            pthread_mutex_unlock(&c->cb_mtx);
             pthread_detach(c->thread);
-            return; /* the thread still uses c */
+            return; /* the thread still uses c (a small leak, at shutdown only) */
         }
     }
     kb_mosq_free(c); /* messages still held are dropped: the sink acks them STOPPED */
