@@ -12,16 +12,20 @@
  * tests prove both.
  *
  * One client per configured sink, one worker thread ("kb:mqtt/<name>")
- * that drives the connection and is the only caller of publish():
+ * that drives the connection:
  *
  *   produce()  ── builds payload + MQTT 5 properties on the caller's thread,
  *                 appends a record to the ordered list (bounded in bytes;
  *                 blocks up to timeout_ms, then KB_ERR_FULL).
- *   worker     ── connects (backoff with jitter), publishes the birth
- *                 message after every connect, then hands records to the
- *                 client strictly in list order while fewer than the window
- *                 (max_inflight, at most the broker's Receive Maximum) are
- *                 un-acknowledged.
+ *   worker     ── connects (backoff with jitter) and publishes the birth
+ *                 message after every connect; retries after a pause.
+ *   pump       ── hands records to the client strictly in list order while
+ *                 fewer than the window (max_inflight, at most the broker's
+ *                 Receive Maximum at QoS 1/2, at most what the library
+ *                 handles well) are un-acknowledged. Run by whichever thread
+ *                 adds a record or frees a window slot (the producer, the
+ *                 thread of an ack, the worker), one at a time: no thread
+ *                 hand-off per message, which was the cost that mattered.
  *   client     ── calls kb_mqtt_core_done once per record handed over: on
  *                 PUBACK (QoS 1), PUBCOMP (QoS 2) or after the write (QoS 0).
  *                 Only then is the record acked upstream.

@@ -9,10 +9,12 @@
  *
  * Ownership: the sink creates one client per sink and destroys it; a
  * kb_mqtt_pub_t is borrowed for the publish() call only (the layer copies
- * what it keeps). Threads: connect/publish/replace are called by the sink's
- * worker thread, disconnect/destroy by the bridge's main thread after the
- * worker stopped; the kb_mqtt_core_* callbacks run on library threads (or
- * inside publish()) and never while the layer holds a lock of its own.
+ * what it keeps). Threads: connect/replace are called by the sink's worker,
+ * publish by one thread at a time (the sink's pump: a producer, the worker,
+ * or a library thread inside kb_mqtt_core_done), disconnect/destroy by the
+ * bridge's main thread after the worker stopped; the kb_mqtt_core_*
+ * callbacks run on library threads (or inside publish()) and never while the
+ * layer holds a lock that publish() takes.
  */
 #ifndef KB_SINKS_MQTT_CLIENT_H
 #define KB_SINKS_MQTT_CLIENT_H
