@@ -3,7 +3,8 @@
  *   bench_mqtt URI COUNT PAYLOAD_BYTES QOS [MAX_INFLIGHT] [LINES_FILE] [CLIENT_ID]
  *
  * Produces COUNT events whose envelope is ~PAYLOAD_BYTES, spread over 100
- * topics, through kb_sink_mqtt_ops (MQTT 5), and prints messages/s and the
+ * topics, through kb_sink_mqtt_ops (MQTT 5; KB_BENCH_CLIENT=paho|mosquitto picks the
+ * client library, default mosquitto), and prints messages/s and the
  * p50/p99 of produce()→ack. With LINES_FILE it also writes the same payloads,
  * one per line, so `mosquitto_pub -l` can publish identical bytes (see
  * bench/mqtt.sh). Not a test: numbers depend on the machine.
@@ -70,6 +71,8 @@ int main(int argc, char **argv) {
     conf.version = 5;
     conf.keepalive = 30;
     conf.max_inflight = inflight;
+    const char *client = getenv("KB_BENCH_CLIENT") ? getenv("KB_BENCH_CLIENT") : "mosquitto";
+    conf.mqtt_client = strcmp(client, "paho") ? KB_MQTT_CLIENT_MOSQUITTO : KB_MQTT_CLIENT_PAHO;
     /* KB_BENCH_SINKS=N: N sinks (N paho clients in this process), topics sharded by index. */
     int n_sinks = getenv("KB_BENCH_SINKS") ? atoi(getenv("KB_BENCH_SINKS")) : 1;
     if (n_sinks < 1 || n_sinks > 16)
@@ -154,8 +157,9 @@ int main(int argc, char **argv) {
     int64_t t1 = kb_now_mono_ns();
     qsort(b.lat_ns, count, sizeof(int64_t), cmp_i64);
     double secs = (double)(t1 - t0) / 1e9;
-    printf("kbridge-sink clients=%d qos=%d size=%zu count=%zu inflight=%d: %.0f msg/s, %.1f MB/s, p50=%.2f ms p99=%.2f ms\n",
-           n_sinks, qos, env_len, count, inflight, (double)count / secs, (double)count * (double)env_len / secs / 1e6,
+    printf("kbridge-sink/%s clients=%d qos=%d size=%zu count=%zu inflight=%d: %.0f msg/s, %.1f MB/s, p50=%.2f ms "
+           "p99=%.2f ms\n",
+           conf.mqtt_client == KB_MQTT_CLIENT_PAHO ? "paho" : "mosquitto", n_sinks, qos, env_len, count, inflight, (double)count / secs, (double)count * (double)env_len / secs / 1e6,
            (double)b.lat_ns[count / 2] / 1e6, (double)b.lat_ns[count * 99 / 100] / 1e6);
     for (int k = 0; k < n_sinks; k++)
         kb_sink_mqtt_ops.destroy(sts[k]);

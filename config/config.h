@@ -24,6 +24,7 @@ typedef enum { KB_SINK_FILE = 0, KB_SINK_KAFKA = 1, KB_SINK_MQTT = 2 } kb_sink_t
 typedef enum { KB_FORMAT_JSON = 0, KB_FORMAT_CE_STRUCTURED = 1, KB_FORMAT_CE_BINARY = 2 } kb_format_t;
 typedef enum { KB_MODE_EVENTS = 0, KB_MODE_STATE = 1 } kb_mode_t;
 typedef enum { KB_REFUSED_STOP = 0, KB_REFUSED_DEAD_LETTER = 1 } kb_refused_t;
+typedef enum { KB_MQTT_CLIENT_PAHO = 0, KB_MQTT_CLIENT_MOSQUITTO = 1 } kb_mqtt_client_t;
 
 typedef struct kb_strlist {
     char **v;   /* n strings, owned */
@@ -95,7 +96,9 @@ typedef struct kb_config_sink {
     char *username, *password_file;
     char *ca_file, *cert_file, *key_file;
     int keepalive;       /* seconds, 30 */
-    int max_inflight;    /* 1000 */
+    int max_inflight;    /* 256 */
+    kb_mqtt_client_t mqtt_client; /* "client": the library behind the sink */
+    bool allow_plaintext_password; /* a password over tcp:// to a non-loopback broker */
 } kb_config_sink_t;
 
 #define KB_ROUTE_TYPES_ALL 0x1fu /* bit (1 << kb_event_type_t) */

@@ -29,6 +29,7 @@ static const char *const kb_v_format[] = {"json", "cloudevents-structured", "clo
 static const char *const kb_v_mode[] = {"events", "state", NULL};
 static const char *const kb_v_mqtt_version[] = {"3", "5", NULL};
 static const char *const kb_v_refused[] = {"stop", "dead_letter", NULL};
+static const char *const kb_v_mqtt_client[] = {"paho", "mosquitto", NULL};
 
 #define FILE_ONLY (1u << KB_SINK_FILE)
 #define KAFKA_ONLY (1u << KB_SINK_KAFKA)
@@ -275,8 +276,15 @@ static const kb_ckey_t kb_keys_sink[] = {
      .flags = KB_CF_FILE, .doc = "Private key (PEM) of cert_file."},
     {.name = "keepalive", .type = KB_CT_INT, .off = SNK(keepalive), .def = "30", .min = 0, .max = 65535,
      .only = MQTT_ONLY, .doc = "Keep-alive interval in seconds."},
-    {.name = "max_inflight", .type = KB_CT_INT, .off = SNK(max_inflight), .def = "1000", .min = 1, .max = 65535,
-     .only = MQTT_ONLY, .doc = "Messages published but not yet acknowledged, at most."},
+    {.name = "max_inflight", .type = KB_CT_INT, .off = SNK(max_inflight), .def = "256", .min = 1, .max = 65535,
+     .only = MQTT_ONLY, .doc = "Messages published but not yet acknowledged, at most (the broker's Receive "
+                               "Maximum lowers it)."},
+    {.name = "client", .type = KB_CT_ENUM, .off = SNK(mqtt_client), .def = "mosquitto",
+     .values = kb_v_mqtt_client, .only = MQTT_ONLY,
+     .doc = "MQTT client library: \"mosquitto\" (libmosquitto, the faster) or \"paho\" (Eclipse Paho C)."},
+    {.name = "allow_plaintext_password", .type = KB_CT_BOOL, .off = SNK(allow_plaintext_password),
+     .def = "false", .only = MQTT_ONLY,
+     .doc = "Allow password_file over tcp:// (no TLS) to a broker that is not on this machine."},
 };
 #undef SNK
 

@@ -1,58 +1,66 @@
-/* sinks/mqtt.c — the MQTT sink (paho.mqtt.c asynchronous API); docs/mqtt.md.
+/* sinks/mqtt.c — the MQTT sink: everything MQTT, written once, over a thin client layer.
  *
  * DESIGN
  *
- * One paho client per configured sink, one worker thread ("kb:mqtt/<name>")
- * that owns the connection and is the only caller of MQTTAsync_sendMessage.
+ * The protocol logic lives here and the client library behind it is chosen
+ * per sink (sinks[].client): sinks/mqtt_paho.c or sinks/mqtt_mosq.c, both
+ * behind sinks/mqtt_client.h. Why: Debian's paho is built with its function
+ * trace and heap tracking compiled in (global mutexes on every call and
+ * allocation), which caps it far below the wire; libmosquitto has no such
+ * cost. Keeping the logic in one place means both clients give the same
+ * topics, payloads, properties, ordering and acknowledgements, and the same
+ * tests prove both.
+ *
+ * One client per configured sink, one worker thread ("kb:mqtt/<name>")
+ * that drives the connection:
  *
  *   produce()  ── builds payload + MQTT 5 properties on the caller's thread,
  *                 appends a record to the ordered list (bounded in bytes;
  *                 blocks up to timeout_ms, then KB_ERR_FULL).
- *   worker     ── connects (backoff with jitter), publishes the birth
- *                 message after every connect, then hands records to paho
- *                 strictly in list order while fewer than max_inflight are
- *                 un-acknowledged.
- *   paho       ── calls kb_mqtt_on_sent / kb_mqtt_on_failed once per record
- *                 handed over: on PUBACK (QoS 1), PUBCOMP (QoS 2) or after
- *                 the write (QoS 0). Only then is the record acked upstream.
+ *   worker     ── connects (backoff with jitter) and publishes the birth
+ *                 message after every connect; retries after a pause.
+ *   pump       ── hands records to the client strictly in list order while
+ *                 fewer than the window (max_inflight, at most the broker's
+ *                 Receive Maximum at QoS 1/2, at most what the library
+ *                 handles well) are un-acknowledged. Run by whichever thread
+ *                 adds a record or frees a window slot (the producer, the
+ *                 thread of an ack, the worker), one at a time: no thread
+ *                 hand-off per message, which was the cost that mattered.
+ *   client     ── calls kb_mqtt_core_done once per record handed over: on
+ *                 PUBACK (QoS 1), PUBCOMP (QoS 2) or after the write (QoS 0).
+ *                 Only then is the record acked upstream.
  *
  * The list is the sink's memory of everything not yet acknowledged, in
- * produce order; `cursor` points at the first record not handed to paho.
- * Records ahead of the cursor are in flight inside paho. Across a broker
- * restart the session is persistent (clean session/clean start = 0, a
- * session expiry on v5), so paho retransmits its in-flight records with the
- * same packet ids before anything new is sent, and QoS 2 stays exactly-once.
- * If the broker lost the session, paho fails those records with
- * "operation incomplete"; they go back to QUEUED at their place in the list
- * and the cursor moves back, so they are sent again in the original order
+ * produce order; `cursor` points at the first record not handed over.
+ * Across a broker restart the session is persistent (clean session/clean
+ * start = 0, a session expiry on v5), so the library retransmits its
+ * in-flight records before anything new is sent, and QoS 2 stays
+ * exactly-once. If a client gives a record back (DONE_RETRY: the broker lost
+ * the session, the write failed), it goes back to QUEUED at its place and
+ * the cursor moves back, so it is sent again in the original order
  * (duplicates are possible then, losses are not). A record that keeps
- * coming back (the broker drops the connection each time it is sent) is
- * given up after KB_MQTT_MAX_ATTEMPTS with an error ack: never a loop.
+ * coming back is given up after KB_MQTT_MAX_ATTEMPTS with an error ack:
+ * never a loop.
  *
- * A paho 1.3.12 defect shapes one path: when the socket breaks while a
- * QoS>0 PUBLISH is being written, paho fails the command (token 0) and frees
- * its topic and payload although the stored in-flight copy still points at
- * them; the next session resume (or MQTTAsync_destroy) would use that freed
- * memory. When we see that failure the handle is "poisoned": the worker
- * abandons it (never resumed, never destroyed — a small leak per event),
- * puts every in-flight record back in the queue, creates a fresh handle and
- * connects it once with a clean session (a fresh handle's packet ids could
- * collide with the old session's QoS 2 state), then persistent again. That
- * one reconnect is at-least-once; ordering still holds.
+ * DONE_MIDWRITE (paho 1.3.12 frees a QoS>0 message it still references when
+ * the socket breaks mid-write, see sinks/mqtt_paho.c) "poisons" the handle:
+ * before the next connect the worker asks the layer to replace it, puts
+ * every in-flight record back in the queue and connects once with a clean
+ * session. That one reconnect is at-least-once; ordering still holds.
  *
  * Messages the broker could never take (topic over 65535 bytes, packet over
  * the broker's Maximum Packet Size, cloudevents-binary on MQTT 3.1.1) are
- * refused in produce() with an error ack, counted and logged (rate-limited);
- * they never reach the connection, so they cannot cause a disconnect loop.
+ * refused in produce() with an error ack, counted and logged (rate-limited,
+ * naming the object, never its content); they never reach the connection.
  *
- * Invariants (under mq->mtx): a QUEUED record has no paho callback pending;
- * a SENT record has exactly one. n_inflight counts SENT records. A record is
+ * Invariants (under mq->mtx): a QUEUED record has no done() pending; a SENT
+ * record has exactly one. n_inflight counts SENT records. A record is
  * unlinked under the lock before its ack runs, and acks run without the lock.
  *
- * Lock order: mq->mtx only; never held while calling paho or an ack.
- * paho's trace output is routed into common/log (process-wide, set once).
+ * Lock order: mq->mtx only; never held while calling the client or an ack.
  */
 #include "sinks/envelope.h"
+#include "sinks/mqtt_client.h"
 #include "sinks/sink.h"
 
 #include "common/alloc.h"
@@ -61,8 +69,7 @@
 #include "common/secret.h"
 #include "common/time.h"
 
-#include <MQTTAsync.h>
-
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -90,14 +97,19 @@ typedef struct kb_mqtt kb_mqtt_t;
 
 typedef struct kb_mqtt_rec {
     struct kb_mqtt_rec *prev, *next; /* list links; mq->mtx */
-    kb_mqtt_t *mq;                   /* back pointer for paho's callbacks */
+    kb_mqtt_t *mq;                   /* back pointer for the client's done() */
     kb_mqtt_state_t state;           /* mq->mtx */
-    int attempts;                    /* times handed to paho; mq->mtx */
+    int attempts;                    /* times handed over; mq->mtx */
+    bool status;                     /* the birth/offline message (mq->status_rec), not in the list */
     char *topic;                     /* owned, NUL-terminated */
     char *payload;                   /* owned; NULL for a zero-length message */
     size_t payload_len;
-    MQTTProperties props;            /* MQTT 5 only; owned */
-    int retained;
+    kb_mqtt_uprop_t uprops[KB_MQTT_MAX_UPROPS]; /* MQTT 5 only; point into propmem */
+    size_t n_uprops;
+    const char *content_type;        /* MQTT 5 only; static text or into propmem */
+    char *propmem;                   /* owned: the user properties' bytes */
+    size_t prop_bytes;               /* their encoded length in the PUBLISH */
+    bool retained;
     size_t bytes;                    /* what this record counts in queue_bytes */
     kb_ack_fn ack;
     void *ack_opaque;
@@ -109,57 +121,60 @@ struct kb_mqtt {
     char *ca_file, *cert_file, *key_file;
     int qos, version, keepalive, max_inflight;
     bool tls;
-    MQTTAsync client;
+    const kb_mqtt_client_ops_t *ops;
+    void *client;
+    kb_mqtt_rec_t status_rec;  /* tag of the birth/offline publishes */
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
 
     pthread_mutex_t mtx;
-    pthread_cond_t work_cond;  /* worker waits: new record, ack, connection change */
-    pthread_cond_t space_cond; /* producers and flush wait: a record left the list */
+    pthread_cond_t work_cond;  /* worker waits: connection change, requeue, timers */
+    pthread_cond_t space_cond; /* producers (room) and flush (empty list) wait */
     /* everything below: mq->mtx */
     kb_mqtt_rec_t *head, *tail, *cursor;
     size_t queue_bytes, n_inflight;
     size_t n_acking;           /* unlinked records whose ack is running (flush waits for them) */
+    size_t room_waiters;       /* producers waiting in kb_mqtt_wait_room */
+    size_t empty_waiters;      /* flush calls waiting for the list to drain */
+    bool pumping;              /* a thread is inside kb_mqtt_pump (the only one handing records over) */
     bool connected, connecting, birth_pending, closing;
-    bool poisoned;             /* paho's handle holds freed memory: replace it (see DESIGN) */
+    bool poisoned;             /* the client's handle must be replaced (see DESIGN) */
     bool clean_next;           /* the next connect starts a clean session */
     int64_t next_connect_ns;   /* monotonic; when the next connect may start */
     int64_t backoff_ms;
     int64_t send_pause_ns;     /* after a transient send error: not before this */
     uint64_t max_packet;       /* the broker's Maximum Packet Size */
     size_t window;             /* in-flight bound: min(max_inflight, the broker's Receive Maximum) */
-    int offline_done;          /* destroy: 1 when the "offline" publish completed */
+    bool offline_done;         /* destroy: the "offline" publish completed */
     kb_sink_stats_t st;
 };
 
 static kb_ratelimit_t kb_mqtt_refuse_rl;
 static kb_ratelimit_t kb_mqtt_fail_rl;
 
-/* ------------------------------------------------------------------ paho log */
-
-static void kb_mqtt_trace(enum MQTTASYNC_TRACE_LEVELS level, char *message) {
-    if (level >= MQTTASYNC_TRACE_SEVERE)
-        KB_ERROR("paho", "%s", message);
-    else if (level >= MQTTASYNC_TRACE_ERROR)
-        KB_WARN("paho", "%s", message);
-    else
-        KB_DEBUG("paho", "%s", message);
-}
-
-static pthread_once_t kb_mqtt_trace_once = PTHREAD_ONCE_INIT;
-
-static void kb_mqtt_trace_setup(void) {
-    /* PROTOCOL level names packets, never the password. */
-    int debug = atomic_load(&kb_log_min_level) <= KB_LOG_DEBUG;
-    MQTTAsync_setTraceLevel(debug ? MQTTASYNC_TRACE_PROTOCOL : MQTTASYNC_TRACE_ERROR);
-    MQTTAsync_setTraceCallback(kb_mqtt_trace);
+static const kb_mqtt_client_ops_t *kb_mqtt_client_for(int client) {
+    return client == KB_MQTT_CLIENT_MOSQUITTO ? &kb_mqtt_mosq_ops : &kb_mqtt_paho_ops;
 }
 
 /* ------------------------------------------------------------- validation */
 
 static bool kb_mqtt_tls_uri(const char *uri) {
     return !strncmp(uri, "ssl://", 6) || !strncmp(uri, "mqtts://", 8) || !strncmp(uri, "wss://", 6);
+}
+
+/* The host part of a URI names this machine (127.0.0.0/8, ::1, localhost). */
+static bool kb_mqtt_loopback_uri(const char *uri) {
+    const char *h = strstr(uri, "://");
+    if (!h)
+        return false;
+    h += 3;
+    if (!strncmp(h, "[::1]", 5))
+        return true;
+    size_t n = strcspn(h, ":/");
+    if (n == 9 && !strncasecmp(h, "localhost", 9))
+        return true;
+    return !strncmp(h, "127.", 4);
 }
 
 static kb_err_t kb_mqtt_conf_err(char *errstr, size_t errstr_size, const kb_config_t *cfg, int line,
@@ -243,6 +258,16 @@ static kb_err_t kb_mqtt_validate(const kb_config_sink_t *conf, const kb_config_t
             return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "password_file", "%s", why);
         free(pw);
     }
+    const char *no = kb_mqtt_client_for(conf->mqtt_client)->unsupported(conf->uri);
+    if (no)
+        return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "client", "\"%s\" %s (uri \"%s\")",
+                                kb_mqtt_client_for(conf->mqtt_client)->name, no, conf->uri);
+    if (kb_mqtt_set(conf->password_file) && !kb_mqtt_tls_uri(conf->uri) && !kb_mqtt_loopback_uri(conf->uri) &&
+        !conf->allow_plaintext_password)
+        return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "password_file",
+                                "the password would cross the network in clear text (uri \"%s\" is not ssl://, "
+                                "mqtts:// or wss://); use TLS, or set allow_plaintext_password = true",
+                                conf->uri);
     const struct {
         const char *key, *path;
     } files[] = {{"ca_file", conf->ca_file}, {"cert_file", conf->cert_file}, {"key_file", conf->key_file}};
@@ -277,28 +302,42 @@ static void kb_mqtt_rec_free(kb_mqtt_rec_t *rec) {
         return;
     free(rec->topic);
     free(rec->payload);
-    MQTTProperties_free(&rec->props);
+    free(rec->propmem);
     free(rec);
 }
 
-static void kb_mqtt_prop_str(MQTTProperties *props, enum MQTTPropertyCodes id, const char *value) {
-    MQTTProperty p;
-    memset(&p, 0, sizeof(p));
-    p.identifier = id;
-    p.value.data.data = (char *)value;
-    p.value.data.len = (int)strlen(value);
-    MQTTProperties_add(props, &p);
+/* The user properties of one message, collected before their bytes settle. */
+typedef struct kb_mqtt_props {
+    kb_buf_t mem;                      /* name\0value\0 pairs */
+    size_t name_off[KB_MQTT_MAX_UPROPS], value_off[KB_MQTT_MAX_UPROPS], value_len[KB_MQTT_MAX_UPROPS];
+    size_t n, ct_off;                  /* ct_off: SIZE_MAX = no content type kept in mem */
+} kb_mqtt_props_t;
+
+static void kb_mqtt_prop_user(kb_mqtt_props_t *p, const char *name, const char *value, size_t value_len) {
+    assert(p->n < KB_MQTT_MAX_UPROPS);
+    p->name_off[p->n] = p->mem.len;
+    kb_buf_append(&p->mem, name, strlen(name) + 1);
+    p->value_off[p->n] = p->mem.len;
+    p->value_len[p->n] = value_len;
+    kb_buf_append(&p->mem, value, value_len);
+    kb_buf_append_char(&p->mem, '\0');
+    p->n++;
 }
 
-static void kb_mqtt_prop_user(MQTTProperties *props, const char *name, const char *value, size_t value_len) {
-    MQTTProperty p;
-    memset(&p, 0, sizeof(p));
-    p.identifier = MQTTPROPERTY_CODE_USER_PROPERTY;
-    p.value.data.data = (char *)name;
-    p.value.data.len = (int)strlen(name);
-    p.value.value.data = (char *)value;
-    p.value.value.len = (int)value_len;
-    MQTTProperties_add(props, &p);
+/* Move the collected properties into rec and count their encoded bytes. */
+static void kb_mqtt_props_settle(kb_mqtt_props_t *p, kb_mqtt_rec_t *rec) {
+    rec->propmem = kb_buf_steal(&p->mem, NULL);
+    rec->n_uprops = p->n;
+    for (size_t i = 0; i < p->n; i++) {
+        rec->uprops[i].name = rec->propmem + p->name_off[i];
+        rec->uprops[i].value = rec->propmem + p->value_off[i];
+        rec->uprops[i].value_len = p->value_len[i];
+        rec->prop_bytes += 1 + 2 + strlen(rec->uprops[i].name) + 2 + p->value_len[i];
+    }
+    if (p->ct_off != SIZE_MAX)
+        rec->content_type = rec->propmem + p->ct_off;
+    if (rec->content_type)
+        rec->prop_bytes += 1 + 2 + strlen(rec->content_type);
 }
 
 /* Payload and properties for one message. Returns KB_ERR_UNSUPPORTED for a
@@ -307,35 +346,33 @@ static kb_err_t kb_mqtt_rec_fill(const kb_mqtt_t *mq, const kb_msg_t *msg, kb_mq
     const kb_event_t *ev = msg->ev;
     bool v5 = mq->version == 5;
     kb_buf_t buf = KB_BUF_INIT;
+    kb_mqtt_props_t props = {.mem = KB_BUF_INIT, .ct_off = SIZE_MAX};
     if (!ev) {
         /* A raw record (a heartbeat): the bytes as they are, never retained. */
         kb_buf_append(&buf, msg->raw, msg->raw_len);
-        if (v5)
-            kb_mqtt_prop_str(&rec->props, MQTTPROPERTY_CODE_CONTENT_TYPE, "application/json");
+        rec->content_type = v5 ? "application/json" : NULL;
         rec->payload = kb_buf_steal(&buf, &rec->payload_len);
         rec->retained = false;
+        kb_mqtt_props_settle(&props, rec);
         return KB_OK;
     }
     bool tombstone = msg->mode == KB_MODE_STATE && ev->type == KB_EV_DELETED;
     if (msg->format == KB_FORMAT_CE_BINARY && !v5)
         return KB_ERR_UNSUPPORTED;
     if (v5) {
-        kb_mqtt_prop_user(&rec->props, "k8s-type", kb_event_type_name(ev->type),
-                          strlen(kb_event_type_name(ev->type)));
-        kb_mqtt_prop_user(&rec->props, "k8s-resource-version", ev->rv, ev->rv_len);
-        kb_mqtt_prop_user(&rec->props, "k8s-uid", ev->uid, ev->uid_len);
+        const char *type = kb_event_type_name(ev->type);
+        kb_mqtt_prop_user(&props, "k8s-type", type, strlen(type));
+        kb_mqtt_prop_user(&props, "k8s-resource-version", ev->rv, ev->rv_len);
+        kb_mqtt_prop_user(&props, "k8s-uid", ev->uid, ev->uid_len);
     }
     if (tombstone) {
         /* zero-length retained: the broker forgets the object */
     } else if (msg->format == KB_FORMAT_JSON) {
         kb_envelope_json(ev, &buf);
-        if (v5)
-            kb_mqtt_prop_str(&rec->props, MQTTPROPERTY_CODE_CONTENT_TYPE, "application/json");
+        rec->content_type = v5 ? "application/json" : NULL;
     } else if (msg->format == KB_FORMAT_CE_STRUCTURED) {
         kb_envelope_ce_structured(ev, msg->key, msg->key_len, &buf);
-        if (v5)
-            kb_mqtt_prop_str(&rec->props, MQTTPROPERTY_CODE_CONTENT_TYPE,
-                             "application/cloudevents+json; charset=UTF-8");
+        rec->content_type = v5 ? "application/cloudevents+json; charset=UTF-8" : NULL;
     } else {
         /* CloudEvents MQTT binding, binary mode: data is the object, attributes
          * are user properties, datacontenttype is the Content Type. */
@@ -343,24 +380,27 @@ static kb_err_t kb_mqtt_rec_fill(const kb_mqtt_t *mq, const kb_msg_t *msg, kb_mq
         kb_buf_t storage = KB_BUF_INIT;
         kb_envelope_ce_attrs(ev, msg->key, msg->key_len, attrs, &storage);
         for (int i = 0; i < KB_CE_ATTR_COUNT; i++) {
-            if (!strcmp(attrs[i].name, "datacontenttype"))
-                kb_mqtt_prop_str(&rec->props, MQTTPROPERTY_CODE_CONTENT_TYPE, attrs[i].value);
-            else
-                kb_mqtt_prop_user(&rec->props, attrs[i].name, attrs[i].value, strlen(attrs[i].value));
+            if (!strcmp(attrs[i].name, "datacontenttype")) {
+                props.ct_off = props.mem.len;
+                kb_buf_append(&props.mem, attrs[i].value, strlen(attrs[i].value) + 1);
+            } else {
+                kb_mqtt_prop_user(&props, attrs[i].name, attrs[i].value, strlen(attrs[i].value));
+            }
         }
         kb_buf_fini(&storage);
         kb_buf_append(&buf, ev->obj, ev->obj_len);
     }
     rec->payload = kb_buf_steal(&buf, &rec->payload_len);
     rec->retained = msg->mode == KB_MODE_STATE;
+    kb_mqtt_props_settle(&props, rec);
     return KB_OK;
 }
 
 /* Bytes of the PUBLISH packet this record makes (fixed header at its largest). */
 static uint64_t kb_mqtt_packet_size(const kb_mqtt_rec_t *rec, size_t topic_len) {
     uint64_t n = 1 + 4 + 2 + (uint64_t)topic_len + 2 + rec->payload_len;
-    if (rec->props.count > 0)
-        n += 4 + (uint64_t)rec->props.length;
+    if (rec->mq->version == 5)
+        n += 4 + (uint64_t)rec->prop_bytes;
     return n;
 }
 
@@ -382,12 +422,13 @@ static void kb_mqtt_unlink(kb_mqtt_t *mq, kb_mqtt_rec_t *rec) {
     if (rec->state == KB_MQTT_SENT)
         mq->n_inflight--;
     mq->queue_bytes -= rec->bytes;
-    pthread_cond_broadcast(&mq->space_cond);
-    pthread_cond_signal(&mq->work_cond);
+    if (mq->room_waiters)
+        pthread_cond_broadcast(&mq->space_cond);
 }
 
 /* Put a SENT record back in the queue at its place (mq->mtx held). */
 static void kb_mqtt_requeue(kb_mqtt_t *mq, kb_mqtt_rec_t *rec) {
+    assert(rec->state == KB_MQTT_SENT);
     rec->state = KB_MQTT_QUEUED;
     mq->n_inflight--;
     /* The cursor must be the first QUEUED record; rec may be before it. */
@@ -398,6 +439,8 @@ static void kb_mqtt_requeue(kb_mqtt_t *mq, kb_mqtt_rec_t *rec) {
         mq->cursor = rec;
     pthread_cond_signal(&mq->work_cond);
 }
+
+static void kb_mqtt_pump(kb_mqtt_t *mq);
 
 /* Unlink, count and ack one record with err; takes and drops mq->mtx. */
 static void kb_mqtt_finish(kb_mqtt_t *mq, kb_mqtt_rec_t *rec, kb_err_t err) {
@@ -412,34 +455,43 @@ static void kb_mqtt_finish(kb_mqtt_t *mq, kb_mqtt_rec_t *rec, kb_err_t err) {
     rec->ack(rec->ack_opaque, err);
     kb_mqtt_rec_free(rec);
     pthread_mutex_lock(&mq->mtx);
-    if (--mq->n_acking == 0)
+    if (--mq->n_acking == 0 && !mq->head && mq->empty_waiters)
         pthread_cond_broadcast(&mq->space_cond);
+    kb_mqtt_pump(mq); /* the window has room again */
     pthread_mutex_unlock(&mq->mtx);
 }
 
-/* ----------------------------------------------------- paho publish callbacks */
+/* ------------------------------------------------- callbacks from the client */
 
-static void kb_mqtt_on_sent(void *context) {
-    kb_mqtt_rec_t *rec = context;
-    kb_mqtt_finish(rec->mq, rec, KB_OK);
+static void kb_mqtt_status_done(kb_mqtt_t *mq) {
+    pthread_mutex_lock(&mq->mtx);
+    mq->offline_done = true;
+    pthread_cond_broadcast(&mq->space_cond);
+    pthread_mutex_unlock(&mq->mtx);
 }
 
-/* A handed-over record failed. reason >= 0x80 is the broker's verdict on the
- * message (MQTT 5 PUBACK/PUBREC): final. Anything else is the connection's
- * fault: send again in order, unless we are closing or it keeps happening. */
-static void kb_mqtt_on_failed(kb_mqtt_rec_t *rec, int token, int code, int reason) {
+void kb_mqtt_core_done(void *tag, kb_mqtt_done_t how, const char *why) {
+    kb_mqtt_rec_t *rec = tag;
     kb_mqtt_t *mq = rec->mq;
+    if (rec->status) {
+        kb_mqtt_status_done(mq);
+        return;
+    }
+    if (how == KB_MQTT_DONE_OK) {
+        kb_mqtt_finish(mq, rec, KB_OK);
+        return;
+    }
     kb_err_t final = KB_OK;
     uint64_t suppressed = 0;
     pthread_mutex_lock(&mq->mtx);
-    if (token == 0 && mq->qos > 0 && reason < 0x80 && !mq->poisoned) {
+    if (how == KB_MQTT_DONE_MIDWRITE && mq->qos > 0 && !mq->poisoned && mq->ops->replace) {
         mq->poisoned = true;
-        KB_WARN(KB_MQTT_MOD, "sink=%s publish failed mid-write (%s); the client handle will be replaced",
-                mq->name, MQTTAsync_strerror(code));
+        KB_WARN(KB_MQTT_MOD, "sink=%s publish failed mid-write (%s); the client handle will be replaced", mq->name,
+                why ? why : "-");
     }
-    if (reason >= 0x80)
+    if (how == KB_MQTT_DONE_REFUSED)
         final = KB_ERR_DELIVERY;
-    else if (mq->closing)
+    else if (mq->closing || how == KB_MQTT_DONE_STOPPED)
         final = KB_ERR_STOPPED;
     else if (rec->attempts >= KB_MQTT_MAX_ATTEMPTS)
         final = KB_ERR_DELIVERY;
@@ -451,33 +503,10 @@ static void kb_mqtt_on_failed(kb_mqtt_rec_t *rec, int token, int code, int reaso
     if (final == KB_OK)
         return;
     if (final != KB_ERR_STOPPED && kb_ratelimit_allow(&kb_mqtt_fail_rl, 5000, &suppressed))
-        KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: publish failed for good: %s (code=%d attempts=%d suppressed=%llu)",
-                 mq->name, rec->topic,
-                 reason >= 0x80 ? MQTTReasonCode_toString((enum MQTTReasonCodes)reason) : MQTTAsync_strerror(code),
-                 code, rec->attempts, (unsigned long long)suppressed);
+        KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: publish failed for good: %s (attempts=%d suppressed=%llu)", mq->name,
+                 rec->topic, why ? why : "-", rec->attempts, (unsigned long long)suppressed);
     kb_mqtt_finish(mq, rec, final);
 }
-
-static void kb_mqtt_on_sent3(void *context, MQTTAsync_successData *resp) {
-    KB_UNUSED(resp);
-    kb_mqtt_on_sent(context);
-}
-
-static void kb_mqtt_on_sent5(void *context, MQTTAsync_successData5 *resp) {
-    KB_UNUSED(resp);
-    kb_mqtt_on_sent(context);
-}
-
-static void kb_mqtt_on_failed3(void *context, MQTTAsync_failureData *resp) {
-    kb_mqtt_on_failed(context, resp ? resp->token : 0, resp ? resp->code : MQTTASYNC_FAILURE, 0);
-}
-
-static void kb_mqtt_on_failed5(void *context, MQTTAsync_failureData5 *resp) {
-    kb_mqtt_on_failed(context, resp ? resp->token : 0, resp ? resp->code : MQTTASYNC_FAILURE,
-                      resp ? (int)resp->reasonCode : 0);
-}
-
-/* ------------------------------------------------------- connection callbacks */
 
 static void kb_mqtt_schedule_reconnect(kb_mqtt_t *mq) {
     /* mq->mtx held. Exponential backoff with ±25 % jitter. */
@@ -488,65 +517,52 @@ static void kb_mqtt_schedule_reconnect(kb_mqtt_t *mq) {
         mq->backoff_ms = KB_MQTT_BACKOFF_MAX_MS;
 }
 
-static void kb_mqtt_connected(kb_mqtt_t *mq, int session_present, const MQTTProperties *props) {
-    uint64_t max_packet = KB_MQTT_DEFAULT_MAX_PACKET;
-    if (props && MQTTProperties_hasProperty((MQTTProperties *)props, MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE))
-        max_packet = (uint64_t)(uint32_t)MQTTProperties_getNumericValue((MQTTProperties *)props,
-                                                                        MQTTPROPERTY_CODE_MAXIMUM_PACKET_SIZE);
+void kb_mqtt_core_connected(void *core, bool session_present, uint32_t max_packet, unsigned receive_max) {
+    kb_mqtt_t *mq = core;
     size_t window = (size_t)mq->max_inflight;
-    if (props && MQTTProperties_hasProperty((MQTTProperties *)props, MQTTPROPERTY_CODE_RECEIVE_MAXIMUM)) {
-        /* exceeding the broker's Receive Maximum is a protocol error that costs the connection */
-        int rm = MQTTProperties_getNumericValue((MQTTProperties *)props, MQTTPROPERTY_CODE_RECEIVE_MAXIMUM);
-        if (rm > 0 && (size_t)rm < window)
-            window = (size_t)rm;
-    }
+    /* exceeding the broker's Receive Maximum is a protocol error that costs the connection;
+     * it counts QoS 1 and 2 only (a QoS 0 record is in flight until written) */
+    if (mq->qos > 0 && receive_max > 0 && receive_max < window)
+        window = receive_max;
+    if (mq->ops->max_window && mq->ops->max_window < window)
+        window = mq->ops->max_window;
     pthread_mutex_lock(&mq->mtx);
     mq->window = window;
     mq->connected = true;
     mq->connecting = false;
     mq->birth_pending = true;
     mq->backoff_ms = KB_MQTT_BACKOFF_MIN_MS;
-    mq->max_packet = max_packet;
+    mq->max_packet = max_packet ? max_packet : KB_MQTT_DEFAULT_MAX_PACKET;
     mq->send_pause_ns = 0;
     mq->clean_next = false;
     size_t inflight = mq->n_inflight, queued = 0;
     for (kb_mqtt_rec_t *r = mq->cursor; r; r = r->next)
         queued++;
+    uint64_t mp = mq->max_packet;
     pthread_cond_signal(&mq->work_cond);
     pthread_mutex_unlock(&mq->mtx);
-    KB_INFO(KB_MQTT_MOD, "sink=%s connected uri=%s session_present=%d max_packet=%llu window=%zu inflight=%zu queued=%zu",
-            mq->name, mq->uri, session_present, (unsigned long long)max_packet, window, inflight, queued);
+    KB_INFO(KB_MQTT_MOD, "sink=%s connected uri=%s client=%s session_present=%d max_packet=%llu window=%zu "
+            "inflight=%zu queued=%zu", mq->name, mq->uri, mq->ops->name, session_present, (unsigned long long)mp,
+            window, inflight, queued);
 }
 
-static void kb_mqtt_on_connect3(void *context, MQTTAsync_successData *resp) {
-    kb_mqtt_connected(context, resp ? resp->alt.connect.sessionPresent : 0, NULL);
+void kb_mqtt_wait_flag(pthread_mutex_t *mtx, pthread_cond_t *cond, const bool *flag, int timeout_ms) {
+    struct timespec deadline = kb_deadline_mono(timeout_ms);
+    while (!*flag)
+        if (pthread_cond_timedwait(cond, mtx, &deadline) == ETIMEDOUT)
+            break;
 }
 
-static void kb_mqtt_on_connect5(void *context, MQTTAsync_successData5 *resp) {
-    kb_mqtt_connected(context, resp ? resp->alt.connect.sessionPresent : 0, resp ? &resp->properties : NULL);
-}
-
-/* Why a connect failed, for a human. paho reports a refusing CONNACK as a
- * positive code: the MQTT 5 reason code, or the MQTT 3.1.1 return code 1..5;
- * negative codes are its own (network, TLS, timeout). */
-static const char *kb_mqtt_connect_why(int code, int reason, bool *refused) {
+const char *kb_mqtt_v3_connack_why(int code) {
     static const char *const v3[] = {"accepted", "unacceptable protocol version", "identifier rejected",
                                      "server unavailable", "bad user name or password", "not authorized"};
-    if (reason < 0x80 && code >= 0x80)
-        reason = code;
-    *refused = reason >= 0x80 || (code >= 1 && code <= 5);
-    if (reason >= 0x80)
-        return MQTTReasonCode_toString((enum MQTTReasonCodes)reason);
-    if (code >= 1 && code <= 5)
-        return v3[code];
-    return MQTTAsync_strerror(code);
+    return code >= 0 && code <= 5 ? v3[code] : "refused";
 }
 
-static void kb_mqtt_connect_failed(kb_mqtt_t *mq, int code, int reason, const char *message) {
+void kb_mqtt_core_connect_failed(void *core, bool refused, const char *why, const char *detail) {
     static kb_ratelimit_t rl;
+    kb_mqtt_t *mq = core;
     uint64_t suppressed = 0;
-    bool refused = false;
-    const char *why = kb_mqtt_connect_why(code, reason, &refused);
     pthread_mutex_lock(&mq->mtx);
     mq->connecting = false;
     mq->connected = false;
@@ -554,7 +570,7 @@ static void kb_mqtt_connect_failed(kb_mqtt_t *mq, int code, int reason, const ch
     int64_t retry_ms = (mq->next_connect_ns - kb_now_mono_ns()) / KB_NS_PER_MS;
     pthread_cond_signal(&mq->work_cond);
     pthread_mutex_unlock(&mq->mtx);
-    if (!kb_ratelimit_allow(&rl, 10000, &suppressed))
+    if (atomic_load(&mq->stop) || !kb_ratelimit_allow(&rl, 10000, &suppressed))
         return;
     /* A broker that refuses us (credentials, client id, ACL) will not change its
      * mind by itself: that is an operator's error, not a network blip. */
@@ -564,21 +580,12 @@ static void kb_mqtt_connect_failed(kb_mqtt_t *mq, int code, int reason, const ch
                  (unsigned long long)suppressed);
     else
         KB_WARN(KB_MQTT_MOD, "sink=%s connect to %s failed: %s%s%s (retrying in %lld ms, suppressed=%llu)", mq->name,
-                mq->uri, why, message ? ": " : "", message ? message : "", (long long)retry_ms,
+                mq->uri, why, detail ? ": " : "", detail ? detail : "", (long long)retry_ms,
                 (unsigned long long)suppressed);
 }
 
-static void kb_mqtt_on_connect_failed3(void *context, MQTTAsync_failureData *resp) {
-    kb_mqtt_connect_failed(context, resp ? resp->code : MQTTASYNC_FAILURE, 0, resp ? resp->message : NULL);
-}
-
-static void kb_mqtt_on_connect_failed5(void *context, MQTTAsync_failureData5 *resp) {
-    kb_mqtt_connect_failed(context, resp ? resp->code : MQTTASYNC_FAILURE, resp ? (int)resp->reasonCode : 0,
-                           resp ? resp->message : NULL);
-}
-
-static void kb_mqtt_on_lost(void *context, char *cause) {
-    kb_mqtt_t *mq = context;
+void kb_mqtt_core_lost(void *core, const char *cause) {
+    kb_mqtt_t *mq = core;
     pthread_mutex_lock(&mq->mtx);
     bool was = mq->connected;
     mq->connected = false;
@@ -592,30 +599,7 @@ static void kb_mqtt_on_lost(void *context, char *cause) {
                 cause ? cause : "unknown cause", inflight);
 }
 
-static int kb_mqtt_on_message(void *context, char *topic, int topic_len, MQTTAsync_message *m) {
-    KB_UNUSED(context);
-    KB_UNUSED(topic_len);
-    MQTTAsync_freeMessage(&m);
-    MQTTAsync_free(topic);
-    return 1;
-}
-
 /* ------------------------------------------------------------------ worker */
-
-/* A paho handle for this sink. Thread: create or worker, without mq->mtx. */
-static int kb_mqtt_new_client(kb_mqtt_t *mq, MQTTAsync *client) {
-    MQTTAsync_createOptions co = MQTTAsync_createOptions_initializer;
-    co.MQTTVersion = mq->version == 5 ? MQTTVERSION_5 : MQTTVERSION_3_1_1;
-    co.sendWhileDisconnected = 0;              /* our own ordered buffer holds messages while offline */
-    co.maxBufferedMessages = mq->max_inflight + 16; /* paho's command queue never exceeds max_inflight */
-    int rc = MQTTAsync_createWithOptions(client, mq->uri, mq->client_id, MQTTCLIENT_PERSISTENCE_NONE, NULL, &co);
-    if (rc != MQTTASYNC_SUCCESS)
-        return rc;
-    rc = MQTTAsync_setCallbacks(*client, mq, kb_mqtt_on_lost, kb_mqtt_on_message, NULL);
-    if (rc != MQTTASYNC_SUCCESS)
-        MQTTAsync_destroy(client);
-    return rc;
-}
 
 /* Replace a poisoned handle (see DESIGN). Thread: worker, mq->mtx held, dropped inside. */
 static void kb_mqtt_replace_client(kb_mqtt_t *mq) {
@@ -629,109 +613,86 @@ static void kb_mqtt_replace_client(kb_mqtt_t *mq) {
     mq->poisoned = false;
     mq->clean_next = true;
     pthread_mutex_unlock(&mq->mtx);
-    MQTTAsync fresh = NULL;
-    int rc = kb_mqtt_new_client(mq, &fresh);
-    if (rc == MQTTASYNC_SUCCESS) {
-        /* the old handle is left alone on purpose: destroying it would free memory twice */
-        mq->client = fresh;
-        KB_WARN(KB_MQTT_MOD, "sink=%s replaced the paho client handle; %zu in-flight messages will be sent again",
-                mq->name, requeued);
-    } else {
-        KB_ERROR(KB_MQTT_MOD, "sink=%s cannot create a new paho client: %s", mq->name, MQTTAsync_strerror(rc));
-    }
+    if (mq->ops->replace(mq->client) == KB_OK)
+        KB_WARN(KB_MQTT_MOD, "sink=%s replaced the %s client handle; %zu in-flight messages will be sent again",
+                mq->name, mq->ops->name, requeued);
+    else
+        KB_ERROR(KB_MQTT_MOD, "sink=%s cannot create a new %s client handle", mq->name, mq->ops->name);
     pthread_mutex_lock(&mq->mtx);
 }
 
-/* Start a connect attempt. Thread: worker, without mq->mtx. */
-static int kb_mqtt_connect(kb_mqtt_t *mq) {
-    MQTTAsync_connectOptions co = MQTTAsync_connectOptions_initializer;
-    MQTTAsync_connectOptions co5 = MQTTAsync_connectOptions_initializer5;
-    MQTTAsync_willOptions will = MQTTAsync_willOptions_initializer;
-    MQTTAsync_SSLOptions ssl = MQTTAsync_SSLOptions_initializer;
-    MQTTProperties props = MQTTProperties_initializer;
-    MQTTAsync_connectOptions *opts = mq->version == 5 ? &co5 : &co;
-    if (mq->version == 5) {
-        MQTTProperty p;
-        memset(&p, 0, sizeof(p));
-        p.identifier = MQTTPROPERTY_CODE_SESSION_EXPIRY_INTERVAL;
-        p.value.integer4 = KB_MQTT_SESSION_EXPIRY_S;
-        MQTTProperties_add(&props, &p);
-        opts->cleanstart = mq->clean_next;
-        opts->connectProperties = &props;
-        opts->onSuccess5 = kb_mqtt_on_connect5;
-        opts->onFailure5 = kb_mqtt_on_connect_failed5;
-    } else {
-        opts->cleansession = mq->clean_next;
-        opts->MQTTVersion = MQTTVERSION_3_1_1;
-        opts->onSuccess = kb_mqtt_on_connect3;
-        opts->onFailure = kb_mqtt_on_connect_failed3;
-    }
-    opts->context = mq;
-    opts->keepAliveInterval = mq->keepalive;
-    opts->maxInflight = mq->max_inflight;
-    opts->connectTimeout = 10;
-    opts->automaticReconnect = 0;
-    opts->username = mq->username;
-    opts->password = mq->password;
-    will.topicName = mq->status_topic;
-    will.message = "offline";
-    will.retained = 1;
-    will.qos = mq->qos > 0 ? mq->qos : 1;
-    opts->will = &will;
-    if (mq->tls) {
-        ssl.trustStore = mq->ca_file;
-        ssl.keyStore = mq->cert_file;
-        ssl.privateKey = mq->key_file;
-        ssl.enableServerCertAuth = 1;
-        ssl.verify = 1;
-        opts->ssl = &ssl;
-    }
-    int rc = MQTTAsync_connect(mq->client, opts);
-    MQTTProperties_free(&props);
-    return rc;
+/* The retained birth/death message on the status topic, tagged with status_rec. */
+static kb_err_t kb_mqtt_publish_status(kb_mqtt_t *mq, const char *text) {
+    kb_mqtt_pub_t pub = {.topic = mq->status_topic, .payload = text, .payload_len = strlen(text),
+                         .qos = mq->qos > 0 ? mq->qos : 1, .retained = true};
+    return mq->ops->publish(mq->client, &pub, &mq->status_rec);
 }
 
-/* The retained birth/death message on the status topic; no tracking. */
-static int kb_mqtt_publish_status(kb_mqtt_t *mq, const char *text, MQTTAsync_responseOptions *ro) {
-    MQTTAsync_message m = MQTTAsync_message_initializer;
-    m.payload = (void *)text;
-    m.payloadlen = (int)strlen(text);
-    m.qos = mq->qos > 0 ? mq->qos : 1;
-    m.retained = 1;
-    return MQTTAsync_sendMessage(mq->client, mq->status_topic, &m, ro);
+/* Hand one record over. Thread: worker, without mq->mtx; rec is SENT. */
+static kb_err_t kb_mqtt_send(kb_mqtt_t *mq, kb_mqtt_rec_t *rec) {
+    kb_mqtt_pub_t pub = {.topic = rec->topic, .payload = rec->payload, .payload_len = rec->payload_len,
+                         .qos = mq->qos, .retained = rec->retained, .content_type = rec->content_type,
+                         .uprops = rec->uprops, .n_uprops = rec->n_uprops};
+    return mq->ops->publish(mq->client, &pub, rec);
 }
 
-/* Hand one record to paho. Thread: worker, without mq->mtx; rec is SENT. */
-static int kb_mqtt_send(kb_mqtt_t *mq, kb_mqtt_rec_t *rec) {
-    static char empty[1];
-    MQTTAsync_message m = MQTTAsync_message_initializer;
-    MQTTAsync_responseOptions ro = MQTTAsync_responseOptions_initializer;
-    m.payload = rec->payload ? rec->payload : empty;
-    m.payloadlen = (int)rec->payload_len;
-    m.qos = mq->qos;
-    m.retained = rec->retained;
-    ro.context = rec;
-    if (mq->version == 5) {
-        m.properties = rec->props;
-        ro.onSuccess5 = kb_mqtt_on_sent5;
-        ro.onFailure5 = kb_mqtt_on_failed5;
-    } else {
-        ro.onSuccess = kb_mqtt_on_sent3;
-        ro.onFailure = kb_mqtt_on_failed3;
+/* Start a connect attempt. Thread: worker, mq->mtx held, dropped inside. */
+static void kb_mqtt_start_connect(kb_mqtt_t *mq) {
+    mq->connecting = true;
+    bool clean = mq->clean_next;
+    pthread_mutex_unlock(&mq->mtx);
+    kb_err_t err = mq->ops->connect(mq->client, clean);
+    pthread_mutex_lock(&mq->mtx);
+    if (err != KB_OK) {
+        mq->connecting = false;
+        kb_mqtt_schedule_reconnect(mq);
+        KB_WARN(KB_MQTT_MOD, "sink=%s cannot start connect: %s", mq->name, kb_err_str(err));
     }
-    return MQTTAsync_sendMessage(mq->client, rec->topic, &m, &ro);
 }
 
-/* A synchronous refusal from sendMessage (mq->mtx held): retry later, or give up. */
-static kb_err_t kb_mqtt_send_refused(kb_mqtt_t *mq, kb_mqtt_rec_t *rec, int rc) {
-    if (rc == MQTTASYNC_DISCONNECTED || rc == MQTTASYNC_MAX_BUFFERED_MESSAGES || rc == MQTTASYNC_NO_MORE_MSGIDS ||
-        rc == MQTTASYNC_OPERATION_INCOMPLETE) {
+/* Hand the cursor's record over. Thread: the pumping one, mq->mtx held, dropped inside. */
+static void kb_mqtt_send_next(kb_mqtt_t *mq) {
+    kb_mqtt_rec_t *rec = mq->cursor;
+    rec->state = KB_MQTT_SENT;
+    rec->attempts++;
+    mq->n_inflight++;
+    do
+        mq->cursor = mq->cursor->next;
+    while (mq->cursor && mq->cursor->state != KB_MQTT_QUEUED);
+    pthread_mutex_unlock(&mq->mtx);
+    /* From here the client may ack and free rec on its thread. */
+    kb_err_t err = kb_mqtt_send(mq, rec);
+    pthread_mutex_lock(&mq->mtx);
+    if (err == KB_OK)
+        return;
+    if (err == KB_ERR_FULL) {
         rec->attempts--; /* it never left */
         kb_mqtt_requeue(mq, rec);
         mq->send_pause_ns = kb_now_mono_ns() + 50 * KB_NS_PER_MS;
-        return KB_OK;
+        return;
     }
-    return KB_ERR_DELIVERY;
+    pthread_mutex_unlock(&mq->mtx);
+    KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: publish refused by the %s client: %s", mq->name, rec->topic,
+             mq->ops->name, kb_err_str(err));
+    kb_mqtt_finish(mq, rec, KB_ERR_DELIVERY);
+    pthread_mutex_lock(&mq->mtx);
+}
+
+/* Hand records over, in list order, while the window has room. Whoever adds
+ * a record or frees a slot of the window calls this (mq->mtx held; it may be
+ * dropped and retaken inside): the producer, the thread that ran an ack, or
+ * the worker. One thread pumps at a time (mq->pumping), so records leave in
+ * order and without a hand-off to another thread per message; a call while
+ * another thread pumps returns at once, and that thread sees the change
+ * when it next checks the window (under the same lock). */
+static void kb_mqtt_pump(kb_mqtt_t *mq) {
+    if (mq->pumping)
+        return;
+    mq->pumping = true;
+    while (mq->connected && !mq->birth_pending && mq->cursor && mq->n_inflight < mq->window &&
+           !atomic_load(&mq->stop) && (!mq->send_pause_ns || kb_now_mono_ns() >= mq->send_pause_ns))
+        kb_mqtt_send_next(mq);
+    mq->pumping = false;
 }
 
 static void *kb_mqtt_worker(void *arg) {
@@ -747,46 +708,23 @@ static void *kb_mqtt_worker(void *arg) {
             continue;
         }
         if (!mq->connected && !mq->connecting && now >= mq->next_connect_ns) {
-            mq->connecting = true;
-            pthread_mutex_unlock(&mq->mtx);
-            int rc = kb_mqtt_connect(mq);
-            pthread_mutex_lock(&mq->mtx);
-            if (rc != MQTTASYNC_SUCCESS) {
-                mq->connecting = false;
-                kb_mqtt_schedule_reconnect(mq);
-                KB_WARN(KB_MQTT_MOD, "sink=%s cannot start connect: %s", mq->name, MQTTAsync_strerror(rc));
-            }
+            kb_mqtt_start_connect(mq);
             continue;
         }
         if (mq->connected && mq->birth_pending) {
             mq->birth_pending = false;
             pthread_mutex_unlock(&mq->mtx);
-            int rc = kb_mqtt_publish_status(mq, "online", NULL);
-            if (rc != MQTTASYNC_SUCCESS)
-                KB_WARN(KB_MQTT_MOD, "sink=%s birth message not sent: %s", mq->name, MQTTAsync_strerror(rc));
+            kb_err_t err = kb_mqtt_publish_status(mq, "online");
+            if (err != KB_OK)
+                KB_WARN(KB_MQTT_MOD, "sink=%s birth message not sent: %s", mq->name, kb_err_str(err));
             pthread_mutex_lock(&mq->mtx);
             continue;
         }
-        if (mq->connected && mq->cursor && mq->n_inflight < mq->window && now >= mq->send_pause_ns) {
-            kb_mqtt_rec_t *rec = mq->cursor;
-            rec->state = KB_MQTT_SENT;
-            rec->attempts++;
-            mq->n_inflight++;
-            do
-                mq->cursor = mq->cursor->next;
-            while (mq->cursor && mq->cursor->state != KB_MQTT_QUEUED);
-            pthread_mutex_unlock(&mq->mtx);
-            /* From here paho may ack and free rec on its thread. */
-            int rc = kb_mqtt_send(mq, rec);
-            pthread_mutex_lock(&mq->mtx);
-            if (rc != MQTTASYNC_SUCCESS && kb_mqtt_send_refused(mq, rec, rc) != KB_OK) {
-                pthread_mutex_unlock(&mq->mtx);
-                KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: publish refused by the client: %s", mq->name, rec->topic,
-                         MQTTAsync_strerror(rc));
-                kb_mqtt_finish(mq, rec, KB_ERR_DELIVERY);
-                pthread_mutex_lock(&mq->mtx);
-            }
-            continue;
+        if (mq->connected && !mq->pumping && mq->cursor && mq->n_inflight < mq->window &&
+            now >= mq->send_pause_ns) {
+            kb_mqtt_pump(mq);
+            if (mq->connected && mq->cursor && mq->n_inflight < mq->window && mq->send_pause_ns <= now)
+                continue; /* stopped by something else than the window: look again */
         }
         int64_t wait_ms = 1000;
         if (!mq->connected && !mq->connecting)
@@ -839,12 +777,27 @@ static char *kb_mqtt_dup_opt(const char *s) {
     return kb_mqtt_set(s) ? kb_strdup(s) : NULL;
 }
 
-static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *cfg, void **state, char *errstr,
-                               size_t errstr_size) {
-    kb_err_t err = kb_mqtt_validate(conf, cfg, errstr, errstr_size);
-    if (err != KB_OK)
-        return err;
-    pthread_once(&kb_mqtt_trace_once, kb_mqtt_trace_setup);
+static void kb_mqtt_settings(const kb_mqtt_t *mq, kb_mqtt_settings_t *s) {
+    memset(s, 0, sizeof(*s));
+    s->name = mq->name;
+    s->uri = mq->uri;
+    s->client_id = mq->client_id;
+    s->username = mq->username;
+    s->password = mq->password;
+    s->ca_file = mq->ca_file;
+    s->cert_file = mq->cert_file;
+    s->key_file = mq->key_file;
+    s->tls = mq->tls;
+    s->version = mq->version;
+    s->keepalive = mq->keepalive;
+    s->max_inflight = mq->max_inflight;
+    s->session_expiry_s = KB_MQTT_SESSION_EXPIRY_S;
+    s->will_topic = mq->status_topic;
+    s->will_payload = "offline";
+    s->will_qos = mq->qos > 0 ? mq->qos : 1;
+}
+
+static kb_mqtt_t *kb_mqtt_new(const kb_config_sink_t *conf, const kb_config_t *cfg) {
     kb_mqtt_t *mq = kb_calloc(1, sizeof(*mq));
     pthread_mutex_init(&mq->mtx, NULL);
     kb_cond_init_mono(&mq->work_cond);
@@ -861,6 +814,9 @@ static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *
     mq->keepalive = conf->keepalive;
     mq->max_inflight = conf->max_inflight;
     mq->tls = kb_mqtt_tls_uri(conf->uri);
+    mq->ops = kb_mqtt_client_for(conf->mqtt_client);
+    mq->status_rec.mq = mq;
+    mq->status_rec.status = true;
     mq->backoff_ms = KB_MQTT_BACKOFF_MIN_MS;
     mq->max_packet = KB_MQTT_DEFAULT_MAX_PACKET;
     kb_buf_t topic = KB_BUF_INIT;
@@ -868,6 +824,15 @@ static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *
     kb_mqtt_append_level(&topic, cfg && kb_mqtt_set(cfg->cluster.name) ? cfg->cluster.name : "default");
     kb_buf_append_str(&topic, "/_bridge/status");
     mq->status_topic = kb_buf_steal(&topic, NULL);
+    return mq;
+}
+
+static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *cfg, void **state, char *errstr,
+                               size_t errstr_size) {
+    kb_err_t err = kb_mqtt_validate(conf, cfg, errstr, errstr_size);
+    if (err != KB_OK)
+        return err;
+    kb_mqtt_t *mq = kb_mqtt_new(conf, cfg);
     if (kb_mqtt_set(conf->password_file)) {
         char why[600];
         mq->password = kb_mqtt_read_secret(conf->password_file, why, sizeof(why));
@@ -875,12 +840,16 @@ static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *
             err = kb_mqtt_conf_err(errstr, errstr_size, cfg, conf->line, "password_file", "%s", why);
             goto fail;
         }
+        if (!mq->tls)
+            KB_WARN(KB_MQTT_MOD, "sink=%s sends its password in clear text: uri %s is not ssl://, mqtts:// or wss://%s",
+                    mq->name, mq->uri, kb_mqtt_loopback_uri(mq->uri) ? " (loopback)" : " (allow_plaintext_password)");
     }
-
-    int rc = kb_mqtt_new_client(mq, &mq->client);
-    if (rc != MQTTASYNC_SUCCESS) {
-        err = kb_mqtt_conf_err(errstr, errstr_size, cfg, conf->line, "uri", "paho refused \"%s\": %s", conf->uri,
-                               MQTTAsync_strerror(rc));
+    kb_mqtt_settings_t s;
+    kb_mqtt_settings(mq, &s);
+    char why[300] = "";
+    if (mq->ops->create(&s, mq, &mq->client, why, sizeof(why)) != KB_OK) {
+        err = kb_mqtt_conf_err(errstr, errstr_size, cfg, conf->line, "uri", "%s refused \"%s\": %s", mq->ops->name,
+                               conf->uri, why);
         goto fail;
     }
     if (pthread_create(&mq->thread, NULL, kb_mqtt_worker, mq) != 0) {
@@ -889,19 +858,20 @@ static kb_err_t kb_mqtt_create(const kb_config_sink_t *conf, const kb_config_t *
         goto fail_client;
     }
     mq->thread_started = true;
-    KB_INFO(KB_MQTT_MOD, "sink=%s uri=%s client_id=%s version=%d qos=%d max_inflight=%d tls=%d auth=%d", mq->name,
-            mq->uri, mq->client_id, mq->version, mq->qos, mq->max_inflight, mq->tls, mq->password != NULL);
+    KB_INFO(KB_MQTT_MOD, "sink=%s uri=%s client=%s client_id=%s version=%d qos=%d max_inflight=%d tls=%d auth=%d",
+            mq->name, mq->uri, mq->ops->name, mq->client_id, mq->version, mq->qos, mq->max_inflight, mq->tls,
+            mq->password != NULL);
     *state = mq;
     return KB_OK;
 
 fail_client:
-    MQTTAsync_destroy(&mq->client);
+    mq->ops->destroy(mq->client);
 fail:
     kb_mqtt_free(mq);
     return err;
 }
 
-/* Refuse one message with an error ack (counted, logged). */
+/* Refuse one message with an error ack (counted, logged without its content). */
 static kb_err_t kb_mqtt_refuse(kb_mqtt_t *mq, const kb_msg_t *msg, kb_err_t err, const char *why) {
     uint64_t suppressed = 0;
     pthread_mutex_lock(&mq->mtx);
@@ -915,6 +885,21 @@ static kb_err_t kb_mqtt_refuse(kb_mqtt_t *mq, const kb_msg_t *msg, kb_err_t err,
                  why, (unsigned long long)suppressed);
     msg->ack(msg->ack_opaque, err);
     return KB_OK;
+}
+
+/* Wait (mq->mtx held) for room for rec in the buffer; KB_OK, KB_ERR_FULL or KB_ERR_STOPPED. */
+static kb_err_t kb_mqtt_wait_room(kb_mqtt_t *mq, const kb_mqtt_rec_t *rec, int timeout_ms) {
+    struct timespec deadline = kb_deadline_mono(timeout_ms < 0 ? 0 : timeout_ms);
+    /* A record larger than the whole buffer still goes in alone. */
+    while (mq->head && mq->queue_bytes + rec->bytes > KB_MQTT_BUFFER_BYTES && !atomic_load(&mq->stop)) {
+        mq->room_waiters++;
+        int rc = timeout_ms < 0 ? pthread_cond_wait(&mq->space_cond, &mq->mtx)
+                                : pthread_cond_timedwait(&mq->space_cond, &mq->mtx, &deadline);
+        mq->room_waiters--;
+        if (rc == ETIMEDOUT && mq->head && mq->queue_bytes + rec->bytes > KB_MQTT_BUFFER_BYTES)
+            return KB_ERR_FULL;
+    }
+    return atomic_load(&mq->stop) ? KB_ERR_STOPPED : KB_OK;
 }
 
 static kb_err_t kb_mqtt_produce(void *state, const kb_msg_t *msg, int timeout_ms) {
@@ -945,26 +930,16 @@ static kb_err_t kb_mqtt_produce(void *state, const kb_msg_t *msg, int timeout_ms
         return kb_mqtt_refuse(mq, msg, KB_ERR_TOOBIG, why);
     }
     rec->topic = kb_strndup(msg->topic, msg->topic_len);
-    rec->bytes = sizeof(*rec) + msg->topic_len + rec->payload_len + (size_t)rec->props.length;
+    rec->bytes = sizeof(*rec) + msg->topic_len + rec->payload_len + rec->prop_bytes;
     rec->ack = msg->ack;
     rec->ack_opaque = msg->ack_opaque;
 
-    struct timespec deadline = kb_deadline_mono(timeout_ms < 0 ? 0 : timeout_ms);
     pthread_mutex_lock(&mq->mtx);
-    /* A record larger than the whole buffer still goes in alone. */
-    while (mq->head && mq->queue_bytes + rec->bytes > KB_MQTT_BUFFER_BYTES && !atomic_load(&mq->stop)) {
-        int rc = timeout_ms < 0 ? pthread_cond_wait(&mq->space_cond, &mq->mtx)
-                                : pthread_cond_timedwait(&mq->space_cond, &mq->mtx, &deadline);
-        if (rc == ETIMEDOUT && mq->head && mq->queue_bytes + rec->bytes > KB_MQTT_BUFFER_BYTES) {
-            pthread_mutex_unlock(&mq->mtx);
-            kb_mqtt_rec_free(rec);
-            return KB_ERR_FULL;
-        }
-    }
-    if (atomic_load(&mq->stop)) {
+    kb_err_t err = kb_mqtt_wait_room(mq, rec, timeout_ms);
+    if (err != KB_OK) {
         pthread_mutex_unlock(&mq->mtx);
         kb_mqtt_rec_free(rec);
-        return KB_ERR_STOPPED;
+        return err;
     }
     rec->prev = mq->tail;
     if (mq->tail)
@@ -976,7 +951,7 @@ static kb_err_t kb_mqtt_produce(void *state, const kb_msg_t *msg, int timeout_ms
         mq->cursor = rec;
     mq->queue_bytes += rec->bytes;
     mq->st.produced++;
-    pthread_cond_signal(&mq->work_cond);
+    kb_mqtt_pump(mq);
     pthread_mutex_unlock(&mq->mtx);
     return KB_OK;
 }
@@ -987,8 +962,10 @@ static kb_err_t kb_mqtt_flush(void *state, int timeout_ms) {
     kb_err_t err = KB_OK;
     pthread_mutex_lock(&mq->mtx);
     while (mq->head || mq->n_acking) {
+        mq->empty_waiters++;
         int rc = timeout_ms < 0 ? pthread_cond_wait(&mq->space_cond, &mq->mtx)
                                 : pthread_cond_timedwait(&mq->space_cond, &mq->mtx, &deadline);
+        mq->empty_waiters--;
         if (rc == ETIMEDOUT && (mq->head || mq->n_acking)) {
             err = KB_ERR_TIMEDOUT;
             break;
@@ -1007,68 +984,19 @@ static void kb_mqtt_stats(void *state, kb_sink_stats_t *st) {
     pthread_mutex_unlock(&mq->mtx);
 }
 
-static void kb_mqtt_on_offline_sent(void *context) {
-    kb_mqtt_t *mq = context;
-    pthread_mutex_lock(&mq->mtx);
-    mq->offline_done = 1;
-    pthread_cond_broadcast(&mq->space_cond);
-    pthread_mutex_unlock(&mq->mtx);
-}
-
-static void kb_mqtt_on_offline3(void *context, MQTTAsync_successData *resp) {
-    KB_UNUSED(resp);
-    kb_mqtt_on_offline_sent(context);
-}
-
-static void kb_mqtt_on_offline5(void *context, MQTTAsync_successData5 *resp) {
-    KB_UNUSED(resp);
-    kb_mqtt_on_offline_sent(context);
-}
-
-/* Wait (mq->mtx held) until mq->offline_done or timeout. */
-static void kb_mqtt_wait_done(kb_mqtt_t *mq, int timeout_ms) {
-    struct timespec deadline = kb_deadline_mono(timeout_ms);
-    while (!mq->offline_done)
-        if (pthread_cond_timedwait(&mq->space_cond, &mq->mtx, &deadline) == ETIMEDOUT)
-            break;
-}
-
 /* A clean disconnect suppresses the Last Will, so say "offline" ourselves
  * (retained, acknowledged) before leaving. Bounded to ~2 s in total. */
 static void kb_mqtt_say_goodbye(kb_mqtt_t *mq) {
-    MQTTAsync_responseOptions ro = MQTTAsync_responseOptions_initializer;
-    ro.context = mq;
-    if (mq->version == 5)
-        ro.onSuccess5 = kb_mqtt_on_offline5;
-    else
-        ro.onSuccess = kb_mqtt_on_offline3;
     pthread_mutex_lock(&mq->mtx);
     bool connected = mq->connected;
-    mq->offline_done = 0;
+    mq->offline_done = false;
     pthread_mutex_unlock(&mq->mtx);
-    if (!connected || kb_mqtt_publish_status(mq, "offline", &ro) != MQTTASYNC_SUCCESS)
+    if (!connected || kb_mqtt_publish_status(mq, "offline") != KB_OK)
         return;
     pthread_mutex_lock(&mq->mtx);
-    kb_mqtt_wait_done(mq, 1000);
+    kb_mqtt_wait_flag(&mq->mtx, &mq->space_cond, &mq->offline_done, 1000);
     pthread_mutex_unlock(&mq->mtx);
-
-    MQTTAsync_disconnectOptions dopt = MQTTAsync_disconnectOptions_initializer;
-    MQTTAsync_disconnectOptions dopt5 = MQTTAsync_disconnectOptions_initializer5;
-    MQTTAsync_disconnectOptions *d = mq->version == 5 ? &dopt5 : &dopt;
-    d->timeout = 0;
-    d->context = mq;
-    if (mq->version == 5)
-        d->onSuccess5 = kb_mqtt_on_offline5;
-    else
-        d->onSuccess = kb_mqtt_on_offline3;
-    pthread_mutex_lock(&mq->mtx);
-    mq->offline_done = 0;
-    pthread_mutex_unlock(&mq->mtx);
-    if (MQTTAsync_disconnect(mq->client, d) != MQTTASYNC_SUCCESS)
-        return;
-    pthread_mutex_lock(&mq->mtx);
-    kb_mqtt_wait_done(mq, 1000);
-    pthread_mutex_unlock(&mq->mtx);
+    mq->ops->disconnect(mq->client, 1000);
 }
 
 static void kb_mqtt_destroy(void *state) {
@@ -1087,10 +1015,11 @@ static void kb_mqtt_destroy(void *state) {
     pthread_mutex_lock(&mq->mtx);
     bool poisoned = mq->poisoned;
     pthread_mutex_unlock(&mq->mtx);
-    /* paho fails what it still holds (our callbacks ack those with STOPPED);
-     * a poisoned handle is left alone (see DESIGN). */
-    if (!poisoned)
-        MQTTAsync_destroy(&mq->client);
+    /* a poisoned handle must not be destroyed (see DESIGN): swap it out first */
+    if (poisoned && mq->ops->replace(mq->client) != KB_OK)
+        KB_WARN(KB_MQTT_MOD, "sink=%s cannot replace the %s handle before closing", mq->name, mq->ops->name);
+    /* the client ends what it still holds (acked STOPPED by kb_mqtt_core_done) */
+    mq->ops->destroy(mq->client);
     size_t left = 0;
     for (;;) {
         pthread_mutex_lock(&mq->mtx);

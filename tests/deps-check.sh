@@ -58,7 +58,7 @@ for cmd in cc gcc clang cmake pkg-config make python3 openssl ps pgrep pkill \
 done
 
 # Libraries, through the same pkg-config names CMakeLists.txt asks for.
-for mod in libcurl libconfig jansson yajl yaml-0.1 lmdb libzstd libmicrohttpd rdkafka cmocka; do
+for mod in libcurl libconfig jansson yajl yaml-0.1 lmdb libzstd libmicrohttpd rdkafka libmosquitto cmocka; do
     dir=$(pkg-config --variable=pcfiledir "$mod" 2>/dev/null) || { bad "pkg-config module $mod not found"; continue; }
     owned "$dir/$mod.pc" "pkg-config $mod"
 done

@@ -15,7 +15,8 @@
 # The broker listens on 127.0.0.1 only, on a free port chosen at the first start.
 # Optional: KB_MQTT_MAX_PACKET=<bytes> sets the broker's max_packet_size;
 # KB_MQTT_MAX_INFLIGHT=<n> its max_inflight_messages (the Receive Maximum it
-# announces to MQTT 5 clients; Mosquitto's default is 20).
+# announces to MQTT 5 clients; Mosquitto's default is 20); KB_MQTT_LOG_DEBUG=1 adds
+# "log_type debug" (every packet, e.g. "Sending PUBACK to <client id>").
 # Installs Debian's mosquitto and mosquitto-clients with apt-get when missing.
 set -eu
 
@@ -77,6 +78,7 @@ write_conf() {
         echo "log_type warning"
         echo "log_type notice"
         echo "log_type information"
+        [ -n "${KB_MQTT_LOG_DEBUG:-}" ] && echo "log_type debug"
         echo "connection_messages true"
         echo "max_queued_messages 0"
         echo "set_tcp_nodelay true"

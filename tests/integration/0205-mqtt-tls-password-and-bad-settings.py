@@ -5,6 +5,8 @@
   cert_file and key_file kbridge's retained state reaches a TLS subscriber.
 - Password (mosquitto.sh auth): the right password_file works; the password
   never appears in the log.
+- A password over tcp:// (no TLS): a WARN at start on loopback; to any other
+  host, refused at start (exit 2) unless allow_plaintext_password = true.
 - A wrong password: a clear error in the log naming the sink and the
   broker's refusal, retried (the broker sees repeated attempts), no crash.
 - Bad settings exit 2 naming the key: a missing ca_file, a cert_file without
@@ -59,15 +61,19 @@ def test():
     wait_for(lambda: pods_retained(auth) == server(sim), 60, 0.3, "the state with a password")
     check(b.stop() == 0, "kbridge (password) exits 0 on SIGTERM")
     check(password not in b.logtext(), "the password is never logged")
+    check("WARN  main mqtt: sink=mqtt sends its password in clear text: uri %s is not ssl://" % auth.uri
+          in b.logtext(), "a password over tcp:// is warned about at start: %s" % b.logtext()[-1500:])
 
     wrong = os.path.join(tempfile.mkdtemp(prefix="kbtest-"), "wrong-password")
     with open(wrong, "w") as f:
         f.write("not-the-password\n")
     b = mqtt_bridge(sim, 'uri = "%s"; username = "%s"; password_file = "%s";'
                     % (auth.uri, e["KB_MQTT_USER"], wrong), "kbtest-0205-wrong")
-    refusal = "ERROR main mqtt: sink=mqtt connect to %s refused by the broker: " % auth.uri
+    # the line comes from the client library's thread: the thread name is not part of the check
+    refusal = " mqtt: sink=mqtt connect to %s refused by the broker: " % auth.uri
     wait_for(lambda: refusal in b.logtext(), 60, 0.2, "%r in the kbridge log" % refusal)
     log = b.logtext()
+    check("ERROR " in [l for l in log.splitlines() if refusal in l][0], "the refusal is an ERROR: %s" % log[-500:])
     why = log.split(refusal, 1)[1].split("\n", 1)[0]
     check(why.startswith(("Not authorized", "Bad user name or password")) and "password_file" in why,
           "the error says why and what to check: %s" % why)
@@ -84,6 +90,10 @@ def test():
                                                                       tls.env["KB_MQTT_CERT"]), "key_file")
     bad_config(sim, 'uri = "%s"; username = "u"; password_file = "/nonexistent/pw";' % auth.uri, "password_file")
     bad_config(sim, 'uri = "%s"; ca_file = "%s";' % (auth.uri, tls.env["KB_MQTT_CA"]), "ca_file")
+    # a password in clear text to a broker off this machine: refused before any connection is tried
+    # (192.0.2.1 is TEST-NET-1; nothing is sent to it)
+    bad_config(sim, 'uri = "tcp://192.0.2.1:1883"; username = "u"; password_file = "%s";'
+               % e["KB_MQTT_PASSWORD_FILE"], "password_file")
     sim.stop()
 
 

@@ -25,6 +25,18 @@ KUBESIM = os.path.join(BUILD, "kubesim")
 
 _procs = []
 
+# KB_MQTT_CLIENT=paho|mosquitto: every MQTT sink a test configures uses that client library (ctest runs the
+# MQTT tests once per client); unset: the sink's default.
+MQTT_CLIENT = os.environ.get("KB_MQTT_CLIENT", "")
+
+
+def with_mqtt_client(text):
+    """text with client = KB_MQTT_CLIENT added to each MQTT sink that does not name one."""
+    if not MQTT_CLIENT:
+        return text
+    import re
+    return re.sub(r'type\s*=\s*"mqtt"\s*;(?![^}]*\bclient\s*=)', 'type = "mqtt"; client = "%s";' % MQTT_CLIENT, text)
+
 
 def _cleanup():
     for p in _procs:
@@ -162,7 +174,7 @@ class Bridge:
             f.write('http = { %s };\nshutdown_timeout = 20;\nlog = { level = "debug"; };\n' % (http or 'listen = "";'))
             f.write(extra + "\n")
             f.write("informers = (\n  %s\n);\n" % ",\n  ".join(informers))
-            f.write("sinks = (\n  %s\n);\n" % ",\n  ".join(sinks))
+            f.write("sinks = (\n  %s\n);\n" % ",\n  ".join(with_mqtt_client(x) for x in sinks))
             f.write("routes = (\n  %s\n);\n" % ",\n  ".join(routes))
         self.proc = None
         if start:
@@ -426,7 +438,7 @@ class ConfigBridge(Bridge):
         self.config = os.path.join(self.dir, "kbridge.cfg")
         self.extra_env = env or {}
         with open(self.config, "w") as f:
-            f.write(text.replace("{out}", self.out))
+            f.write(with_mqtt_client(text.replace("{out}", self.out)))
         self.proc = None
         if start:
             self.start()
@@ -477,12 +489,14 @@ def _sigterm_exits(signum, frame):
 class Mosquitto:
     """A private broker for one test (tests/infra/mosquitto.sh start plain|tls|auth), stopped by pid and
     deleted at exit, also when the test fails or is sent SIGTERM. Persistent: stop() + start() or
-    restart() keep the port, sessions and retained messages."""
+    restart() keep the port, sessions and retained messages. debug_log: the broker logs every packet."""
 
-    def __init__(self, variant="plain"):
+    def __init__(self, variant="plain", debug_log=False):
         self.variant = variant
         self.dir = tempfile.mkdtemp(prefix="kbtest-mqtt-")
         self.envs = dict(os.environ, KB_MQTT_DIR=self.dir)
+        if debug_log:  # the broker logs every packet it sends and receives
+            self.envs["KB_MQTT_LOG_DEBUG"] = "1"
         atexit.register(self.clean)
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _sigterm_exits)

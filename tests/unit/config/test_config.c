@@ -149,7 +149,9 @@ static void test_defaults(void **state) {
     assert_int_equal(sink->qos, 1);
     assert_int_equal(sink->version, 5);
     assert_int_equal(sink->keepalive, 30);
-    assert_int_equal(sink->max_inflight, 1000);
+    assert_int_equal(sink->max_inflight, 256);
+    assert_int_equal(sink->mqtt_client, KB_MQTT_CLIENT_MOSQUITTO);
+    assert_false(sink->allow_plaintext_password);
 
     assert_int_equal(cfg->n_routes, 1);
     const kb_config_route_t *r = &cfg->routes[0];

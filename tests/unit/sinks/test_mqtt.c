@@ -385,6 +385,9 @@ static kb_err_t send_one(void *st, acks_t *a, int topic_idx, kb_event_type_t typ
     return err;
 }
 
+/* The client library under test (main runs every test once per client). */
+static kb_mqtt_client_t client_kind;
+
 static void conf_init(kb_config_sink_t *conf, kb_config_t *cfg, const broker_t *b, const char *id, int qos,
                       int version) {
     memset(conf, 0, sizeof(*conf));
@@ -400,6 +403,7 @@ static void conf_init(kb_config_sink_t *conf, kb_config_t *cfg, const broker_t *
     conf->version = version;
     conf->keepalive = 30;
     conf->max_inflight = 100;
+    conf->mqtt_client = client_kind;
 }
 
 static void *create_sink(const kb_config_sink_t *conf, const kb_config_t *cfg) {
@@ -458,6 +462,37 @@ static void test_validate(void **state) {
     assert_int_equal(kb_sink_mqtt_ops.validate(&conf, &cfg, errstr, sizeof(errstr)), KB_OK);
     conf.cert_file = "/etc/hostname";
     expect_invalid(&conf, &cfg, "key_file: cert_file and key_file go together");
+
+    /* a password in clear text: fine on loopback, refused elsewhere unless allowed */
+    char pw[] = "/tmp/kb-test-mqtt-pw.XXXXXX";
+    int fd = mkstemp(pw);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "secret\n", 7), 7);
+    close(fd);
+    conf_init(&conf, &cfg, NULL, "kb-test", 1, 5);
+    conf.username = "u";
+    conf.password_file = pw;
+    assert_int_equal(kb_sink_mqtt_ops.validate(&conf, &cfg, errstr, sizeof(errstr)), KB_OK);
+    conf.uri = "tcp://localhost:1883";
+    assert_int_equal(kb_sink_mqtt_ops.validate(&conf, &cfg, errstr, sizeof(errstr)), KB_OK);
+    conf.uri = "tcp://broker.example:1883";
+    expect_invalid(&conf, &cfg, "password_file: the password would cross the network in clear text");
+    conf.uri = "mqtt://10.0.0.1";
+    expect_invalid(&conf, &cfg, "allow_plaintext_password = true");
+    conf.allow_plaintext_password = true;
+    assert_int_equal(kb_sink_mqtt_ops.validate(&conf, &cfg, errstr, sizeof(errstr)), KB_OK);
+    conf.allow_plaintext_password = false;
+    conf.uri = "ssl://broker.example:8883";
+    assert_int_equal(kb_sink_mqtt_ops.validate(&conf, &cfg, errstr, sizeof(errstr)), KB_OK);
+    unlink(pw);
+
+    /* websockets: paho only */
+    conf_init(&conf, &cfg, NULL, "kb-test", 1, 5);
+    conf.uri = "ws://127.0.0.1:9001";
+    if (client_kind == KB_MQTT_CLIENT_MOSQUITTO)
+        expect_invalid(&conf, &cfg, "client: \"mosquitto\" does not speak MQTT over websockets");
+    else
+        assert_int_equal(kb_sink_mqtt_ops.validate(&conf, &cfg, errstr, sizeof(errstr)), KB_OK);
 
     /* binary CloudEvents on a 3.1.1 sink: the route's line is named */
     conf_init(&conf, &cfg, NULL, "kb-test", 1, 3);
@@ -882,5 +917,16 @@ int main(void) {
     };
     if (getenv("KB_TEST_FILTER")) /* e.g. KB_TEST_FILTER='test_broker_restart*' */
         cmocka_set_test_filter(getenv("KB_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, NULL, teardown_brokers);
+    /* KB_MQTT_CLIENT=paho|mosquitto: one client only; default both */
+    const char *only = getenv("KB_MQTT_CLIENT");
+    int failed = 0;
+    if (!only || !strcmp(only, "paho")) {
+        client_kind = KB_MQTT_CLIENT_PAHO;
+        failed += cmocka_run_group_tests_name("mqtt sink over paho", tests, NULL, teardown_brokers);
+    }
+    if (!only || !strcmp(only, "mosquitto")) {
+        client_kind = KB_MQTT_CLIENT_MOSQUITTO;
+        failed += cmocka_run_group_tests_name("mqtt sink over libmosquitto", tests, NULL, teardown_brokers);
+    }
+    return failed;
 }
