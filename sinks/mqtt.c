@@ -653,6 +653,18 @@ static void kb_mqtt_start_connect(kb_mqtt_t *mq) {
 /* Hand the cursor's record over. Thread: the pumping one, mq->mtx held, dropped inside. */
 static void kb_mqtt_send_next(kb_mqtt_t *mq) {
     kb_mqtt_rec_t *rec = mq->cursor;
+    /* A record queued before the broker said its Maximum Packet Size (at start,
+     * across a reconnect) was not checked against it: sent, it would cost the
+     * connection again and again. Refused here, as produce() refuses. */
+    uint64_t packet = kb_mqtt_packet_size(rec, strlen(rec->topic)), max_packet = mq->max_packet;
+    if (packet > max_packet) {
+        pthread_mutex_unlock(&mq->mtx);
+        KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: message refused: packet is %llu bytes; the broker's maximum is %llu",
+                 mq->name, rec->topic, (unsigned long long)packet, (unsigned long long)max_packet);
+        kb_mqtt_finish(mq, rec, KB_ERR_TOOBIG);
+        pthread_mutex_lock(&mq->mtx);
+        return;
+    }
     rec->state = KB_MQTT_SENT;
     rec->attempts++;
     mq->n_inflight++;
