@@ -769,6 +769,6 @@ void kb_http_stop(kb_http_t *http) {
         return;
     atomic_store(&http->stopping, true);
     MHD_stop_daemon(http->mhd);
-    free(http->token);
+    kb_secret_free(http->token);
     free(http);
 }
