@@ -1,11 +1,24 @@
 /* bridge/http.c — the HTTP API of SPEC §10 on libmicrohttpd.
  *
  * DESIGN. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_
- * CONNECTION with poll(), so descriptors above FD_SETSIZE work), at most
- * KB_HTTP_MAX_CONNECTIONS at once, idle connections closed after 60 s. A
- * thread per connection lets a stream's reader block on its own condition
- * variable instead of suspending and resuming connections; the API is for
- * probes, scrapes and a few consumers, not for thousands of clients.
+ * CONNECTION with poll(), so descriptors above FD_SETSIZE work), idle
+ * connections closed after 60 s. A thread per connection lets a stream's
+ * reader block on its own condition variable instead of suspending and
+ * resuming connections; the API is for probes, scrapes and a few consumers,
+ * not for thousands of clients. Optionally HTTPS (libmicrohttpd's GnuTLS).
+ *
+ * A few hostile clients must not starve the probes or the memory:
+ *  - connections: KB_HTTP_MAX_CONNECTIONS, plus KB_HTTP_RESERVED slots only
+ *    for an address with no connection open (a kubelet probe opens one at a
+ *    time), and at most http.max_per_address from one address — decided in
+ *    the accept callback from our own table of open connections;
+ *  - header time: libmicrohttpd's idle timeout restarts with every byte, so a
+ *    watchdog thread shuts down a connection that has not sent a whole
+ *    request within http.header_timeout (it holds a dup of each socket, so a
+ *    descriptor number reused after libmicrohttpd closed its own is never hit);
+ *  - bodies: at most http.max_streams snapshots/replays at once (429 beyond),
+ *    and a replay holds one page of KB_HTTP_PAGE journal entries decoded at a
+ *    time, read again from the journal when the client has taken it.
  *
  * Requests are dispatched through one table (method, path, whether the path
  * ends in an informer name, whether a token is needed). Answers that are not
@@ -13,8 +26,9 @@
  *
  * Streams. GET /v1/snapshot takes a consistent cut (references only), sorts
  * it by key and writes one object at a time: no buffer the size of the List.
- * GET /v1/replay collects the journal after the cut (bounded by
- * journal.max_bytes) and writes it as watch lines; with watch=true it first
+ * GET /v1/replay pages through the journal after the cut and writes it as
+ * watch lines (a page trimmed away before it is read ends the stream with a
+ * 410 ERROR event, as an API server's watch does); with watch=true it first
  * subscribes to the informer (the callback runs under the ingest lock: it only
  * takes a reference into this connection's bounded queue, and marks the queue
  * overflowed when full), then replays, then sends the queued live events whose
@@ -28,6 +42,7 @@
  * a reload takes the write lock), released before the body streams. A
  * watch's mtx is a leaf (taken inside the informer's subscriber
  * lock by the callback); nothing calls into the informer while holding it.
+ * conns_mtx (the connection table) is a leaf too.
  */
 #include "bridge/http.h"
 
@@ -66,6 +81,7 @@
 #define KB_HTTP_LIVE_MAX_BYTES ((size_t)64 << 20)
 #define KB_HTTP_TOKEN_MAX 16384
 #define KB_HTTP_BLOCK 65536
+#define KB_HTTP_PAGE 64 /* journal entries a replay holds decoded at a time */
 #define KB_HTTP_RESERVED 8 /* slots beyond KB_HTTP_MAX_CONNECTIONS, for addresses with none open */
 #define KB_HTTP_WATCHDOG_MS 250
 #define KB_HTTP_PEM_MAX ((size_t)1 << 20)
@@ -344,8 +360,12 @@ struct kb_http_stream {
     size_t out_off;
     bool ended;
     bool head_done;       /* snapshot: the List's head is out */
-    kb_event_list_t items; /* snapshot: the cut; replay: the journal tail */
+    kb_event_list_t items; /* snapshot: the cut; replay: one page of the journal */
     size_t next;
+    /* replay */
+    uint64_t from_rv;     /* the cut asked for */
+    uint64_t after;       /* journal position (kb_informer_replay) */
+    bool replayed;        /* the journal is read to its end */
     const char *kind, *api_version; /* borrowed from the informer's resource */
     char rv[64];          /* snapshot: the cut; replay: the newest RV sent */
     /* watch=true only */
@@ -574,10 +594,52 @@ static bool kb_http_peer_gone(int fd) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+static void kb_http_collect(void *opaque, kb_event_t *ev);
+
+/* A watch ERROR event carrying a 410 Status, as the API server sends when a
+ * watch falls behind what it still holds. */
+static void kb_http_expired_line(kb_http_stream_t *s) {
+    kb_buf_append_str(&s->out, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+                               "\"metadata\":{},\"status\":\"Failure\",\"message\":");
+    char msg[512];
+    snprintf(msg, sizeof(msg), "the journal of informer \"%s\" was trimmed past this replay while it was being read; "
+             "take a snapshot and replay from its resourceVersion", s->inf_name);
+    kb_buf_append_json_str(&s->out, msg, strlen(msg));
+    kb_buf_append_str(&s->out, ",\"reason\":\"Expired\",\"code\":410}}\n");
+}
+
+/* The next page of the journal into s->items (the previous one released):
+ * a window of KB_HTTP_PAGE entries, never the whole tail. */
+static kb_fill_t kb_http_next_page(kb_http_stream_t *s) {
+    kb_event_list_fini(&s->items);
+    kb_event_list_init(&s->items);
+    s->next = 0;
+    uint64_t before = s->after;
+    kb_err_t e = kb_informer_replay(s->inf, s->from_rv, &s->after, KB_HTTP_PAGE, kb_http_collect, s);
+    if (e == KB_ERR_GONE) {
+        kb_http_expired_line(s);
+        return KB_FILL_END;
+    }
+    if (e != KB_OK) {
+        KB_WARN("http", "replay of %s: reading the journal: %s; ending the stream", s->inf_name, kb_err_str(e));
+        return KB_FILL_ERR;
+    }
+    if (s->after == before)
+        s->replayed = true;
+    return KB_FILL_OK;
+}
+
 static kb_fill_t kb_http_replay_fill(kb_http_stream_t *s) {
-    while (s->next < s->items.n)
-        if (kb_http_watch_line(s, s->items.ev[s->next++]))
-            return KB_FILL_OK;
+    while (!s->replayed) {
+        while (s->next < s->items.n)
+            if (kb_http_watch_line(s, s->items.ev[s->next++]))
+                return KB_FILL_OK;
+        if (atomic_load(&s->h->stopping))
+            return KB_FILL_END;
+        kb_fill_t r = kb_http_next_page(s);
+        if (r != KB_FILL_OK || s->out.len)
+            return r;
+    }
     if (!s->subscribed)
         return KB_FILL_END;
     for (;;) {
@@ -664,9 +726,12 @@ static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c
                                   "too many live replays of informer \"%s\"", kb_informer_conf(inf)->name);
         }
     }
-    kb_err_t e = kb_informer_replay(inf, rv, kb_http_collect, s);
-    if (e == KB_OK)
+    s->from_rv = rv;
+    kb_err_t e = kb_informer_replay(inf, rv, &s->after, KB_HTTP_PAGE, kb_http_collect, s);
+    if (e == KB_OK) {
+        s->replayed = s->after == 0;
         return kb_http_stream_send(c, s);
+    }
     kb_http_stream_free(s);
     const char *name = kb_informer_conf(inf)->name;
     if (e == KB_ERR_GONE)
