@@ -537,6 +537,8 @@ static enum MHD_Result kb_http_post_snapshot(kb_http_t *h, struct MHD_Connection
     kb_err_t e = kb_bridge_publish_snapshot(h->b, kb_informer_conf(inf)->name, route, &count, err, sizeof(err));
     if (e == KB_ERR_NOTFOUND)
         return kb_http_status(c, MHD_HTTP_NOT_FOUND, "NotFound", "%s", err);
+    if (e == KB_ERR_CONFIG)
+        return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "%s", err);
     if (e != KB_OK)
         return kb_http_status(c, MHD_HTTP_SERVICE_UNAVAILABLE, "ServiceUnavailable", "%s (%zu published)", err,
                               count);
