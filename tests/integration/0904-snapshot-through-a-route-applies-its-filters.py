@@ -10,13 +10,6 @@ from kbtest import *
 TOKEN = "t0ken-0904"
 
 
-def read(path):
-    try:
-        return [json.loads(l) for l in open(path) if l.strip()]
-    except FileNotFoundError:
-        return []
-
-
 def test():
     sim = Sim()
     sim.bulk(pod_ops("create", "web-a", ["w1", "w2"], labels={"app": "web"}) +
@@ -38,24 +31,24 @@ def test():
                        '{ name = "all"; informer = "pods"; sink = "out"; }'])
     url = b.http_url()
     b.wait_converged(sim)
-    wait_for(lambda: len(read(web)) == 3, 30, 0.1, "the web route's live ADDEDs")
-    live_keys = sorted("%s/%s" % (e["namespace"], e["name"]) for e in read(web))
+    wait_for(lambda: len(read_jsonl(web)) == 3, 30, 0.1, "the web route's live ADDEDs")
+    live_keys = sorted("%s/%s" % (e["namespace"], e["name"]) for e in read_jsonl(web))
 
     code, _, body = http_request(url + "/v1/snapshot/pods?route=web", method="POST", body=b"", token=TOKEN)
     check(code == 200 and json.loads(body) == {"published": 3}, "published 3: %d %r" % (code, body))
-    snaps = wait_for(lambda: [e for e in read(web) if e["type"] == "SNAPSHOT"] if len(read(web)) >= 6 else None,
+    snaps = wait_for(lambda: [e for e in read_jsonl(web) if e["type"] == "SNAPSHOT"] if len(read_jsonl(web)) >= 6 else None,
                      30, 0.1, "3 SNAPSHOT envelopes")
     got = sorted("%s/%s" % (e["namespace"], e["name"]) for e in snaps)
     check(got == live_keys == ["web-a/w1", "web-a/w2", "web-b/w3"],
           "the snapshot holds what the route sends live: %s (live %s)" % (got, live_keys))
     time.sleep(0.5)
-    check(not any(e["name"] == "payroll-db" for e in read(web)), "private/payroll-db never reaches the web route")
+    check(not any(e["name"] == "payroll-db" for e in read_jsonl(web)), "private/payroll-db never reaches the web route")
 
     code, _, body = http_request(url + "/v1/snapshot/pods?route=live", method="POST", body=b"", token=TOKEN)
     st = json.loads(body)
     check(code == 400 and st["kind"] == "Status" and "SNAPSHOT" in st["message"] and "types" in st["message"],
           "a route without SNAPSHOT in types is refused: %d %r" % (code, st))
-    check(not any(e["type"] == "SNAPSHOT" for e in read(live)), "nothing was sent through it")
+    check(not any(e["type"] == "SNAPSHOT" for e in read_jsonl(live)), "nothing was sent through it")
     check(b.stop() == 0, "clean stop")
     sim.stop()
 

@@ -266,6 +266,14 @@ def http_request(url, method="GET", token=None, body=None, timeout=30):
         return e.code, e.headers, e.read()
 
 
+def read_jsonl(path):
+    """Every JSON line of a file so far ([] when it does not exist yet)."""
+    try:
+        return [json.loads(l) for l in open(path) if l.strip()]
+    except FileNotFoundError:
+        return []
+
+
 def _name_of(informer_text):
     return informer_text.split('name = "', 1)[1].split('"', 1)[0]
 
