@@ -11,11 +11,13 @@
 
 #include "common/alloc.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -82,4 +84,36 @@ void kb_secret_no_core_dumps(void) {
     struct rlimit none = {0, 0};
     setrlimit(RLIMIT_CORE, &none);
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+bool kb_host_is_loopback(const char *host, size_t n) {
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        host++;
+        n -= 2;
+    }
+    if ((n == 9 && !strncasecmp(host, "localhost", 9)) || (n == 3 && !strncmp(host, "::1", 3)))
+        return true;
+    char text[64];
+    struct in_addr a;
+    if (n >= sizeof(text))
+        return false;
+    memcpy(text, host, n);
+    text[n] = '\0';
+    return inet_pton(AF_INET, text, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+bool kb_url_plain_beyond_loopback(const char *url) {
+    if (strncasecmp(url, "http://", 7) != 0)
+        return false;
+    const char *host = url + 7;
+    size_t n = strcspn(host, "/?#");
+    const char *at = memrchr(host, '@', n); /* user:password@host */
+    if (at) {
+        n -= (size_t)(at + 1 - host);
+        host = at + 1;
+    }
+    const char *colon = memrchr(host, ':', n);
+    if (colon && !memchr(colon, ']', (size_t)(host + n - colon)))
+        n = (size_t)(colon - host);
+    return !kb_host_is_loopback(host, n);
 }

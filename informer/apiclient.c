@@ -19,6 +19,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "common/time.h"
 #include "informer/kubeconfig.h"
 
@@ -176,6 +177,29 @@ static const char *kb_api_auth_kind(const kb_apiclient_t *api) {
     return "none";
 }
 
+/* A plain http:// server: credentials would travel in clear text. Allowed to
+ * loopback with a warning; beyond it only with cluster.allow_insecure_http. */
+static bool kb_api_check_plain_http(const kb_apiclient_t *api, const kb_config_cluster_t *cluster, char *errstr,
+                                    size_t errstr_size) {
+    const char *auth = kb_api_auth_kind(api);
+    if (strncmp(api->server, "http://", 7) != 0 || !strcmp(auth, "none") || !strcmp(auth, "client certificate"))
+        return true;
+    if (!kb_url_plain_beyond_loopback(api->server)) {
+        KB_WARN("apiclient", "server %s is plain http://: the %s credential travels unencrypted (loopback only)",
+                api->server, auth);
+        return true;
+    }
+    if (cluster->allow_insecure_http) {
+        KB_WARN("apiclient", "server %s is plain http:// beyond loopback: the %s credential travels unencrypted "
+                "(cluster.allow_insecure_http = true)", api->server, auth);
+        return true;
+    }
+    snprintf(errstr, errstr_size, "server \"%s\" (from %s) is plain http:// beyond loopback and kbridge would send "
+             "it a %s credential in clear text: use https://, or set cluster.allow_insecure_http = true",
+             api->server, api->source, auth);
+    return false;
+}
+
 kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errstr, size_t errstr_size) {
     pthread_once(&kb_curl_once, kb_curl_init);
     kb_apiclient_t *api = kb_calloc(1, sizeof(*api));
@@ -222,8 +246,11 @@ kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errst
     api->burst = cluster->burst > 0 ? cluster->burst : 1;
     api->tokens = api->burst;
     api->tokens_ns = kb_now_mono_ns();
+    if (!kb_api_check_plain_http(api, cluster, errstr, errstr_size))
+        goto fail;
+    bool tls = !strncmp(api->server, "https://", 8);
     KB_INFO("apiclient", "server=%s from=%s auth=%s tls_verify=%s qps=%g burst=%g", api->server, api->source,
-            kb_api_auth_kind(api), api->insecure ? "off" : "on", api->qps, api->burst);
+            kb_api_auth_kind(api), !tls ? "n/a (plain http)" : api->insecure ? "off" : "on", api->qps, api->burst);
     if (api->insecure && !strncmp(api->server, "https://", 8))
         KB_WARN("apiclient", "TLS verification of %s is off (insecure_skip_tls_verify)", api->server);
     return api;
