@@ -144,6 +144,45 @@ static enum MHD_Result kb_http_text(struct MHD_Connection *c, unsigned code, con
     return kb_http_send(c, code, "text/plain; charset=utf-8", &body);
 }
 
+/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
+static size_t kb_utf8_seq(const unsigned char *p, size_t n) {
+    unsigned char c = p[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range: no overlongs, surrogates or > U+10FFFF */
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    for (size_t i = 1; i < len; i++) {
+        if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF))
+            return 0;
+    }
+    return len;
+}
+
+/* msg with every byte that is not part of valid UTF-8 replaced by U+FFFD:
+ * a request's path or parameters echoed into a message may be anything. */
+static void kb_http_utf8_clean(const char *msg, kb_buf_t *out) {
+    const unsigned char *p = (const unsigned char *)msg;
+    size_t n = strlen(msg);
+    while (n) {
+        size_t len = kb_utf8_seq(p, n);
+        if (len)
+            kb_buf_append(out, (const char *)p, len);
+        else
+            kb_buf_append_str(out, "\xEF\xBF\xBD");
+        len = len ? len : 1;
+        p += len;
+        n -= len;
+    }
+}
+
 /* A Kubernetes Status object (what the API server answers on errors). */
 static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, const char *reason, const char *fmt,
                                       ...) __attribute__((format(printf, 4, 5)));
@@ -155,10 +194,12 @@ static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    kb_buf_t body = KB_BUF_INIT;
+    kb_buf_t clean = KB_BUF_INIT, body = KB_BUF_INIT;
+    kb_http_utf8_clean(msg, &clean);
     kb_buf_append_str(&body, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
                              "\"message\":");
-    kb_buf_append_json_str(&body, msg, strlen(msg));
+    kb_buf_append_json_str(&body, clean.len ? clean.data : "", clean.len);
+    kb_buf_fini(&clean);
     kb_buf_append_str(&body, ",\"reason\":");
     kb_buf_append_json_str(&body, reason, strlen(reason));
     kb_buf_appendf(&body, ",\"code\":%u}\n", code);

@@ -117,3 +117,22 @@ bool kb_url_plain_beyond_loopback(const char *url) {
         n = (size_t)(colon - host);
     return !kb_host_is_loopback(host, n);
 }
+
+/* Substrings of a property name that say its value is a secret. */
+static const char *const kb_secret_words[] = {"password", "secret", "token", "jaas", "credential", "private",
+                                              "ssl.key", "key.pem", "keystore", "oauthbearer.config"};
+/* Endings that say the value is only where a secret lives. */
+static const char *const kb_secret_path_endings[] = {"_file", ".location"};
+
+bool kb_secret_key_like(const char *key) {
+    size_t n = strlen(key);
+    for (size_t i = 0; i < sizeof(kb_secret_path_endings) / sizeof(kb_secret_path_endings[0]); i++) {
+        size_t e = strlen(kb_secret_path_endings[i]);
+        if (n > e && !strcasecmp(key + n - e, kb_secret_path_endings[i]))
+            return false;
+    }
+    for (size_t i = 0; i < sizeof(kb_secret_words) / sizeof(kb_secret_words[0]); i++)
+        if (strcasestr(key, kb_secret_words[i]))
+            return true;
+    return false;
+}

@@ -28,5 +28,10 @@ bool kb_host_is_loopback(const char *host, size_t n);
 /* Whether url is plain http:// to a host that is not loopback: a secret
  * sent there crosses the network in clear text. */
 bool kb_url_plain_beyond_loopback(const char *url);
+/* Whether a property named key ("sasl.password", "ssl.key.pem",
+ * "sasl.oauthbearer.client.secret", …) holds a secret, so that summaries and
+ * logs print "***" instead of its value. Names of files ("…_file",
+ * "….location") are not secrets. */
+bool kb_secret_key_like(const char *key);
 
 #endif
