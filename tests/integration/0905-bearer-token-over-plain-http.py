@@ -38,15 +38,7 @@ def test():
         check(rc == 0, "%s + token_file is valid: %r" % (server, err))
 
     # From a kubeconfig: refused at start, before any request.
-    kc = work + "/kubeconfig"
-    with open(kc, "w") as f:
-        f.write("""apiVersion: v1
-kind: Config
-current-context: c
-contexts: [{name: c, context: {cluster: k, user: u}}]
-clusters: [{name: k, cluster: {server: "http://0.0.0.0:1"}}]
-users: [{name: u, user: {token: "kc-t0ken-0905"}}]
-""")
+    kc = write_kubeconfig(work + "/kubeconfig", "http://0.0.0.0:1", '{token: "kc-t0ken-0905"}')
     b = ConfigBridge('cluster = { kubeconfig = "%s"; };\n%s' % (kc, TAIL))
     b.proc.wait(60)
     log = b.logtext()

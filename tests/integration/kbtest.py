@@ -274,6 +274,15 @@ def read_jsonl(path):
         return []
 
 
+def write_kubeconfig(path, server, user):
+    """A kubeconfig with one context: the cluster at server, the user a YAML flow mapping ('{token: x}')."""
+    with open(path, "w") as f:
+        f.write("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+                "clusters: [{name: k, cluster: {server: \"%s\"}}]\nusers: [{name: u, user: %s}]\n" % (server, user))
+    return path
+
+
 def _name_of(informer_text):
     return informer_text.split('name = "', 1)[1].split('"', 1)[0]
 
