@@ -828,14 +828,19 @@ static const char *kb_reload_global_change(const kb_config_t *a, const kb_config
         !kb_str_eq(x->context, y->context) || x->in_cluster != y->in_cluster || !kb_str_eq(x->token_file, y->token_file) ||
         !kb_str_eq(x->ca_file, y->ca_file) || !kb_str_eq(x->client_cert, y->client_cert) ||
         !kb_str_eq(x->client_key, y->client_key) || x->insecure_skip_tls_verify != y->insecure_skip_tls_verify ||
-        x->qps != y->qps || x->burst != y->burst)
+        x->qps != y->qps || x->burst != y->burst || x->allow_insecure_http != y->allow_insecure_http ||
+        x->exec_timeout != y->exec_timeout)
         return "cluster";
     if (!kb_str_eq(a->state_dir, b->state_dir) || a->journal_max_bytes != b->journal_max_bytes ||
         a->journal_max_age != b->journal_max_age)
         return "state_dir/journal";
     if (a->sharding_replicas != b->sharding_replicas || a->sharding_index != b->sharding_index)
         return "sharding";
-    if (!kb_str_eq(a->http_listen, b->http_listen) || !kb_str_eq(a->http_token_file, b->http_token_file))
+    if (!kb_str_eq(a->http_listen, b->http_listen) || !kb_str_eq(a->http_token_file, b->http_token_file) ||
+        a->http_allow_unauthenticated != b->http_allow_unauthenticated ||
+        !kb_str_eq(a->http_tls_cert_file, b->http_tls_cert_file) ||
+        !kb_str_eq(a->http_tls_key_file, b->http_tls_key_file) || a->http_max_streams != b->http_max_streams ||
+        a->http_max_per_address != b->http_max_per_address || a->http_header_timeout != b->http_header_timeout)
         return "http";
     return NULL;
 }

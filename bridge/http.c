@@ -219,18 +219,6 @@ static const char *kb_http_arg(struct MHD_Connection *c, const char *name) {
 
 /* ---- authentication ------------------------------------------------------ */
 
-/* Compare without an early exit, so the time does not tell how much matched. */
-static bool kb_http_token_equal(const char *a, size_t alen, const char *b, size_t blen) {
-    unsigned diff = alen != blen;
-    size_t n = alen > blen ? alen : blen;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char x = i < alen ? (unsigned char)a[i] : 0;
-        unsigned char y = i < blen ? (unsigned char)b[i] : 0;
-        diff |= (unsigned)(x ^ y);
-    }
-    return diff == 0;
-}
-
 static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
     if (!h->token)
         return true;
@@ -240,7 +228,7 @@ static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
     v += 7;
     while (*v == ' ')
         v++;
-    return kb_http_token_equal(v, strlen(v), h->token, h->token_len);
+    return kb_secret_equal(v, strlen(v), h->token, h->token_len);
 }
 
 static kb_err_t kb_http_read_token(kb_http_t *h, const char *path, char *errstr, size_t errstr_size) {

@@ -136,3 +136,14 @@ bool kb_secret_key_like(const char *key) {
             return true;
     return false;
 }
+
+bool kb_secret_equal(const char *a, size_t alen, const char *b, size_t blen) {
+    unsigned diff = alen != blen;
+    size_t n = alen > blen ? alen : blen;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = i < alen ? (unsigned char)a[i] : 0;
+        unsigned char y = i < blen ? (unsigned char)b[i] : 0;
+        diff |= (unsigned)(x ^ y);
+    }
+    return diff == 0;
+}

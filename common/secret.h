@@ -33,5 +33,8 @@ bool kb_url_plain_beyond_loopback(const char *url);
  * logs print "***" instead of its value. Names of files ("…_file",
  * "….location") are not secrets. */
 bool kb_secret_key_like(const char *key);
+/* a[0..alen) == b[0..blen), in a time that depends on the lengths only, not
+ * on how many bytes match (a bearer token check must not tell). */
+bool kb_secret_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 #endif
