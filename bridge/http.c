@@ -1,4 +1,4 @@
-/* bridge/http.c — the HTTP API of SPEC §10 on libmicrohttpd.
+/* bridge/http.c — the HTTP API (docs/http.md) on libmicrohttpd.
  *
  * DESIGN. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_
  * CONNECTION with poll(), so descriptors above FD_SETSIZE work), idle
