@@ -275,6 +275,11 @@ static void test_exec_plugin_failures(void **state) {
     assert_int_equal(kb_kubeconfig_exec_run(&ex, 1, NULL, &cred, err, sizeof(err)), KB_ERR_TIMEDOUT);
     assert_non_null(strstr(err, "killed"));
 
+    /* Output is capped: 2 MiB is refused, the plugin killed. */
+    ex = plugin("#!/bin/sh\nhead -c 2097152 /dev/zero\nsleep 30\n", p, sizeof(p));
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, NULL, &cred, err, sizeof(err)), KB_ERR_TOOBIG);
+    assert_non_null(strstr(err, "too large"));
+
     /* Closes its output and keeps running: killed by the same deadline. */
     ex = plugin("#!/bin/sh\nexec >&-\nexec sleep 30\n", p, sizeof(p));
     assert_int_equal(kb_kubeconfig_exec_run(&ex, 1, NULL, &cred, err, sizeof(err)), KB_ERR_TIMEDOUT);
