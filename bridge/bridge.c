@@ -44,11 +44,14 @@
 #include "sinks/router.h"
 #include "sinks/sink.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct kb_pipeline kb_pipeline_t;
 typedef struct kb_eos_provider kb_eos_provider_t;
@@ -67,7 +70,7 @@ typedef struct kb_bsink {
     _Atomic bool stopped;
     pthread_mutex_t why_mtx;       /* guards why */
     char why[512];                 /* what stopped it: the object and the reason */
-    struct kb_bsink *dl;           /* on_refused = "dead_letter": where refused messages go */
+    _Atomic(struct kb_bsink *) dl; /* on_refused = "dead_letter": where refused messages go */
     _Atomic uint64_t dead_letters; /* refused messages this sink handed to its dead-letter sink */
     struct {                       /* refusals by reason (kb_err_name), first come, first slot */
         _Atomic(const char *) reason;
@@ -159,6 +162,57 @@ kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_
     return KB_OK;
 }
 
+/* state_dir need not exist (it is created), but the first part of it that
+ * does must be a directory. */
+static kb_err_t kb_check_state_dir(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
+    if (!cfg->state_dir || !cfg->state_dir[0])
+        return KB_OK;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", cfg->state_dir);
+    for (;;) {
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            if (S_ISDIR(st.st_mode))
+                return KB_OK;
+            snprintf(errstr, errstr_size, "%s: state_dir: \"%s\" is not a directory (it names a file)", cfg->path,
+                     path);
+            return KB_ERR_CONFIG;
+        }
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path)
+            return KB_OK;
+        *slash = '\0';
+    }
+}
+
+kb_err_t kb_bridge_check(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
+    kb_err_t err = kb_bridge_validate(cfg, errstr, errstr_size);
+    if (err != KB_OK)
+        return err;
+    if ((err = kb_check_state_dir(cfg, errstr, errstr_size)) != KB_OK)
+        return err;
+    if (cfg->http_listen && cfg->http_listen[0] && cfg->http_token_file && cfg->http_token_file[0] &&
+        access(cfg->http_token_file, R_OK) != 0) {
+        snprintf(errstr, errstr_size, "%s: http.token_file: cannot read \"%s\": %s", cfg->path, cfg->http_token_file,
+                 strerror(errno));
+        return KB_ERR_CONFIG;
+    }
+    /* A config for a pod, checked outside one (CI, a laptop): the mount is not here to check. */
+    const char *host = getenv("KUBERNETES_SERVICE_HOST");
+    if (cfg->cluster.in_cluster && (!host || !host[0])) {
+        KB_INFO("bridge", "cluster.in_cluster: not inside a pod here, so the service account is checked at start");
+        return KB_OK;
+    }
+    char why[512];
+    kb_apiclient_t *api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
+    if (!api) {
+        snprintf(errstr, errstr_size, "%s: %s", cfg->path, why);
+        return KB_ERR_CONFIG;
+    }
+    kb_apiclient_destroy(api);
+    return KB_OK;
+}
+
 /* One event on its way to its routes' sinks. Each sink it goes to has a
  * slot: when all of that sink's messages of the event are acknowledged, the
  * sink's bit is cleared in the informer's ledger (kb_ledger_sink_done), which
@@ -238,7 +292,7 @@ static void kb_bridge_ack(void *opaque, kb_err_t err);
  * plus "deadLetter": {sink, reason, at}, as a raw record with the refused
  * message's topic and key. False if it could not be taken. */
 static bool kb_dead_letter(kb_delivery_t *d, size_t slot, kb_err_t why, const char *topic, const char *key) {
-    kb_bsink_t *bs = d->s[slot].bs, *dl = bs->dl;
+    kb_bsink_t *bs = d->s[slot].bs, *dl = atomic_load(&bs->dl);
     if (!dl || !dl->sink || atomic_load(&dl->stopped))
         return false;
     kb_buf_t env = KB_BUF_INIT;
@@ -278,7 +332,8 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_le
     kb_bsink_t *bs = d->s[slot].bs;
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
-    kb_bsink_count_refusal(dead_letter && bs->dl ? bs->dl : bs, err);
+    kb_bsink_t *dl = atomic_load(&bs->dl);
+    kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
     if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
     kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err));
@@ -291,7 +346,8 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_bsink_t *bs = d->s[ma->slot].bs;
     if (err == KB_OK) {
         atomic_fetch_add(&p->delivered, 1);
-        atomic_fetch_add(ma->dead_letter && bs->dl ? &bs->dl->acked : &bs->acked, 1);
+        kb_bsink_t *dl = atomic_load(&bs->dl);
+        atomic_fetch_add(ma->dead_letter && dl ? &dl->acked : &bs->acked, 1);
         if (!ma->dead_letter)
             kb_histogram_observe_ns(&bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
         kb_slot_acked(d, ma->slot);
@@ -535,12 +591,11 @@ static int *kb_pipeline_lidx(kb_pipeline_t *p, const kb_router_t *r, const kb_co
 /* Point every dead-letter sink of bsinks (parallel to cfg->sinks) at its target. */
 static void kb_bsinks_link_dead_letters(kb_bsink_t **bsinks, const kb_config_t *cfg) {
     for (size_t i = 0; i < cfg->n_sinks; i++) {
-        bsinks[i]->dl = NULL;
-        if (cfg->sinks[i].on_refused != KB_REFUSED_DEAD_LETTER)
-            continue;
-        for (size_t j = 0; j < cfg->n_sinks; j++)
+        kb_bsink_t *dl = NULL;
+        for (size_t j = 0; j < cfg->n_sinks && cfg->sinks[i].on_refused == KB_REFUSED_DEAD_LETTER; j++)
             if (!strcmp(cfg->sinks[j].name, cfg->sinks[i].dead_letter))
-                bsinks[i]->dl = bsinks[j];
+                dl = bsinks[j];
+        atomic_store(&bsinks[i]->dl, dl);
     }
 }
 
@@ -877,9 +932,8 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
 uint64_t kb_bridge_unacknowledged(kb_bridge_t *b) {
     uint64_t n = 0;
     for (size_t i = 0; i < b->n_pipes; i++) {
-        kb_informer_stats_t st;
-        kb_informer_stats(b->pipes[i]->inf, &st);
-        n += st.seq > st.ack_seq ? st.seq - st.ack_seq : 0;
+        int64_t inflight = atomic_load(&b->pipes[i]->inflight);
+        n += (inflight > 0 ? (uint64_t)inflight : 0) + atomic_load(&b->pipes[i]->failed);
     }
     return n;
 }
@@ -965,177 +1019,180 @@ void kb_bridge_destroy(kb_bridge_t *b) {
 
 /* ---- hot reload --------------------------------------------------------- */
 
-static bool kb_str_eq(const char *a, const char *b) {
-    return !strcmp(a ? a : "", b ? b : "");
+/* What one reload builds before it changes anything, parallel to the new
+ * config's sinks and informers. */
+typedef struct kb_reload_plan {
+    kb_config_t *ncfg;
+    size_t nn, ni;               /* new sinks, new informers */
+    kb_bsink_t **nsinks;         /* kept or new */
+    bool *sink_new;
+    kb_pipeline_t **npipes;      /* kept or new */
+    bool *pipe_new;
+    kb_router_t **routers;       /* one per new informer */
+    size_t removed, added, new_sinks;
+} kb_reload_plan_t;
+
+static void kb_reload_plan_init(kb_reload_plan_t *pl, kb_config_t *ncfg) {
+    memset(pl, 0, sizeof(*pl));
+    pl->ncfg = ncfg;
+    pl->nn = ncfg->n_sinks;
+    pl->ni = ncfg->n_informers;
+    pl->nsinks = kb_calloc(pl->nn ? pl->nn : 1, sizeof(*pl->nsinks));
+    pl->sink_new = kb_calloc(pl->nn ? pl->nn : 1, sizeof(bool));
+    pl->npipes = kb_calloc(pl->ni ? pl->ni : 1, sizeof(*pl->npipes));
+    pl->pipe_new = kb_calloc(pl->ni ? pl->ni : 1, sizeof(bool));
+    pl->routers = kb_calloc(pl->ni ? pl->ni : 1, sizeof(*pl->routers));
 }
 
-static bool kb_list_eq(const kb_strlist_t *a, const kb_strlist_t *b) {
-    if (a->n != b->n)
-        return false;
-    for (size_t i = 0; i < a->n; i++)
-        if (!kb_str_eq(a->v[i], b->v[i]))
-            return false;
-    return true;
+static void kb_reload_plan_fini(kb_reload_plan_t *pl) {
+    free(pl->nsinks);
+    free(pl->npipes);
+    free(pl->sink_new);
+    free(pl->pipe_new);
+    free(pl->routers);
 }
 
-static bool kb_informer_conf_eq(const kb_config_informer_t *a, const kb_config_informer_t *b) {
-    return kb_str_eq(a->name, b->name) && kb_str_eq(a->group, b->group) && kb_str_eq(a->version, b->version) &&
-           kb_str_eq(a->resource, b->resource) && kb_list_eq(&a->namespaces, &b->namespaces) &&
-           kb_str_eq(a->label_selector, b->label_selector) && kb_str_eq(a->field_selector, b->field_selector) &&
-           a->page_size == b->page_size && a->resync_seconds == b->resync_seconds && a->shards == b->shards &&
-           a->compaction == b->compaction && kb_list_eq(&a->drop_fields, &b->drop_fields) &&
-           kb_list_eq(&a->redact_fields, &b->redact_fields) && a->redact_fields_set == b->redact_fields_set &&
-           a->queue_bytes == b->queue_bytes;
+/* A failed plan: destroy what it built; the running objects stay. */
+static void kb_reload_plan_abort(kb_reload_plan_t *pl) {
+    for (size_t i = 0; i < pl->ni; i++) {
+        kb_router_destroy(pl->routers[i]);
+        if (pl->pipe_new[i])
+            kb_pipeline_destroy(pl->npipes[i]);
+    }
+    for (size_t i = 0; i < pl->nn; i++)
+        if (pl->sink_new[i] && pl->nsinks[i]) {
+            kb_bsink_close(pl->nsinks[i], 0);
+            free(pl->nsinks[i]);
+        }
 }
 
-static bool kb_sink_conf_eq(const kb_config_sink_t *a, const kb_config_sink_t *b) {
-    if (a->n_properties != b->n_properties)
-        return false;
-    for (size_t i = 0; i < a->n_properties; i++)
-        if (!kb_str_eq(a->properties[i].key, b->properties[i].key) ||
-            !kb_str_eq(a->properties[i].value, b->properties[i].value))
-            return false;
-    return kb_str_eq(a->name, b->name) && a->type == b->type && kb_str_eq(a->path, b->path) &&
-           kb_str_eq(a->brokers, b->brokers) && a->transactional == b->transactional &&
-           kb_str_eq(a->checkpoint_topic, b->checkpoint_topic) && kb_str_eq(a->uri, b->uri) &&
-           kb_str_eq(a->client_id, b->client_id) && a->qos == b->qos && a->version == b->version &&
-           kb_str_eq(a->username, b->username) && kb_str_eq(a->password_file, b->password_file) &&
-           kb_str_eq(a->ca_file, b->ca_file) && kb_str_eq(a->cert_file, b->cert_file) &&
-           kb_str_eq(a->key_file, b->key_file) && a->keepalive == b->keepalive && a->max_inflight == b->max_inflight;
+/* Keep every running sink whose keys did not change (kb_config_diff_sink);
+ * build the others. */
+static kb_err_t kb_reload_sinks(kb_bridge_t *b, kb_reload_plan_t *pl, char *errstr, size_t errstr_size) {
+    const kb_config_t *ocfg = b->cfg;
+    for (size_t i = 0; i < pl->nn; i++) {
+        const kb_config_sink_t *nc = &pl->ncfg->sinks[i];
+        for (size_t j = 0; j < ocfg->n_sinks && !pl->nsinks[i]; j++) {
+            char what[128];
+            kb_reload_t r = b->sinks[j]->sink ? kb_config_diff_sink(b->sinks[j]->conf, nc, what, sizeof(what))
+                                              : KB_RELOAD_REBUILD;
+            if (r <= KB_RELOAD_IN_PLACE)
+                pl->nsinks[i] = b->sinks[j];
+            else if (!strcmp(b->sinks[j]->conf->name, nc->name))
+                KB_INFO("bridge", "reload: sink=%s is rebuilt (%s changed)", nc->name, what);
+        }
+        if (pl->nsinks[i])
+            continue;
+        pl->nsinks[i] = kb_bsink_new(b, nc, pl->ncfg, errstr, errstr_size);
+        pl->sink_new[i] = true;
+        pl->new_sinks++;
+        if (!pl->nsinks[i])
+            return KB_ERR_CONFIG;
+    }
+    return KB_OK;
 }
 
-/* What a reload cannot change in place: it would touch every informer. */
-static const char *kb_reload_global_change(const kb_config_t *a, const kb_config_t *b) {
-    const kb_config_cluster_t *x = &a->cluster, *y = &b->cluster;
-    if (!kb_str_eq(x->name, y->name) || !kb_str_eq(x->server, y->server) || !kb_str_eq(x->kubeconfig, y->kubeconfig) ||
-        !kb_str_eq(x->context, y->context) || x->in_cluster != y->in_cluster || !kb_str_eq(x->token_file, y->token_file) ||
-        !kb_str_eq(x->ca_file, y->ca_file) || !kb_str_eq(x->client_cert, y->client_cert) ||
-        !kb_str_eq(x->client_key, y->client_key) || x->insecure_skip_tls_verify != y->insecure_skip_tls_verify ||
-        x->qps != y->qps || x->burst != y->burst || x->allow_insecure_http != y->allow_insecure_http ||
-        x->exec_timeout != y->exec_timeout)
-        return "cluster";
-    if (!kb_str_eq(a->state_dir, b->state_dir) || a->journal_max_bytes != b->journal_max_bytes ||
-        a->journal_max_age != b->journal_max_age)
-        return "state_dir/journal";
-    if (a->sharding_replicas != b->sharding_replicas || a->sharding_index != b->sharding_index)
-        return "sharding";
-    if (!kb_str_eq(a->http_listen, b->http_listen) || !kb_str_eq(a->http_token_file, b->http_token_file) ||
-        a->http_allow_unauthenticated != b->http_allow_unauthenticated ||
-        !kb_str_eq(a->http_tls_cert_file, b->http_tls_cert_file) ||
-        !kb_str_eq(a->http_tls_key_file, b->http_tls_key_file) || a->http_max_streams != b->http_max_streams ||
-        a->http_max_per_address != b->http_max_per_address || a->http_header_timeout != b->http_header_timeout)
-        return "http";
+/* The running informer the new definition nc can keep, or NULL; *renamed_same
+ * when one of the same name exists whose definition changed (what says how). */
+static kb_pipeline_t *kb_reload_find_pipe(kb_bridge_t *b, const kb_config_informer_t *nc, bool *same_name,
+                                          char *what, size_t what_size) {
+    *same_name = false;
+    for (size_t j = 0; j < b->n_pipes; j++) {
+        const kb_config_informer_t *oc = kb_informer_conf(b->pipes[j]->inf);
+        char why[128];
+        kb_reload_t r = kb_config_diff_informer(oc, nc, why, sizeof(why));
+        if (r <= KB_RELOAD_IN_PLACE)
+            return b->pipes[j];
+        if (!strcmp(oc->name, nc->name)) {
+            *same_name = true;
+            snprintf(what, what_size, "%s", why);
+        }
+    }
     return NULL;
 }
 
-kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_t errstr_size) {
-    const kb_config_t *ocfg = b->cfg;
-    if (kb_bridge_validate(ncfg, errstr, errstr_size) != KB_OK)
-        return KB_ERR_CONFIG;
-    const char *what = kb_reload_global_change(ocfg, ncfg);
-    if (what) {
-        snprintf(errstr, errstr_size, "%s: the %s settings changed; they apply only on restart", ncfg->path, what);
-        return KB_ERR_CONFIG;
-    }
-    /* 1. Build everything new before changing anything. */
-    size_t nn = ncfg->n_sinks, ni = ncfg->n_informers;
-    kb_bsink_t **nsinks = kb_calloc(nn ? nn : 1, sizeof(*nsinks));
-    bool *sink_new = kb_calloc(nn ? nn : 1, sizeof(bool));
-    kb_pipeline_t **npipes = kb_calloc(ni ? ni : 1, sizeof(*npipes));
-    bool *pipe_new = kb_calloc(ni ? ni : 1, sizeof(bool));
-    kb_router_t **routers = kb_calloc(ni ? ni : 1, sizeof(*routers));
-    kb_err_t err = KB_OK;
-    for (size_t i = 0; i < nn && err == KB_OK; i++) {
-        for (size_t j = 0; j < ocfg->n_sinks && !nsinks[i]; j++)
-            if (b->sinks[j]->sink && kb_sink_conf_eq(b->sinks[j]->conf, &ncfg->sinks[i]))
-                nsinks[i] = b->sinks[j];
-        if (!nsinks[i]) {
-            nsinks[i] = kb_bsink_new(b, &ncfg->sinks[i], ncfg, errstr, errstr_size);
-            sink_new[i] = true;
-            if (!nsinks[i])
-                err = KB_ERR_CONFIG;
+static kb_err_t kb_reload_pipes(kb_bridge_t *b, kb_reload_plan_t *pl, char *errstr, size_t errstr_size) {
+    const kb_config_t *ncfg = pl->ncfg;
+    for (size_t i = 0; i < pl->ni; i++) {
+        const kb_config_informer_t *nc = &ncfg->informers[i];
+        bool same_name;
+        char what[128] = "";
+        pl->npipes[i] = kb_reload_find_pipe(b, nc, &same_name, what, sizeof(what));
+        if (pl->npipes[i])
+            continue;
+        /* A changed informer of the same name must give up its state_dir first. */
+        if (same_name && ncfg->state_dir[0]) {
+            snprintf(errstr, errstr_size,
+                     "%s:%d: informers.%s: its definition changed (%s); with state_dir set, give it a new name (or "
+                     "restart) so its stored state is not mixed with the new definition's",
+                     ncfg->path, nc->line, nc->name, what);
+            return KB_ERR_CONFIG;
         }
+        if (same_name)
+            KB_INFO("bridge", "reload: informer=%s is rebuilt (%s changed; it lists again)", nc->name, what);
+        pl->npipes[i] = kb_pipeline_new(b, ncfg, nc, errstr, errstr_size);
+        pl->pipe_new[i] = true;
+        if (!pl->npipes[i])
+            return KB_ERR_CONFIG;
     }
-    for (size_t i = 0; i < ni && err == KB_OK; i++) {
-        for (size_t j = 0; j < b->n_pipes && !npipes[i]; j++)
-            if (kb_informer_conf_eq(kb_informer_conf(b->pipes[j]->inf), &ncfg->informers[i]))
-                npipes[i] = b->pipes[j];
-        if (!npipes[i]) {
-            /* A changed informer of the same name must give up its state_dir first. */
-            bool renamed_same = false;
-            for (size_t j = 0; j < b->n_pipes; j++)
-                renamed_same |= !strcmp(kb_informer_conf(b->pipes[j]->inf)->name, ncfg->informers[i].name);
-            if (renamed_same && ncfg->state_dir[0]) {
-                snprintf(errstr, errstr_size,
-                         "%s:%d: informers.%s: its definition changed; with state_dir set, give it a new name (or "
-                         "restart) so its stored state is not mixed with the new definition's",
-                         ncfg->path, ncfg->informers[i].line, ncfg->informers[i].name);
-                err = KB_ERR_CONFIG;
-                break;
-            }
-            npipes[i] = kb_pipeline_new(b, ncfg, &ncfg->informers[i], errstr, errstr_size);
-            pipe_new[i] = true;
-            if (!npipes[i])
-                err = KB_ERR_CONFIG;
-        }
+    for (size_t i = 0; i < pl->ni; i++) {
+        pl->routers[i] = kb_pipeline_router(pl->npipes[i], ncfg, pl->nsinks, errstr, errstr_size);
+        if (!pl->routers[i])
+            return KB_ERR_CONFIG;
     }
-    for (size_t i = 0; i < ni && err == KB_OK; i++) {
-        kb_pipeline_t *p = npipes[i];
-        routers[i] = kb_pipeline_router(p, ncfg, nsinks, errstr, errstr_size);
-        if (!routers[i])
-            err = KB_ERR_CONFIG;
-    }
-    if (err != KB_OK) {
-        for (size_t i = 0; i < ni; i++) {
-            kb_router_destroy(routers[i]);
-            if (pipe_new[i])
-                kb_pipeline_destroy(npipes[i]);
-        }
-        for (size_t i = 0; i < nn; i++)
-            if (sink_new[i] && nsinks[i]) {
-                kb_bsink_close(nsinks[i], 0);
-                free(nsinks[i]);
-            }
-        goto out;
-    }
+    return KB_OK;
+}
 
-    /* 2. Stop and drain the informers that go away (into their old routes). */
-    int64_t deadline = kb_now_mono_ns() + (int64_t)ocfg->shutdown_timeout * KB_NS_PER_MS * 1000;
-    size_t removed = 0, added = 0;
+static bool kb_reload_keeps_pipe(const kb_reload_plan_t *pl, const kb_pipeline_t *p) {
+    for (size_t i = 0; i < pl->ni; i++)
+        if (pl->npipes[i] == p)
+            return true;
+    return false;
+}
+
+static bool kb_reload_keeps_sink(const kb_reload_plan_t *pl, const kb_bsink_t *bs) {
+    for (size_t i = 0; i < pl->nn; i++)
+        if (pl->nsinks[i] == bs)
+            return true;
+    return false;
+}
+
+/* Stop and drain the informers that go away (into their old routes). */
+static void kb_reload_drain_removed(kb_bridge_t *b, kb_reload_plan_t *pl) {
+    int64_t deadline = kb_now_mono_ns() + (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
     for (size_t j = 0; j < b->n_pipes; j++) {
-        bool kept = false;
-        for (size_t i = 0; i < ni && !kept; i++)
-            kept = npipes[i] == b->pipes[j];
-        if (kept)
+        if (kb_reload_keeps_pipe(pl, b->pipes[j]))
             continue;
         kb_pipeline_drain(b->pipes[j], deadline, &b->hard_stop);
         kb_informer_close_state(b->pipes[j]->inf);
-        removed++;
+        pl->removed++;
     }
     atomic_store(&b->hard_stop, false);
+}
 
-    /* 3. Swap the routes of every informer that stays; give the new ones theirs. */
-    for (size_t i = 0; i < ni; i++) {
-        kb_pipeline_t *p = npipes[i];
-        kb_router_t *old_router;
-        kb_bsink_t **old_bsinks;
-        kb_noop_t **old_noops, **noops = kb_noops_new(routers[i]);
-        int *old_lidx, *lidx = kb_pipeline_lidx(p, routers[i], ncfg, p->lidx, ocfg);
+/* Swap the routes of every informer that stays; give the new ones theirs. */
+static void kb_reload_swap_routes(kb_bridge_t *b, kb_reload_plan_t *pl) {
+    kb_bsinks_link_dead_letters(pl->nsinks, pl->ncfg);
+    for (size_t i = 0; i < pl->ni; i++) {
+        kb_pipeline_t *p = pl->npipes[i];
+        kb_noop_t **noops = kb_noops_new(pl->routers[i]);
+        int *lidx = kb_pipeline_lidx(p, pl->routers[i], pl->ncfg, p->lidx, b->cfg);
         pthread_rwlock_wrlock(&p->route_lock);
-        old_router = p->router;
-        old_bsinks = p->bsinks;
-        old_noops = p->noops;
-        old_lidx = p->lidx;
-        p->router = routers[i];
-        p->bsinks = kb_bsinks_copy(nsinks, nn);
+        int *old_lidx = p->lidx;
+        kb_router_t *old_router = p->router;
+        kb_bsink_t **old_bsinks = p->bsinks;
+        kb_noop_t **old_noops = p->noops;
+        p->router = pl->routers[i];
+        p->bsinks = kb_bsinks_copy(pl->nsinks, pl->nn);
         p->lidx = lidx;
         p->noops = noops;
-        atomic_store(&p->eos, kb_router_eos(routers[i], nsinks));
+        atomic_store(&p->eos, kb_router_eos(pl->routers[i], pl->nsinks));
         pthread_rwlock_unlock(&p->route_lock);
-        if (pipe_new[i])
+        pl->routers[i] = NULL; /* the pipeline owns it now */
+        if (pl->pipe_new[i])
             kb_eos_read_back(b, p);
         kb_hbs_destroy(p->hbs); /* they point into the old router */
-        p->hbs = kb_hbs_new(p, p->router, ncfg);
+        p->hbs = kb_hbs_new(p, p->router, pl->ncfg);
         if (p->started)
             kb_hbs_start(p->hbs);
         kb_noops_destroy(old_noops, old_router ? old_router->n : 0);
@@ -1143,59 +1200,78 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
         free(old_bsinks);
         free(old_lidx);
     }
+}
 
-    /* 4. Publish the new set, retire the old objects, start the new informers. */
-    pthread_rwlock_wrlock(&b->lock);
-    for (size_t j = 0; j < b->n_pipes; j++) {
-        bool kept = false;
-        for (size_t i = 0; i < ni && !kept; i++)
-            kept = npipes[i] == b->pipes[j];
-        if (!kept)
-            KB_PUSH(b->retired_pipes, b->n_retired_pipes, b->pipes[j]);
-    }
+/* Publish the new set under b->lock and retire what went away (HTTP
+ * requests may still hold pointers to it). Returns the sinks nothing routes
+ * to any more (the caller closes them; free the array). */
+static kb_bsink_t **kb_reload_publish(kb_bridge_t *b, kb_reload_plan_t *pl, size_t *n_dropped) {
+    const kb_config_t *ocfg = b->cfg;
     kb_bsink_t **dropped = NULL;
-    size_t n_dropped = 0;
-    for (size_t j = 0; j < ocfg->n_sinks; j++) {
-        bool kept = false;
-        for (size_t i = 0; i < nn && !kept; i++)
-            kept = nsinks[i] == b->sinks[j];
-        if (!kept)
-            KB_PUSH(dropped, n_dropped, b->sinks[j]);
-    }
+    *n_dropped = 0;
+    pthread_rwlock_wrlock(&b->lock);
+    for (size_t j = 0; j < b->n_pipes; j++)
+        if (!kb_reload_keeps_pipe(pl, b->pipes[j]))
+            KB_PUSH(b->retired_pipes, b->n_retired_pipes, b->pipes[j]);
+    for (size_t j = 0; j < ocfg->n_sinks; j++)
+        if (!kb_reload_keeps_sink(pl, b->sinks[j]))
+            KB_PUSH(dropped, *n_dropped, b->sinks[j]);
     free(b->pipes);
     free(b->sinks);
-    b->pipes = npipes;
-    b->n_pipes = ni;
-    b->sinks = nsinks;
-    b->cfg = ncfg;
-    KB_PUSH(b->owned_cfgs, b->n_owned_cfgs, ncfg);
-    for (size_t i = 0; i < n_dropped; i++)
+    b->pipes = pl->npipes;
+    b->n_pipes = pl->ni;
+    b->sinks = pl->nsinks;
+    b->cfg = pl->ncfg;
+    KB_PUSH(b->owned_cfgs, b->n_owned_cfgs, pl->ncfg);
+    for (size_t i = 0; i < *n_dropped; i++)
         KB_PUSH(b->retired_sinks, b->n_retired_sinks, dropped[i]);
     pthread_rwlock_unlock(&b->lock);
-    npipes = NULL;
-    nsinks = NULL;
-    for (size_t i = 0; i < ni; i++)
-        if (pipe_new[i]) {
+    pl->npipes = NULL;
+    pl->nsinks = NULL;
+    return dropped;
+}
+
+kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_t errstr_size) {
+    const kb_config_t *ocfg = b->cfg;
+    if (kb_bridge_validate(ncfg, errstr, errstr_size) != KB_OK)
+        return KB_ERR_CONFIG;
+    char what[128];
+    kb_reload_t global = kb_config_diff_global(ocfg, ncfg, what, sizeof(what));
+    if (global == KB_RELOAD_RESTART) {
+        snprintf(errstr, errstr_size, "%s: %s changed; it applies only on restart", ncfg->path, what);
+        return KB_ERR_CONFIG;
+    }
+    /* 1. Build everything new before changing anything. */
+    kb_reload_plan_t pl;
+    kb_reload_plan_init(&pl, ncfg);
+    kb_err_t err = kb_reload_sinks(b, &pl, errstr, errstr_size);
+    if (err == KB_OK)
+        err = kb_reload_pipes(b, &pl, errstr, errstr_size);
+    if (err != KB_OK) {
+        kb_reload_plan_abort(&pl);
+        kb_reload_plan_fini(&pl);
+        return err;
+    }
+    /* 2.–4. Drain what goes, swap routes, publish. */
+    kb_reload_drain_removed(b, &pl);
+    kb_reload_swap_routes(b, &pl);
+    size_t n_dropped;
+    kb_bsink_t **dropped = kb_reload_publish(b, &pl, &n_dropped);
+    for (size_t i = 0; i < pl.ni; i++)
+        if (pl.pipe_new[i]) {
             if (b->started)
                 kb_pipeline_start(b->pipes[i]);
-            added++;
+            pl.added++;
         }
     /* 5. Sinks nothing routes to any more: flush and close. */
     for (size_t i = 0; i < n_dropped; i++)
-        kb_bsink_close(dropped[i], ocfg->shutdown_timeout * 1000);
+        kb_bsink_close(dropped[i], ncfg->shutdown_timeout * 1000);
     free(dropped);
-    size_t new_sinks = 0;
-    for (size_t i = 0; i < nn; i++)
-        new_sinks += sink_new[i];
     KB_INFO("bridge", "reloaded %s: informers kept=%zu added=%zu removed=%zu; sinks kept=%zu added=%zu removed=%zu; "
-            "routes=%zu", ncfg->path, ni - added, added, removed, nn - new_sinks, new_sinks, n_dropped, ncfg->n_routes);
-out:
-    free(nsinks);
-    free(npipes);
-    free(sink_new);
-    free(pipe_new);
-    free(routers);
-    return err;
+            "routes=%zu; other settings %s", ncfg->path, pl.ni - pl.added, pl.added, pl.removed, pl.nn - pl.new_sinks,
+            pl.new_sinks, n_dropped, ncfg->n_routes, kb_reload_name(global));
+    kb_reload_plan_fini(&pl);
+    return KB_OK;
 }
 
 /* ---- introspection (HTTP API) ------------------------------------------ */

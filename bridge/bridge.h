@@ -23,6 +23,12 @@ typedef struct kb_bridge kb_bridge_t;
 
 /* Check what the loader cannot: sink settings and route/sink compatibility. */
 kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_size);
+/* --check: kb_bridge_validate plus what start-up would refuse without
+ * talking to anyone: the cluster credentials (kubeconfig, token and CA
+ * files; the service account when in_cluster and inside a pod),
+ * http.token_file, a state_dir that names a file.
+ * Starts no thread; no network. Thread: main. */
+kb_err_t kb_bridge_check(const kb_config_t *cfg, char *errstr, size_t errstr_size);
 
 kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_size);
 kb_err_t kb_bridge_start(kb_bridge_t *b);
@@ -30,8 +36,9 @@ kb_err_t kb_bridge_start(kb_bridge_t *b);
  * undelivered (it is logged). */
 kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms);
 void kb_bridge_destroy(kb_bridge_t *b);
-/* Changes accepted from the server that not every sink has acknowledged yet
- * (over all informers). Thread: any; takes each informer's stats lock. */
+/* Messages handed to sinks that were not acknowledged: still in flight, or
+ * given up by the sink (a failed delivery) since start, over all informers.
+ * Without state_dir nothing delivers them again. Thread: any; atomics only. */
 uint64_t kb_bridge_unacknowledged(kb_bridge_t *b);
 /* SIGHUP: ask every running sink that can to reopen its output (the file
  * sink's path after logrotate). Never blocks. Thread: main only. */

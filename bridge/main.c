@@ -73,15 +73,15 @@ static int kb_stop_verdict(kb_bridge_t *b, const char *how, char *line, size_t s
     uint64_t left = kb_bridge_unacknowledged(b);
     bool persistent = kb_bridge_config(b)->state_dir[0] != '\0';
     if (left == 0) {
-        snprintf(line, size, "%s: every change was acknowledged", how);
+        snprintf(line, size, "%s: every message handed to a sink was acknowledged", how);
         return KB_EXIT_OK;
     }
     if (persistent) {
-        snprintf(line, size, "%s with %llu change(s) not acknowledged; state_dir %s keeps them and the next start "
+        snprintf(line, size, "%s with %llu message(s) not acknowledged; state_dir %s keeps them and the next start "
                  "delivers them again", how, (unsigned long long)left, kb_bridge_config(b)->state_dir);
         return KB_EXIT_OK;
     }
-    snprintf(line, size, "%s with %llu change(s) not acknowledged and no state_dir to deliver them again: they are "
+    snprintf(line, size, "%s with %llu message(s) not acknowledged and no state_dir to deliver them again: they are "
              "lost to the sinks that missed them", how, (unsigned long long)left);
     return KB_EXIT_RUNTIME;
 }
@@ -244,7 +244,8 @@ int main(int argc, char **argv) {
         kb_sim_stop(sim);
         return KB_EXIT_USAGE;
     }
-    if (kb_bridge_validate(cfg, errstr, sizeof(errstr)) != KB_OK) {
+    if ((check ? kb_bridge_check(cfg, errstr, sizeof(errstr)) : kb_bridge_validate(cfg, errstr, sizeof(errstr))) !=
+        KB_OK) {
         fprintf(stderr, "kbridge: %s\n", errstr);
         kb_config_free(cfg);
         kb_sim_stop(sim);

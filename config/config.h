@@ -153,6 +153,27 @@ void kb_config_summary(const kb_config_t *cfg, FILE *out);
 /* Every key with type, default and doc (for --help-config); markdown when md. */
 void kb_config_print_reference(FILE *out, bool md);
 
+/* What a reload from a to b needs, from the reload flags of the key table:
+ * nothing, a change applied in place, rebuilding the object, or a restart. */
+typedef enum {
+    KB_RELOAD_SAME = 0,
+    KB_RELOAD_IN_PLACE = 1,
+    KB_RELOAD_REBUILD = 2,
+    KB_RELOAD_RESTART = 3,
+} kb_reload_t;
+
+/* The keys outside informers[], sinks[] and routes[]: SAME, IN_PLACE or
+ * RESTART; *what (may be NULL) gets the first key needing a restart, e.g.
+ * "cluster.server" (static storage). */
+kb_reload_t kb_config_diff_global(const kb_config_t *a, const kb_config_t *b, char *what, size_t what_size);
+/* One informer or sink against another: SAME, IN_PLACE or REBUILD (the
+ * first key that differs in *what, may be NULL). */
+kb_reload_t kb_config_diff_informer(const kb_config_informer_t *a, const kb_config_informer_t *b, char *what,
+                                    size_t what_size);
+kb_reload_t kb_config_diff_sink(const kb_config_sink_t *a, const kb_config_sink_t *b, char *what, size_t what_size);
+/* The reload action's name: "unchanged", "changed in place", "rebuilt", "needs a restart". */
+const char *kb_reload_name(kb_reload_t r);
+
 const kb_config_informer_t *kb_config_find_informer(const kb_config_t *cfg, const char *name);
 const kb_config_sink_t *kb_config_find_sink(const kb_config_t *cfg, const char *name);
 

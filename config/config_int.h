@@ -42,6 +42,11 @@ enum {
     KB_CF_LISTEN = 1u << 6,   /* "" or "host:port" */
     KB_CF_SEEN = 1u << 7,     /* set the bool at off2 when the key is present */
     KB_CF_FILE = 1u << 8,     /* a file name: a leading "~/" becomes $HOME/ */
+    /* What a SIGHUP that changes the key does (config/reload.c). A key with
+     * neither flag rebuilds the informer or sink it belongs to; outside
+     * informers[] and sinks[] a key with neither flag needs a restart. */
+    KB_CF_LIVE = 1u << 9,     /* applies in place: nothing is rebuilt */
+    KB_CF_RESTART = 1u << 10, /* only a restart applies it: the reload is refused */
 };
 
 struct kb_csection;
@@ -78,8 +83,9 @@ typedef struct kb_csection {
     kb_csection_hook_t *finish;
 } kb_csection_t;
 
-/* The root section (table.c). */
+/* The root section (table.c), and the list elements' sections. */
 extern const kb_csection_t kb_config__root;
+extern const kb_csection_t kb_config__sec_informer, kb_config__sec_sink;
 
 struct kb_loader {
     const char *path;  /* for messages when a setting has no file of its own */

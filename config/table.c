@@ -83,8 +83,9 @@ static const kb_csection_t kb_sec_cluster = {
 #define TOP(field) KB_OFF(kb_config_t, field)
 static const kb_ckey_t kb_keys_log[] = {
     {.name = "level", .type = KB_CT_CHOICE, .off = TOP(log_level), .def = "info", .values = kb_v_log_level,
-     .doc = "Lowest level written to stderr."},
+     .flags = KB_CF_LIVE, .doc = "Lowest level written to stderr."},
     {.name = "format", .type = KB_CT_CHOICE, .off = TOP(log_format), .def = "text", .values = kb_v_log_format,
+     .flags = KB_CF_LIVE,
      .doc = "One line per event: plain text with key=value fields, or one JSON object per line in which "
              "every key=value field (informer, sink, key, rv, …) is a string member of its own and msg keeps the prose."},
 };
@@ -197,16 +198,27 @@ static const kb_ckey_t kb_keys_informer[] = {
 };
 #undef INF
 
+/* grp's label_selector parses (common/selector.h), or a config error naming it. */
+static bool kb_selector_valid(kb_loader_t *ld, const config_setting_t *grp, const char *prefix, const char *text) {
+    char err[256];
+    kb_selector_t *sel = kb_selector_parse(text, err, sizeof(err));
+    if (!sel)
+        return kb_config__fail(ld, config_setting_get_member(grp, "label_selector"), "%s.label_selector: %s",
+                               prefix, err);
+    kb_selector_free(sel);
+    return true;
+}
+
 /* Secrets are redacted unless the file says otherwise; saying [] is recorded
  * so the bridge can warn. Only the core group's "secrets" is a Secret. */
 static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                                const char *prefix) {
-    KB_UNUSED(ld);
     KB_UNUSED(index);
-    KB_UNUSED(grp);
-    KB_UNUSED(prefix);
     static const char *const secret_paths[] = {"data", "stringData"};
     kb_config_informer_t *inf = base;
+    /* The server would refuse a bad selector with a 400 on every list, for ever: say it at load. */
+    if (!kb_selector_valid(ld, grp, prefix, inf->label_selector))
+        return false;
     if (strcmp(inf->group, "") != 0 || strcmp(inf->resource, "secrets") != 0)
         return true;
     if (inf->redact_fields_set) {
@@ -219,7 +231,7 @@ static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const 
     return true;
 }
 
-static const kb_csection_t kb_sec_informer = {
+const kb_csection_t kb_config__sec_informer = {
     .title = "informers",
     .doc = "A list of groups, one per watched resource: `informers = ( { name = \"pods\"; resource = \"pods\"; } );`",
     .size = sizeof(kb_config_informer_t), .line_off = offsetof(kb_config_informer_t, line),
@@ -291,7 +303,7 @@ static const kb_ckey_t kb_keys_sink[] = {
 };
 #undef SNK
 
-static const kb_csection_t kb_sec_sink = {
+const kb_csection_t kb_config__sec_sink = {
     .title = "sinks",
     .doc = "A list of groups, one per destination: `sinks = ( { name = \"out\"; type = \"file\"; } );`",
     .size = sizeof(kb_config_sink_t), .line_off = offsetof(kb_config_sink_t, line),
@@ -344,13 +356,7 @@ static bool kb_finish_route(kb_loader_t *ld, void *base, size_t index, const con
     if (!kb_config__finish_route(ld, base, index, grp, prefix))
         return false;
     const kb_config_route_t *route = base;
-    char err[256];
-    kb_selector_t *sel = kb_selector_parse(route->label_selector, err, sizeof(err));
-    if (!sel)
-        return kb_config__fail(ld, config_setting_get_member(grp, "label_selector"), "%s.label_selector: %s",
-                               prefix, err);
-    kb_selector_free(sel);
-    return true;
+    return kb_selector_valid(ld, grp, prefix, route->label_selector);
 }
 
 static const kb_csection_t kb_sec_route = {
@@ -368,14 +374,14 @@ static const kb_ckey_t kb_keys_root[] = {
     {.name = "state_dir", .type = KB_CT_STRING, .off = TOP(state_dir), .flags = KB_CF_FILE, .def = "",
      .doc = "Directory for checkpoints and the persisted index; \"\" = memory only."},
     {.name = "shutdown_timeout", .type = KB_CT_INT, .off = TOP(shutdown_timeout), .def = "10", .min = 0,
-     .max = 3600, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
+     .max = 3600, .flags = KB_CF_LIVE, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
     {.name = "journal", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_journal},
     {.name = "log", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_log},
     {.name = "http", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_http},
     {.name = "sharding", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_sharding},
     {.name = "informers", .type = KB_CT_LIST, .off = TOP(informers), .off2 = TOP(n_informers),
-     .sub = &kb_sec_informer},
-    {.name = "sinks", .type = KB_CT_LIST, .off = TOP(sinks), .off2 = TOP(n_sinks), .sub = &kb_sec_sink},
+     .sub = &kb_config__sec_informer},
+    {.name = "sinks", .type = KB_CT_LIST, .off = TOP(sinks), .off2 = TOP(n_sinks), .sub = &kb_config__sec_sink},
     {.name = "routes", .type = KB_CT_LIST, .off = TOP(routes), .off2 = TOP(n_routes), .sub = &kb_sec_route},
 };
 #undef TOP
@@ -451,6 +457,18 @@ static void kb_print_constraints(FILE *out, const kb_ckey_t *k) {
         fputs("; a leading ~/ is $HOME/", out);
 }
 
+/* What SIGHUP does when the key changed (config/reload.c's rule). */
+static void kb_print_reload(FILE *out, const kb_csection_t *sec, const kb_ckey_t *k) {
+    if (k->flags & KB_CF_LIVE)
+        fputs("; SIGHUP applies a change in place", out);
+    else if (k->flags & KB_CF_RESTART || sec->size == 0) /* the top level and its groups */
+        fputs("; a change needs a restart", out);
+    else if (sec == &kb_config__sec_informer || sec == &kb_config__sec_sink)
+        fprintf(out, "; SIGHUP rebuilds the %s when it changes", sec == &kb_config__sec_sink ? "sink" : "informer");
+    else /* routes: every reload swaps them in */
+        fputs("; SIGHUP applies a change in place", out);
+}
+
 static void kb_print_only(FILE *out, const kb_csection_t *sec, const kb_ckey_t *k) {
     if (!k->only || sec->disc < 0)
         return;
@@ -482,6 +500,7 @@ static void kb_print_section(FILE *out, bool md, const kb_csection_t *sec, const
         if (md)
             fputc('`', out);
         kb_print_constraints(out, k);
+        kb_print_reload(out, sec, k);
         fprintf(out, md ? ".\n\n%s\n\n" : ".\n      %s\n", k->doc);
     }
     if (!md)
@@ -502,7 +521,10 @@ void kb_config_print_reference(FILE *out, bool md) {
               "<!-- Generated from config/table.c by kb_config_print_reference(); do not edit.\n"
               "     Regenerate: KB_UPDATE_DOCS=1 KB_SOURCE_DIR=. build/tests/test_config -->\n\n"
               "kbridge reads one libconfig file (`kbridge --config FILE`; `--check` validates it and\n"
-              "prints a summary). Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
+              "prints a summary). `--check` refuses what start-up would refuse without contacting\n"
+              "anyone: also a kubeconfig, token or CA file that cannot be read, an `http.token_file`\n"
+              "that cannot be read, a file sink whose directory does not exist and a `state_dir`\n"
+              "that names a file. Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
               "out of range, duplicate names, routes to unknown informers or sinks and bad templates\n"
               "are errors reported as `FILE:LINE: what is wrong`, and nothing starts.\n"
               "`kbridge --help-config` prints this reference as text.\n\n"

@@ -258,6 +258,12 @@ kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errst
     for (size_t i = 0; i < KB_ARRAY_LEN(unset); i++)
         if (!*unset[i])
             *unset[i] = kb_strdup("");
+    /* A token file that cannot be read would mean running unauthenticated: refuse to start. */
+    if (api->token_file[0] && access(api->token_file, R_OK) != 0) {
+        snprintf(errstr, errstr_size, "token_file \"%s\" (from %s): cannot read it: %s", api->token_file,
+                 kb_is_set(cluster->token_file) ? "cluster.token_file" : api->source, strerror(errno));
+        goto fail;
+    }
     if (strncmp(api->server, "http://", 7) != 0 && strncmp(api->server, "https://", 8) != 0) {
         snprintf(errstr, errstr_size, "server \"%s\" (from %s): must start with http:// or https://", api->server,
                  api->source);

@@ -1,33 +1,37 @@
-/* informer/informer.c — reflectors, ingestion, relist diff and resync.
+/* informer/informer.c — ingestion: from a list page or watch bytes to the
+ * cache, the journal and the queues; the relist diff; resync; the informer's
+ * lifecycle.
  *
  * Design note.
  *
- * Threads. One reflector thread per watched scope (a namespace, or the whole
- * cluster) runs list → watch → watch … and turns what the server says into
- * events; the optional resync thread queues SYNC events. Both go through
- * kb_inf_ingest/kb_inf_enqueue under inf->ingest_mtx, which makes "look at
- * the cache, queue the event, update the cache" one step: without it a
- * resync could queue a stale SYNC behind a newer MODIFIED of the same key.
- * The mutex is held across a DeltaFIFO push that may block when the queue
- * is full; that is the backpressure path and it only ever waits for shard
- * workers, which never take this mutex.
+ * Three files share the work: reflector.c talks HTTP (list, watch, errors,
+ * backoff) and hands bytes here; this file decides what they mean; ledger.c
+ * owns what happens to a change after that (seqs, the per-key gate, graves,
+ * acknowledgements, the checkpoint). informer/ingest.h exposes the steps here
+ * so the simulation can drive them without a server.
  *
- * The cache is updated when an event is queued, not when it is delivered, so
- * a relist is diffed against everything the informer has already said,
- * including what is still queued. A per-key gate refuses watch events that
- * are not newer than the cache (numeric RVs; opaque RVs are only compared
- * for equality), so a resumed watch that replays a change cannot make a key
- * go back.
+ * Threads. The reflector threads and the optional resync thread go through
+ * the ingest steps under inf->ingest_mtx, which makes "look at the cache,
+ * stage the change, update the cache" one step: without it a resync could
+ * queue a stale SYNC behind a newer MODIFIED of the same key. The mutex is
+ * held across a DeltaFIFO push that may block when the queue is full; that is
+ * the backpressure path and it only ever waits for shard workers, which never
+ * take this mutex. A full ledger window is waited for before the mutex is
+ * taken (kb_refl_wait_room).
  *
- * Errors follow client-go's reflector (docs/informer.md has the table) with
- * two deliberate differences, both in the direction of not losing or
- * re-sending: a watch that ends with nothing received is re-opened after a
- * backoff step rather than turned into a relist, and a malformed frame
- * re-opens the watch from the last good RV instead of relisting. Lists are
- * consistent reads (no resourceVersion) with limit/continue, so a relist is
- * always paged and never holds more than one page.
+ * Batches. A watch chunk or a list page is one batch: its changes are decided,
+ * journalled and applied to the cache, committed to state_dir in one
+ * transaction, and only then queued. A failed commit puts the cache and the
+ * ledger's graves back and queues nothing; the reflector reads the changes
+ * again. So the cache — updated when a change is staged, not when it is
+ * delivered — is what the relist is diffed against: everything the informer
+ * has already said, including what is still queued.
+ *
+ * The gate (kb_ledger_stale): a watch change not newer than what the key last
+ * had, live or deleted, whatever its uid, is a replay and is dropped; opaque
+ * RVs are only compared for equality.
  */
-#include "informer/informer.h"
+#include "informer/informer_int.h"
 #include "informer/kstatus.h"
 
 #include "common/alloc.h"
@@ -47,16 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KB_LIST_MAX_BODY (512u << 20) /* one list page */
-#define KB_WATCH_MAX_FRAME (64u << 20)
-/* Changes tracked and not acknowledged by every sink, at most: beyond, the
- * reflectors stop reading until the sinks catch up (with state_dir, the bytes
- * of the journal's unacknowledged tail are bounded by journal.max_bytes too). */
-#define KB_INF_MAX_WINDOW ((size_t)1 << 20)
-#define KB_BACKOFF_INITIAL_MS 800
-#define KB_BACKOFF_CAP_MS 30000
-#define KB_BACKOFF_RESET_MS 120000
-#define KB_LIST_RESTARTS 5 /* expired continue tokens in a row before backing off */
+
 
 static const char *const kb_watch_err_names[KB_WATCH_ERR_COUNT] = {
     "gone", "throttled", "server_error", "connect", "malformed", "http", "decode", "state"};
@@ -65,119 +60,7 @@ const char *kb_watch_err_name(kb_watch_err_t e) {
     return (unsigned)e < KB_WATCH_ERR_COUNT ? kb_watch_err_names[e] : "unknown";
 }
 
-typedef struct kb_backoff {
-    int64_t base_ms;       /* next delay before jitter */
-    int64_t last_ns;       /* monotonic time of the last step */
-} kb_backoff_t;
-
-/* 0.8 s doubling to 30 s, each step jittered up to +100 %; after two quiet
- * minutes it starts again from 0.8 s (client-go ≤ v0.35 rule), and also after
- * a complete list or a watch that delivered something (the server is
- * healthy again; earlier trouble should not slow the next recovery). */
-static int64_t kb_backoff_next(kb_backoff_t *b) {
-    int64_t now = kb_now_mono_ns();
-    if (b->base_ms == 0 || now - b->last_ns > KB_BACKOFF_RESET_MS * KB_NS_PER_MS)
-        b->base_ms = KB_BACKOFF_INITIAL_MS;
-    int64_t d = b->base_ms + (int64_t)(kb_random_unit() * (double)b->base_ms);
-    b->base_ms = b->base_ms * 2 > KB_BACKOFF_CAP_MS ? KB_BACKOFF_CAP_MS : b->base_ms * 2;
-    b->last_ns = now;
-    return d;
-}
-
-typedef enum { KB_SRC_WATCH, KB_SRC_LIST } kb_src_t;
-
-typedef struct kb_inf_staged {
-    kb_event_t *ev;        /* NULL for a resume-point marker */
-    uint64_t seq;
-    int refl;              /* reflector whose resume point rv_after is, -1 for none */
-    char rv_after[KB_RV_MAX]; /* "" = the resume point does not move */
-} kb_inf_staged_t;
-
-typedef struct kb_inf_undo {
-    char *key;
-    size_t key_len;
-    uint64_t hash;
-    kb_event_t *old;       /* the entry before the batch; NULL = absent */
-    uint64_t grave_before; /* the ledger's grave of key before the change */
-} kb_inf_undo_t;
-
-typedef struct kb_reflector {
-    struct kb_informer *inf;
-    char *ns;              /* NULL = cluster-wide */
-    char *path;            /* "/api/v1/pods", "/apis/apps/v1/namespaces/x/deployments" */
-    pthread_t thread;
-    bool running;          /* thread started and not yet joined (main thread only) */
-    char rv[KB_RV_MAX];    /* resume point: last list RV, event RV or bookmark RV */
-    pthread_mutex_t rv_mtx;/* guards rv for readers on other threads */
-    kb_backoff_t backoff;
-    bool listed;           /* first list done */
-    /* state of the watch in progress (reflector thread only) */
-    kb_buf_t stream;       /* bytes not yet parsed */
-    uint64_t frames;       /* frames received in this watch */
-    kb_err_t watch_err;    /* why the stream was aborted from inside */
-    bool watch_error_event;/* … by an ERROR event (status, cls) */
-    kb_status_t status;    /* the ERROR event's Status */
-    kb_strmap_t *seen;     /* during a list: keys listed */
-    char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
-    size_t list_items, list_pages; /* during a list */
-    int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
-    kb_kclass_t cls;       /* class of the last failed answer (informer/kstatus.h), if has_cls */
-    bool has_cls;          /* the last request failed with an answer from the server */
-    int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
-} kb_reflector_t;
-
-struct kb_informer {
-    const kb_config_t *cfg;
-    const kb_config_informer_t *conf;
-    kb_apiclient_t *api;           /* borrowed */
-    kb_resource_t *res;
-    kb_transform_t *tf;
-    kb_indexer_t *idx;
-    kb_deltafifo_t **fifos;
-    size_t n_shards;
-    kb_reflector_t *refl;
-    size_t n_refl;
-    pthread_mutex_t ingest_mtx;    /* cache check + enqueue + cache update, as one step */
-    kb_buf_t scratch;              /* decode output; ingest_mtx */
-    kb_ledger_t *ledger;           /* seqs, gate, acknowledgements, checkpoint (informer/ledger.h) */
-    pthread_t resync_thread;
-    bool resync_running;
-    _Atomic bool stop;
-    _Atomic unsigned synced_refl;  /* reflectors done with their first list */
-    _Atomic uint64_t st_events[KB_EV_TYPE_COUNT];
-    _Atomic uint64_t st_errors[KB_WATCH_ERR_COUNT];
-    _Atomic uint64_t st_frames, st_bookmarks, st_relists, st_lists, st_pages, st_gated, st_watches;
-    _Atomic uint64_t st_rv_regressions;
-    pthread_mutex_t err_mtx;
-    char last_error[256];          /* err_mtx */
-
-    /* The open ingestion batch (ingest_mtx): events decided, journalled and
-     * applied to the cache, queued only after the batch commits. */
-    kb_state_t *state;             /* NULL without state_dir */
-    kb_inf_staged_t *out;          /* staged entries, in seq order */
-    size_t n_out, cap_out;
-    kb_inf_undo_t *undo;           /* cache entries to restore if the commit fails */
-    size_t n_undo, cap_undo;
-    uint64_t batch_seq0;           /* inf->seq when the batch began */
-    bool batch_open, batch_failed;
-    char batch_err[256];
-
-    /* The checkpointer: writes the ledger's watermark every 200 ms. */
-    pthread_t ckpt_thread;
-    bool ckpt_running;
-    _Atomic bool ckpt_stop;
-    _Atomic bool paused;           /* a reflector waits for the sinks (the ledger's window is full) */
-    bool crashed;                  /* kb_ingest_crash: close without a last checkpoint */
-    /* Live subscribers (the HTTP replay API); sub_mtx, taken inside ingest_mtx. */
-    pthread_mutex_t sub_mtx;
-    struct { kb_informer_sub_fn fn; void *opaque; } subs[64];
-    size_t n_subs;
-};
-
-static void kb_inf_error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void kb_inf_error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...) {
+void kb_inf__error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...) {
     atomic_fetch_add(&inf->st_errors[kind], 1);
     va_list ap;
     va_start(ap, fmt);
@@ -387,7 +270,7 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         if (kb_ratelimit_allow(&rl, 10000, &sup))
             KB_ERROR("informer", "informer=%s %s; nothing of this batch was delivered; retrying (suppressed=%llu)",
                      inf->conf->name, inf->batch_err, (unsigned long long)sup);
-        kb_inf_error(inf, KB_WATCH_ERR_STATE, "%s", inf->batch_err);
+        kb_inf__error(inf, KB_WATCH_ERR_STATE, "%s", inf->batch_err);
         err = KB_ERR_IO;
     } else {
         pthread_mutex_lock(&inf->sub_mtx);
@@ -451,7 +334,7 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         if (quiet_bad)
             return KB_INGEST_BAD;
         static kb_ratelimit_t rl;
-        kb_inf_error(inf, KB_WATCH_ERR_DECODE, "object skipped: %s", why);
+        kb_inf__error(inf, KB_WATCH_ERR_DECODE, "object skipped: %s", why);
         if (kb_ratelimit_allow(&rl, 10000, NULL))
             KB_WARN("informer", "informer=%s object skipped: %s", inf->conf->name, why);
         kb_span_t rv;
@@ -461,7 +344,7 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     }
     if (m.rv.len >= KB_RV_MAX) {
         /* Truncating it would make a wrong resume point and a wrong gate. */
-        kb_inf_error(inf, KB_WATCH_ERR_DECODE, "object skipped: resourceVersion of %zu bytes (at most %d supported)",
+        kb_inf__error(inf, KB_WATCH_ERR_DECODE, "object skipped: resourceVersion of %zu bytes (at most %d supported)",
                      m.rv.len, KB_RV_MAX - 1);
         static kb_ratelimit_t rl;
         if (kb_ratelimit_allow(&rl, 10000, NULL))
@@ -495,7 +378,7 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     char key[512];
     size_t key_len = in.ns_len ? in.ns_len + 1 + in.name_len : in.name_len;
     if (key_len >= sizeof(key)) {
-        kb_inf_error(inf, KB_WATCH_ERR_DECODE, "object skipped: key of %zu bytes is not a Kubernetes name", key_len);
+        kb_inf__error(inf, KB_WATCH_ERR_DECODE, "object skipped: key of %zu bytes is not a Kubernetes name", key_len);
         return KB_INGEST_OK;
     }
     if (in.ns_len) {
@@ -563,91 +446,6 @@ static void kb_inf_delete_unseen(kb_reflector_t *r) {
                 inf->conf->name, n);
 }
 
-/* ---- requests --------------------------------------------------------- */
-
-static void kb_refl_query_common(const kb_reflector_t *r, kb_buf_t *q) {
-    const kb_config_informer_t *c = r->inf->conf;
-    if (c->label_selector && c->label_selector[0])
-        kb_api_query_add(q, "labelSelector", c->label_selector);
-    if (c->field_selector && c->field_selector[0])
-        kb_api_query_add(q, "fieldSelector", c->field_selector);
-}
-
-/* "GET https://host/path?query" of a request, for error texts. */
-static void kb_refl_request_text(const kb_reflector_t *r, const char *path_and_query, char *out, size_t size) {
-    snprintf(out, size, "GET %s%s", kb_apiclient_server(r->inf->api), path_and_query);
-}
-
-/* Turn a failed response into an error class (informer/kstatus.h), logging
- * what was asked and what came back: the server's Status when the body is
- * one, else the content type and the first bytes (a proxy's or another web
- * server's page says more than "HTTP 404"). */
-static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const char *path_and_query,
-                               const kb_api_response_t *resp, const kb_buf_t *body, kb_status_t *st) {
-    kb_informer_t *inf = r->inf;
-    char req[768];
-    kb_refl_request_text(r, path_and_query, req, sizeof(req));
-    memset(st, 0, sizeof(*st));
-    if (resp->err != KB_OK) {
-        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s: %s", what, req, resp->errmsg);
-        static kb_ratelimit_t rl;
-        uint64_t sup = 0;
-        if (kb_ratelimit_allow(&rl, 5000, &sup))
-            KB_WARN("reflector", "informer=%s %s: %s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
-                    what, req, resp->errmsg, (unsigned long long)sup);
-        return resp->err == KB_ERR_STOPPED ? KB_ERR_STOPPED : KB_ERR_CONNECT;
-    }
-    bool is_status = body && body->len && kb_decode_status(body->data, body->len, st) == KB_OK &&
-                     (st->code || st->reason[0] || st->message[0]);
-    r->cls = kb_kstatus_classify(resp->status, st->reason, st->cause_reason);
-    r->has_cls = true;
-    char said[768];
-    if (is_status) {
-        snprintf(said, sizeof(said), "%s%s%s", st->reason, st->reason[0] ? ": " : "", st->message);
-    } else {
-        char first[160];
-        kb_api_body_excerpt(body ? body->data : "", body ? body->len : 0, 120, first, sizeof(first));
-        snprintf(said, sizeof(said), "not a Kubernetes Status (Content-Type \"%s\", %zu bytes%s%s%s) — is this "
-                 "an API server?", resp->content_type, body ? body->len : 0, first[0] ? ": \"" : "", first,
-                 first[0] ? "\"" : "");
-    }
-    kb_inf_error(inf, r->cls.kind, "%s %s: HTTP %ld %s", what, req, resp->status, said);
-    if (r->cls.err == KB_ERR_GONE)
-        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s", inf->conf->name, what, said);
-    else
-        KB_WARN("reflector", "informer=%s %s: %s: HTTP %ld %s%s", inf->conf->name, what, req, resp->status, said,
-                resp->retry_after >= 0 ? " (Retry-After given)" : "");
-    return r->cls.err;
-}
-
-/* The most one list page may take: KB_LIST_MAX_BODY, or less under the test
- * suite's KB_TEST_LIST_MAX_BODY (bytes), so splitting can be tested without
- * half a GiB of objects. */
-static size_t kb_refl_max_body(void) {
-    const char *env = getenv("KB_TEST_LIST_MAX_BODY");
-    unsigned long long v = env && *env ? strtoull(env, NULL, 10) : 0;
-    return v >= 4096 && v < KB_LIST_MAX_BODY ? (size_t)v : KB_LIST_MAX_BODY;
-}
-
-/* A list page came back larger than max_body (page_size objects of ~1 MiB,
- * Helm release Secrets, make 500 MiB): ask for half as many per page from
- * now on. false when a single object is already too large. */
-static bool kb_refl_split_page(kb_reflector_t *r, size_t max_body) {
-    kb_informer_t *inf = r->inf;
-    if (r->page_limit <= 1) {
-        kb_inf_error(inf, KB_WATCH_ERR_HTTP, "one object is larger than a list page may be (%zu bytes)", max_body);
-        KB_ERROR("reflector", "informer=%s a list page of one object is over %zu bytes; cannot list", inf->conf->name,
-                 max_body);
-        return false;
-    }
-    int was = r->page_limit;
-    r->page_limit = (r->page_limit + 1) / 2;
-    KB_WARN("reflector", "informer=%s list page of %d object(s) is over %zu bytes; asking for %d per page from now "
-            "on (page_size = %d is too large for these objects)", inf->conf->name, was, max_body, r->page_limit,
-            inf->conf->page_size);
-    return true;
-}
-
 /* Before a batch: wait while the ledger's window is full (a sink stopped or
  * stalls), so reading stops instead of the window and the journal growing.
  * False when the informer stops. Called with no lock held. */
@@ -670,7 +468,7 @@ static bool kb_refl_wait_room(kb_reflector_t *r) {
 
 /* ---- a list, step by step (the HTTP loop below and the simulation) ------- */
 
-static void kb_refl_list_begin(kb_reflector_t *r) {
+void kb_inf__list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = kb_strmap_new(1024);
     r->list_rv[0] = '\0';
@@ -681,7 +479,7 @@ static void kb_refl_list_begin(kb_reflector_t *r) {
  * texts): its items are ingested as one batch; cont gets its continue token
  * ("" on the last page). KB_ERR_PARSE,
  * KB_ERR_IO (state_dir) or KB_ERR_STOPPED end the list. */
-static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *src, const char *data, size_t len, kb_buf_t *cont) {
+kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data, size_t len, kb_buf_t *cont) {
     kb_informer_t *inf = r->inf;
     kb_list_page_t page;
     memset(&page, 0, sizeof(page));
@@ -697,7 +495,7 @@ static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *src, const char
     if (derr != KB_OK) {
         char first[160];
         kb_api_body_excerpt(data, len, 120, first, sizeof(first));
-        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response of %s: %s", src, why);
+        kb_inf__error(inf, KB_WATCH_ERR_MALFORMED, "list response of %s: %s", src, why);
         KB_ERROR("reflector", "informer=%s list response of %s does not parse: %s (%zu bytes: \"%s\")",
                  inf->conf->name, src, why, len, first);
         kb_list_page_fini(&page);
@@ -728,7 +526,7 @@ static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *src, const char
 
 /* The list is complete: what it did not contain was deleted while we did not
  * watch; the reflector resumes at the list's RV. */
-static kb_err_t kb_refl_list_end(kb_reflector_t *r) {
+kb_err_t kb_inf__list_end(kb_reflector_t *r) {
     kb_informer_t *inf = r->inf;
     const char *list_rv = r->list_rv;
     /* A list below where we were: the server's history went back (etcd restored). */
@@ -757,76 +555,6 @@ static kb_err_t kb_refl_list_end(kb_reflector_t *r) {
     KB_INFO("reflector", "informer=%s%s%s listed items=%zu pages=%zu rv=%s", inf->conf->name, r->ns ? " namespace=" : "",
             r->ns ? r->ns : "", r->list_items, r->list_pages, list_rv);
     return KB_OK;
-}
-
-/* One complete paged list, diffed against the cache. */
-static kb_err_t kb_refl_list(kb_reflector_t *r, int *retry_after) {
-    kb_informer_t *inf = r->inf;
-    const size_t max_body = kb_refl_max_body();
-    if (r->page_limit <= 0)
-        r->page_limit = inf->conf->page_size;
-    kb_buf_t q = KB_BUF_INIT, body = KB_BUF_INIT, path = KB_BUF_INIT, cont = KB_BUF_INIT;
-    kb_err_t err = KB_OK;
-    int restarts = 0;
-    *retry_after = -1;
-restart:
-    kb_refl_list_begin(r);
-    kb_buf_reset(&cont);
-    for (;;) {
-        kb_buf_reset(&q);
-        kb_buf_reset(&body);
-        kb_buf_reset(&path);
-        char limit[16];
-        snprintf(limit, sizeof(limit), "%d", r->page_limit);
-        kb_api_query_add(&q, "limit", limit);
-        if (cont.len)
-            kb_api_query_add(&q, "continue", cont.data);
-        kb_refl_query_common(r, &q);
-        kb_buf_append_str(&path, r->path);
-        kb_buf_append(&path, q.data, q.len);
-        kb_api_response_t resp;
-        r->has_cls = false;
-        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, max_body, 120, &inf->stop, &resp);
-        if (atomic_load(&inf->stop)) {
-            err = KB_ERR_STOPPED;
-            goto out;
-        }
-        if (resp.err == KB_ERR_TOOBIG) {
-            if (kb_refl_split_page(r, max_body))
-                continue; /* the same page (same continue token), fewer objects */
-            err = KB_ERR_TOOBIG;
-            goto out;
-        }
-        if (resp.err != KB_OK || resp.status != 200) {
-            kb_status_t st;
-            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", path.data, &resp, &body, &st);
-            *retry_after = resp.retry_after >= 0 ? resp.retry_after : st.retry_after > 0 ? st.retry_after : -1;
-            if (err == KB_ERR_GONE && cont.len && restarts++ < KB_LIST_RESTARTS) {
-                KB_INFO("reflector", "informer=%s continue token expired after %zu page(s); restarting the list",
-                        inf->conf->name, r->list_pages);
-                err = KB_OK;
-                goto restart;
-            }
-            goto out;
-        }
-        char src[1024], req[768];
-        kb_refl_request_text(r, path.data, req, sizeof(req));
-        snprintf(src, sizeof(src), "%s (HTTP %ld, Content-Type \"%s\")", req, resp.status, resp.content_type);
-        err = kb_refl_list_page(r, src, body.data, body.len, &cont);
-        if (err != KB_OK)
-            goto out;
-        if (!cont.len)
-            break;
-    }
-    err = kb_refl_list_end(r);
-out:
-    kb_strmap_destroy(r->seen);
-    r->seen = NULL;
-    kb_buf_fini(&q);
-    kb_buf_fini(&body);
-    kb_buf_fini(&path);
-    kb_buf_fini(&cont);
-    return err;
 }
 
 /* The API server writes every frame as {"type":"T","object":{…}}. For that
@@ -958,7 +686,7 @@ static bool kb_refl_line(kb_reflector_t *r, const char *line, size_t len, int64_
     }
     if (res == KB_INGEST_STOPPED)
         return false;
-    kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame: %s", why);
+    kb_inf__error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame: %s", why);
     KB_WARN("reflector", "informer=%s malformed watch frame (%s): %.*s; re-watching from rv=%s", r->inf->conf->name,
             why, (int)(r->inf->conf->redact_fields.n ? 0 : len > 120 ? 120 : len), line, r->rv); /* redacted: no bytes */
     r->watch_err = KB_ERR_PARSE;
@@ -968,7 +696,7 @@ static bool kb_refl_line(kb_reflector_t *r, const char *line, size_t len, int64_
 /* curl write callback for watches: the server ends each frame with '\n'.
  * One call is one ingestion batch: its events are committed to state_dir
  * together and only then queued. */
-static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
+bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len) {
     kb_reflector_t *r = opaque;
     kb_informer_t *inf = r->inf;
     int64_t now = kb_now_mono_ns();
@@ -1011,166 +739,12 @@ static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
         ok = false;
     }
     if (ok && r->stream.len - pos >= KB_WATCH_MAX_FRAME) {
-        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes without a newline", KB_WATCH_MAX_FRAME);
+        kb_inf__error(inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes without a newline", KB_WATCH_MAX_FRAME);
         r->watch_err = KB_ERR_PARSE;
         ok = false;
     }
     kb_buf_consume(&r->stream, pos);
     return ok;
-}
-
-/* One watch request from r->rv. KB_OK when it ended normally. */
-static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
-    kb_informer_t *inf = r->inf;
-    kb_buf_t q = KB_BUF_INIT, path = KB_BUF_INIT, body = KB_BUF_INIT;
-    char rv[KB_RV_MAX];
-    pthread_mutex_lock(&r->rv_mtx);
-    memcpy(rv, r->rv, sizeof(rv));
-    pthread_mutex_unlock(&r->rv_mtx);
-    int timeout = 300 + (int)(kb_random_unit() * 300.0);
-    char ts[16];
-    snprintf(ts, sizeof(ts), "%d", timeout);
-    kb_api_query_add(&q, "watch", "true");
-    kb_api_query_add(&q, "resourceVersion", rv);
-    kb_api_query_add(&q, "allowWatchBookmarks", "true");
-    kb_api_query_add(&q, "timeoutSeconds", ts);
-    kb_refl_query_common(r, &q);
-    kb_buf_append_str(&path, r->path);
-    kb_buf_append(&path, q.data, q.len);
-
-    kb_buf_reset(&r->stream);
-    r->frames = 0;
-    r->watch_err = KB_OK;
-    r->watch_error_event = false;
-    r->has_cls = false;
-    memset(&r->status, 0, sizeof(r->status));
-    atomic_fetch_add(&inf->st_watches, 1);
-    KB_DEBUG("reflector", "informer=%s watch rv=%s timeout=%ds", inf->conf->name, rv, timeout);
-    kb_api_response_t resp;
-    kb_apiclient_get(inf->api, path.data, kb_refl_stream, r, &body, 1u << 20, timeout + 60, &inf->stop, &resp);
-    *retry_after = resp.retry_after;
-    kb_err_t err = KB_OK;
-    if (atomic_load(&inf->stop)) {
-        err = KB_ERR_STOPPED;
-    } else if (resp.aborted) {
-        err = r->watch_err;
-        if (r->watch_error_event) {
-            kb_inf_error(inf, r->cls.kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
-                         r->status.message);
-            KB_INFO("reflector", "informer=%s watch ERROR event code=%d reason=%s: %s", inf->conf->name,
-                    r->status.code, r->status.reason, r->status.message);
-            if (r->status.retry_after > 0)
-                *retry_after = r->status.retry_after;
-        }
-    } else if (resp.err != KB_OK && resp.status == 200 && r->frames > 0) {
-        /* A dropped connection mid-stream after progress: resume at once. */
-        KB_INFO("reflector", "informer=%s watch connection lost after %llu frame(s) (%s); resuming from rv=%s",
-                inf->conf->name, (unsigned long long)r->frames, resp.errmsg, r->rv);
-        err = KB_OK;
-    } else if (resp.err != KB_OK || resp.status != 200) {
-        kb_status_t st;
-        err = kb_refl_failed(r, "watch", path.data, &resp, &body, &st);
-        if (*retry_after < 0 && st.retry_after > 0)
-            *retry_after = st.retry_after;
-        if (err == KB_ERR_CONNECT && resp.status == 200)
-            err = KB_ERR_IO; /* broke before any frame */
-    } else if (r->frames == 0) {
-        err = KB_ERR_TIMEDOUT; /* ended with nothing at all: do not spin */
-    }
-    kb_buf_fini(&q);
-    kb_buf_fini(&path);
-    kb_buf_fini(&body);
-    return err;
-}
-
-static void kb_refl_sleep(kb_reflector_t *r, int64_t ms) {
-    kb_sleep_ms_interruptible(ms, &r->inf->stop);
-}
-
-/* The delay before retrying after a failed request: the server's
- * Retry-After as given where the class honours it, within the budget of
- * informer/kstatus.h; else the next backoff step. */
-static int64_t kb_refl_retry_delay(kb_reflector_t *r, int retry_after) {
-    if (r->has_cls && kb_kstatus_honour_retry_after(&r->cls, retry_after, r->ra_in_row)) {
-        r->ra_in_row++;
-        KB_DEBUG("reflector", "informer=%s waiting %d s as the server asked (Retry-After %d of %d in a row)",
-                 r->inf->conf->name, retry_after, r->ra_in_row, KB_KSTATUS_RETRY_AFTER_BUDGET);
-        return (int64_t)retry_after * 1000;
-    }
-    return kb_backoff_next(&r->backoff);
-}
-
-/* The server answered in full: back off from scratch next time. */
-static void kb_refl_healthy(kb_reflector_t *r) {
-    r->backoff.base_ms = 0;
-    r->ra_in_row = 0;
-}
-
-static void *kb_refl_main(void *arg) {
-    kb_reflector_t *r = arg;
-    kb_informer_t *inf = r->inf;
-    char tname[32];
-    snprintf(tname, sizeof(tname), "kb:refl/%s", inf->conf->name);
-    kb_thread_set_name(tname);
-    bool need_list = !r->rv[0]; /* a checkpoint to resume from: watch first */
-    if (!need_list) {
-        KB_INFO("reflector", "informer=%s%s%s resuming from the checkpoint at rv=%s", inf->conf->name,
-                r->ns ? " namespace=" : "", r->ns ? r->ns : "", r->rv);
-        r->listed = true;
-        atomic_fetch_add(&inf->synced_refl, 1);
-    }
-    int malformed_in_row = 0;
-    while (!atomic_load(&inf->stop)) {
-        int retry_after = -1;
-        if (need_list) {
-            kb_err_t err = kb_refl_list(r, &retry_after);
-            if (err == KB_ERR_STOPPED)
-                break;
-            if (err != KB_OK) {
-                kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
-                continue;
-            }
-            kb_refl_healthy(r);
-            if (r->listed)
-                atomic_fetch_add(&inf->st_relists, 1);
-            if (!r->listed) {
-                r->listed = true;
-                atomic_fetch_add(&inf->synced_refl, 1);
-            }
-            need_list = false;
-        }
-        kb_err_t err = kb_refl_watch(r, &retry_after);
-        if (err != KB_ERR_PARSE)
-            malformed_in_row = 0;
-        if (r->frames > 0 && err != KB_ERR_PARSE)
-            kb_refl_healthy(r); /* the watch made progress */
-        switch (err) {
-        case KB_OK:
-            break; /* a normal end: resume at once from the last RV */
-        case KB_ERR_STOPPED:
-            break;
-        case KB_ERR_PARSE:
-            /* Re-watch from the last good RV; back off only if it keeps happening. */
-            if (malformed_in_row++ > 0)
-                kb_refl_sleep(r, kb_backoff_next(&r->backoff));
-            break;
-        default:
-            if (!r->has_cls) { /* connection trouble or an empty watch: same RV after a backoff step */
-                kb_refl_sleep(r, kb_backoff_next(&r->backoff));
-                break;
-            }
-            if (r->cls.action == KB_KACT_RETRY) { /* the same watch, same RV */
-                kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
-                break;
-            }
-            if (err == KB_ERR_GONE)
-                KB_INFO("reflector", "informer=%s history expired at rv=%s; relisting", inf->conf->name, r->rv);
-            need_list = true;
-            kb_refl_sleep(r, kb_backoff_next(&r->backoff));
-            break;
-        }
-    }
-    return NULL;
 }
 
 /* ---- resync ----------------------------------------------------------- */
@@ -1400,7 +974,7 @@ kb_err_t kb_informer_start(kb_informer_t *inf) {
         inf->ckpt_running = true;
     }
     for (size_t i = 0; i < inf->n_refl; i++) {
-        if (pthread_create(&inf->refl[i].thread, NULL, kb_refl_main, &inf->refl[i]) != 0)
+        if (pthread_create(&inf->refl[i].thread, NULL, kb_inf__reflector_main, &inf->refl[i]) != 0)
             KB_FATAL("cannot start a reflector thread");
         inf->refl[i].running = true;
     }
@@ -1614,17 +1188,17 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
 
 void kb_ingest_list_begin(kb_informer_t *inf, size_t refl) {
     KB_ASSERT(refl < inf->n_refl);
-    kb_refl_list_begin(&inf->refl[refl]);
+    kb_inf__list_begin(&inf->refl[refl]);
 }
 
 kb_err_t kb_ingest_list_page(kb_informer_t *inf, size_t refl, const char *body, size_t len, kb_buf_t *cont) {
     KB_ASSERT(refl < inf->n_refl && inf->refl[refl].seen);
-    return kb_refl_list_page(&inf->refl[refl], "a page handed in by kb_ingest_list_page", body, len, cont);
+    return kb_inf__list_page(&inf->refl[refl], "a page handed in by kb_ingest_list_page", body, len, cont);
 }
 
 kb_err_t kb_ingest_list_end(kb_informer_t *inf, size_t refl) {
     kb_reflector_t *r = &inf->refl[refl];
-    kb_err_t err = kb_refl_list_end(r);
+    kb_err_t err = kb_inf__list_end(r);
     kb_strmap_destroy(r->seen);
     r->seen = NULL;
     if (err == KB_OK && !r->listed) {
@@ -1644,7 +1218,7 @@ void kb_ingest_watch_begin(kb_informer_t *inf, size_t refl, char *rv, size_t rv_
 
 kb_err_t kb_ingest_watch_bytes(kb_informer_t *inf, size_t refl, const char *data, size_t len) {
     kb_reflector_t *r = &inf->refl[refl];
-    if (kb_refl_stream(r, data, len))
+    if (kb_inf__watch_bytes(r, data, len))
         return KB_OK;
     return r->watch_err != KB_OK ? r->watch_err : KB_ERR_PARSE;
 }

@@ -14,7 +14,8 @@
  * starts clean. Nothing before the last newline is ever touched.
  *
  * Stopping never waits on the reader: the descriptor is non-blocking (stdout
- * too, its flags restored at the end), so a pipe or FIFO whose reader stopped
+ * too when it is a pipe, its flags restored at the end; a terminal is left
+ * blocking, the shutdown watchdog bounds it), so a pipe or FIFO whose reader stopped
  * reading makes write(2) say EAGAIN and the writer waits in poll(2), where
  * the stop flag reaches it. Once stopping, a batch that cannot progress is
  * given up (its messages acknowledged with an error, never as delivered),
@@ -88,6 +89,23 @@ static kb_err_t kb_file_validate(const kb_config_sink_t *conf, const kb_config_t
     if (!conf->path || !conf->path[0]) {
         snprintf(errstr, errstr_size, "%s:%d: sinks.%s.path: must not be empty (use \"-\" for stdout)", cfg->path,
                  conf->line, conf->name);
+        return KB_ERR_CONFIG;
+    }
+    if (!strcmp(conf->path, "-"))
+        return KB_OK;
+    /* The file may not exist yet; its directory must (start-up would fail to create it). */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", conf->path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        slash[slash == dir ? 1 : 0] = '\0';
+    struct stat st;
+    bool exists = stat(dir, &st) == 0;
+    if (!exists || !S_ISDIR(st.st_mode)) {
+        snprintf(errstr, errstr_size, "%s:%d: sinks.%s.path: the directory \"%s\" of \"%s\" %s", cfg->path,
+                 conf->line, conf->name, dir, conf->path, exists ? "is not a directory" : "does not exist");
         return KB_ERR_CONFIG;
     }
     return KB_OK;
@@ -290,7 +308,11 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
     if (!strcmp(conf->path, "-")) {
         fs->is_stdout = true;
         fs->fd = STDOUT_FILENO;
-        fs->saved_flags = fcntl(fs->fd, F_GETFL);
+        /* Only a pipe or socket: a terminal's open file is shared with the
+         * shell's stdin, which must never be left non-blocking. */
+        struct stat st;
+        bool piped = fstat(fs->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+        fs->saved_flags = piped ? fcntl(fs->fd, F_GETFL) : -1;
         if (fs->saved_flags >= 0)
             (void)fcntl(fs->fd, F_SETFL, fs->saved_flags | O_NONBLOCK);
     } else {

@@ -2,6 +2,7 @@
 # deploy/kubernetes/rbac-rules.sh — print a least-privilege ClusterRole for kbridge's informers.
 #
 #   deploy/kubernetes/rbac-rules.sh [--name NAME] RESOURCE...
+#   deploy/kubernetes/rbac-rules.sh --help
 #
 # Each RESOURCE is `resource` for the core group or `group/resource` for any
 # other group, exactly as the informer's `group` and `resource` keys say:
@@ -13,13 +14,21 @@
 # base/rbac.yaml. For informers restricted to namespaces, change kind to Role
 # (and the binding to a RoleBinding) in each of those namespaces.
 set -euo pipefail
+usage() { sed -n '2,/^set -e/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 name=kbridge-reader
-if [[ ${1:-} == --name ]]; then
-    name=$2
-    shift 2
-fi
+while [[ $# -gt 0 && $1 == -* ]]; do
+    case $1 in
+    -h | --help) usage; exit 0 ;;
+    --name)
+        [[ $# -ge 2 && -n $2 ]] || { echo "rbac-rules.sh: --name needs a value" >&2; exit 2; }
+        name=$2
+        shift 2 ;;
+    --) shift; break ;;
+    *) echo "rbac-rules.sh: unknown option \"$1\" (try --help)" >&2; exit 2 ;;
+    esac
+done
 if [[ $# -eq 0 ]]; then
-    sed -n '2,/^set -e/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+    usage >&2
     exit 2
 fi
 declare -A by_group=()

@@ -1,5 +1,6 @@
 """Every complete configuration in docs/routing.md (the ```libconfig blocks)
-passes `kbridge --config F --check`, and the cookbook has the four recipes the
+passes `kbridge --config F --check` (its absolute file names moved under a
+temporary directory where they exist, since --check checks them), and the cookbook has the four recipes the
 issue asks for. A route's label_selector is checked at load: the same snippet
 with a broken selector exits 2 naming routes[i].label_selector. The redacted
 Secrets recipe also runs, unchanged except for server and output path, against
@@ -17,11 +18,46 @@ def snippets():
     return text, blocks
 
 
+KUBECONFIG_STUB = """apiVersion: v1
+kind: Config
+clusters: [ { name: c, cluster: { server: "https://127.0.0.1:6443" } } ]
+users: [ { name: u, user: { token: "stub" } } ]
+contexts: [ { name: x, context: { cluster: c, user: u } } ]
+current-context: x
+"""
+
+
+def rebased(text, root):
+    """The snippet with its absolute file names moved under root, where --check finds what they name:
+    each file's directory exists, and a kubeconfig is a minimal valid one (--check reads it)."""
+    def move(m):
+        key, path = m.group(1), root + m.group(2)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if key == "kubeconfig":
+            with open(path, "w") as f:
+                f.write(KUBECONFIG_STUB)
+        return '%s = "%s"' % (key, path)
+    return re.sub(r'(\w+) = "(/[^"]*)"', move, text)
+
+
 def check_config(text, name):
-    path = os.path.join(tempfile.mkdtemp(prefix="kbtest-"), name)
+    root = tempfile.mkdtemp(prefix="kbtest-")
+    path = os.path.join(root, name)
     with open(path, "w") as f:
-        f.write(text)
-    p = subprocess.run([KBRIDGE, "--config", path, "--check"], capture_output=True, text=True, timeout=60)
+        f.write(rebased(text, root))
+    # in_cluster: a pod's environment and service-account mount, as --check reads them.
+    sa = os.path.join(root, "serviceaccount")
+    os.makedirs(sa)
+    for n in ("token", "ca.crt"):
+        with open(os.path.join(sa, n), "w") as f:
+            f.write("stub\n")
+    os.makedirs(os.path.join(root, ".kube"))
+    with open(os.path.join(root, ".kube", "config"), "w") as f:  # "~/.kube/config"
+        f.write(KUBECONFIG_STUB)
+    env = dict(os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT="6443", KB_SA_DIR=sa,
+               HOME=root)
+    env.pop("KUBECONFIG", None)
+    p = subprocess.run([KBRIDGE, "--config", path, "--check"], capture_output=True, text=True, timeout=60, env=env)
     return p.returncode, p.stdout + p.stderr
 
 

@@ -89,7 +89,8 @@ def scenario(kind):
             return got
 
     def bridge(policy):
-        return Bridge(sim, workdir=wd, out=out, http='listen = "127.0.0.1:0";',
+        return Bridge(sim, workdir=tempfile.mkdtemp(prefix="kbtest-0130-run-"), out=out,
+                      http='listen = "127.0.0.1:0";',
                       extra='state_dir = "%s";' % os.path.join(wd, "state"),
                       sinks=['{ name = "out"; type = "file"; path = "%s"; }' % out, sink % policy,
                              '{ name = "dl"; type = "file"; path = "%s"; }' % dl],

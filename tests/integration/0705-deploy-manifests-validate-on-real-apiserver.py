@@ -7,8 +7,8 @@ shipped config passes `kbridge --check`, with a sharded pod named kbridge-2 taki
 import os
 import shutil
 import subprocess
-import tempfile
 
+from deploycheck import config_with_standins
 from kbtest import KBRIDGE, SOURCE, check, ControlPlane, run
 
 DEPLOY = os.path.join(SOURCE, "deploy", "kubernetes")
@@ -23,7 +23,8 @@ def test():
         r = k("apply", "--dry-run=server", "-k", os.path.join(DEPLOY, overlay), check_rc=False)
         check(r.returncode == 0, "%s: kubectl apply --dry-run=server failed:\n%s" % (overlay, r.stderr))
         check("Warning" not in r.stderr, "%s: the API server warned:\n%s" % (overlay, r.stderr))
-        for obj in (workload, "configmap/kbridge-config", "secret/kbridge-broker", "serviceaccount/kbridge",
+        for obj in (workload, "configmap/kbridge-config", "secret/kbridge-broker", "secret/kbridge-http",
+                    "secret/kbridge-tls", "serviceaccount/kbridge",
                     "clusterrole.rbac.authorization.k8s.io/kbridge-reader", "poddisruptionbudget.policy/kbridge"):
             check(obj in r.stdout, "%s: %s missing from:\n%s" % (overlay, obj, r.stdout))
 
@@ -44,14 +45,10 @@ def test():
     r = k("apply", "--dry-run=server", "-f", "-", input=gen.stdout, check_rc=False)
     check(r.returncode == 0 and "kb-gen" in r.stdout, "generated ClusterRole refused: %s" % r.stderr)
 
-    # The shipped config is valid; the sharded one resolves the ordinal from $HOSTNAME.
-    d = tempfile.mkdtemp(prefix="kbtest-deploy-")
+    # The shipped config is valid; the sharded one resolves the ordinal from $HOSTNAME. Its secret
+    # files (broker password, HTTP token, TLS pair) are stand-ins made here.
     with open(os.path.join(DEPLOY, "base", "kbridge.cfg")) as f:
-        cfg = f.read().replace("/etc/kbridge/secrets/", d + "/")
-    with open(os.path.join(d, "kbridge.cfg"), "w") as f:
-        f.write(cfg)
-    with open(os.path.join(d, "kafka-password"), "w") as f:
-        f.write("pw\n")
+        d = config_with_standins(KBRIDGE, f.read())
     for sharding, host, want in (("base", "kbridge-7d9f-abcde", "replica 0 of 1"),
                                  ("sharded", "kbridge-2", "replica 2 of 3")):
         shutil.copy(os.path.join(DEPLOY, sharding, "sharding.cfg"), d)

@@ -1,0 +1,148 @@
+/* informer/informer_int.h — what informer.c (ingest, batches, lifecycle) and
+ * reflector.c (the HTTP list and watch loops) share. Private to informer/.
+ *
+ * Ownership and locks are stated on the fields; the lock order is
+ * ingest_mtx → (fifo, ledger, sub_mtx) → rv_mtx / err_mtx, and no lock is held
+ * while calling out to curl.
+ */
+#ifndef KB_INFORMER_INFORMER_INT_H
+#define KB_INFORMER_INFORMER_INT_H
+
+#include "common/buf.h"
+#include "common/strmap.h"
+#include "informer/apiclient.h"
+#include "informer/decode.h"
+#include "informer/informer.h"
+#include "informer/kstatus.h"
+#include "informer/ledger.h"
+#include "informer/state.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define KB_LIST_MAX_BODY (512u << 20) /* one list page */
+#define KB_WATCH_MAX_FRAME (64u << 20)
+/* Changes tracked and not acknowledged by every sink, at most: beyond, the
+ * reflectors stop reading until the sinks catch up (with state_dir, the bytes
+ * of the journal's unacknowledged tail are bounded by journal.max_bytes too). */
+#define KB_INF_MAX_WINDOW ((size_t)1 << 20)
+#define KB_BACKOFF_INITIAL_MS 800
+#define KB_BACKOFF_CAP_MS 30000
+#define KB_BACKOFF_RESET_MS 120000
+#define KB_LIST_RESTARTS 5 /* expired continue tokens in a row before backing off */
+
+typedef struct kb_backoff {
+    int64_t base_ms;       /* next delay before jitter */
+    int64_t last_ns;       /* monotonic time of the last step */
+} kb_backoff_t;
+
+typedef enum { KB_SRC_WATCH, KB_SRC_LIST } kb_src_t;
+
+typedef struct kb_inf_staged {
+    kb_event_t *ev;        /* NULL for a resume-point marker */
+    uint64_t seq;
+    int refl;              /* reflector whose resume point rv_after is, -1 for none */
+    char rv_after[KB_RV_MAX]; /* "" = the resume point does not move */
+} kb_inf_staged_t;
+
+typedef struct kb_inf_undo {
+    char *key;
+    size_t key_len;
+    uint64_t hash;
+    kb_event_t *old;       /* the entry before the batch; NULL = absent */
+    uint64_t grave_before; /* the ledger's grave of key before the change */
+} kb_inf_undo_t;
+
+typedef struct kb_reflector {
+    struct kb_informer *inf;
+    char *ns;              /* NULL = cluster-wide */
+    char *path;            /* "/api/v1/pods", "/apis/apps/v1/namespaces/x/deployments" */
+    pthread_t thread;
+    bool running;          /* thread started and not yet joined (main thread only) */
+    char rv[KB_RV_MAX];    /* resume point: last list RV, event RV or bookmark RV */
+    pthread_mutex_t rv_mtx;/* guards rv for readers on other threads */
+    kb_backoff_t backoff;
+    bool listed;           /* first list done */
+    /* state of the watch in progress (reflector thread only) */
+    kb_buf_t stream;       /* bytes not yet parsed */
+    uint64_t frames;       /* frames received in this watch */
+    kb_err_t watch_err;    /* why the stream was aborted from inside */
+    bool watch_error_event;/* … by an ERROR event (status, cls) */
+    kb_status_t status;    /* the ERROR event's Status */
+    kb_strmap_t *seen;     /* during a list: keys listed */
+    char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
+    size_t list_items, list_pages; /* during a list */
+    int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
+    kb_kclass_t cls;       /* class of the last failed answer (informer/kstatus.h), if has_cls */
+    bool has_cls;          /* the last request failed with an answer from the server */
+    int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
+} kb_reflector_t;
+
+struct kb_informer {
+    const kb_config_t *cfg;
+    const kb_config_informer_t *conf;
+    kb_apiclient_t *api;           /* borrowed */
+    kb_resource_t *res;
+    kb_transform_t *tf;
+    kb_indexer_t *idx;
+    kb_deltafifo_t **fifos;
+    size_t n_shards;
+    kb_reflector_t *refl;
+    size_t n_refl;
+    pthread_mutex_t ingest_mtx;    /* cache check + enqueue + cache update, as one step */
+    kb_buf_t scratch;              /* decode output; ingest_mtx */
+    kb_ledger_t *ledger;           /* seqs, gate, acknowledgements, checkpoint (informer/ledger.h) */
+    pthread_t resync_thread;
+    bool resync_running;
+    _Atomic bool stop;
+    _Atomic unsigned synced_refl;  /* reflectors done with their first list */
+    _Atomic uint64_t st_events[KB_EV_TYPE_COUNT];
+    _Atomic uint64_t st_errors[KB_WATCH_ERR_COUNT];
+    _Atomic uint64_t st_frames, st_bookmarks, st_relists, st_lists, st_pages, st_gated, st_watches;
+    _Atomic uint64_t st_rv_regressions;
+    pthread_mutex_t err_mtx;
+    char last_error[256];          /* err_mtx */
+
+    /* The open ingestion batch (ingest_mtx): events decided, journalled and
+     * applied to the cache, queued only after the batch commits. */
+    kb_state_t *state;             /* NULL without state_dir */
+    kb_inf_staged_t *out;          /* staged entries, in seq order */
+    size_t n_out, cap_out;
+    kb_inf_undo_t *undo;           /* cache entries to restore if the commit fails */
+    size_t n_undo, cap_undo;
+    uint64_t batch_seq0;           /* inf->seq when the batch began */
+    bool batch_open, batch_failed;
+    char batch_err[256];
+
+    /* The checkpointer: writes the ledger's watermark every 200 ms. */
+    pthread_t ckpt_thread;
+    bool ckpt_running;
+    _Atomic bool ckpt_stop;
+    _Atomic bool paused;           /* a reflector waits for the sinks (the ledger's window is full) */
+    bool crashed;                  /* kb_ingest_crash: close without a last checkpoint */
+    /* Live subscribers (the HTTP replay API); sub_mtx, taken inside ingest_mtx. */
+    pthread_mutex_t sub_mtx;
+    struct { kb_informer_sub_fn fn; void *opaque; } subs[64];
+    size_t n_subs;
+};
+
+/* Record a list/watch error for stats and /readyz (the last one wins). Thread: any. */
+void kb_inf__error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* A list, step by step (reflector.c's HTTP loop and informer/ingest.h): begin
+ * forgets an earlier unfinished list; page ingests one List body as one batch
+ * (src names the request for error texts; cont gets the continue token); end
+ * stages the deletes of what the list did not contain and the resume point.
+ * Thread: the reflector's (or the simulation's). Locks: takes ingest_mtx. */
+void kb_inf__list_begin(kb_reflector_t *r);
+kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data, size_t len, kb_buf_t *cont);
+kb_err_t kb_inf__list_end(kb_reflector_t *r);
+/* Bytes of a watch body (the curl write callback): every complete line is a
+ * frame; one call is one batch. False ends the watch (r->watch_err says why). */
+bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len);
+
+/* The reflector thread: list → watch → watch …, until inf->stop (reflector.c). */
+void *kb_inf__reflector_main(void *arg);
+
+#endif
