@@ -150,7 +150,8 @@ def json_docs(text):
 
 
 def config_with_standins(kbridge, cfg):
-    """A directory holding kbridge.cfg = cfg with /etc/kbridge/ pointing into it, and stand-ins for the
+    """A directory holding kbridge.cfg = cfg with /etc/kbridge/ and /var/lib/kbridge pointing into it, and
+    stand-ins for the
     files the shipped configs name (broker password, HTTP token, a self-signed TLS pair). A kbridge
     without the http.tls_* keys (older than HTTPS) gets the config without them, said on stdout."""
     import os
@@ -166,6 +167,9 @@ def config_with_standins(kbridge, cfg):
                     "-keyout", os.path.join(d, "tls", "tls.key"), "-out", os.path.join(d, "tls", "tls.crt")],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cfg = cfg.replace("/etc/kbridge/", d + "/")
+    # The pod's volume for state_dir and file sinks: --check wants a sink's directory to exist.
+    os.makedirs(os.path.join(d, "var-lib-kbridge"))
+    cfg = cfg.replace('"/var/lib/kbridge', '"' + os.path.join(d, "var-lib-kbridge"))
     help_config = subprocess.run([kbridge, "--help-config"], stdout=subprocess.PIPE, text=True).stdout
     if "tls_cert_file" not in help_config:
         print("NOTE: this kbridge has no http.tls_* keys; checking the config without them")
