@@ -1492,6 +1492,11 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
         snprintf(errstr, errstr_size, "informer \"%s\" has no route named \"%s\"", informer, route);
         return KB_ERR_NOTFOUND;
     }
+    if (!(rt->conf->types & (1u << KB_EV_SNAPSHOT))) {
+        pthread_rwlock_unlock(&p->route_lock);
+        snprintf(errstr, errstr_size, "route \"%s\" does not send SNAPSHOT (its types leave it out)", route);
+        return KB_ERR_CONFIG;
+    }
     kb_event_list_t all;
     kb_event_list_init(&all);
     char rv[KB_RV_MAX];
@@ -1502,6 +1507,10 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
     kb_err_t err = KB_OK;
     for (size_t i = 0; i < all.n && err == KB_OK; i++) {
         kb_event_t *ev = kb_event_retype(all.ev[i], KB_EV_SNAPSHOT, false);
+        if (!kb_route_match(rt, ev)) { /* what the route would send live, no more */
+            kb_event_unref(ev);
+            continue;
+        }
         kb_buf_reset(&topic);
         kb_buf_reset(&key);
         kb_route_render(rt, ev, &topic, &key);

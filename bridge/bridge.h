@@ -113,11 +113,13 @@ typedef struct kb_sink_refusals {
 /* Fills *out; returns out->stopped. Caller holds kb_bridge_rdlock. Thread: any. */
 bool kb_bridge_sink_refusals(kb_bridge_t *b, size_t sink, kb_sink_refusals_t *out);
 
-/* Publish every cached object of informer as SNAPSHOT to the sink of route
- * (a consistent cut; *count gets how many). The messages bypass the
- * checkpoint (they repeat state, they are no new change). KB_ERR_NOTFOUND
+/* Publish every cached object of informer that route matches (namespaces,
+ * label_selector: kb_route_match, as live delivery) as SNAPSHOT to the
+ * route's sink (a consistent cut; *count gets how many). The messages bypass
+ * the checkpoint (they repeat state, they are no new change). KB_ERR_NOTFOUND
  * with a reason for an unknown informer or route, or a route of another
- * informer. Thread: any. */
+ * informer; KB_ERR_CONFIG when the route's types leave SNAPSHOT out.
+ * Thread: any. */
 kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const char *route, size_t *count,
                                     char *errstr, size_t errstr_size);
 

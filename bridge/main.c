@@ -19,6 +19,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "common/time.h"
 #include "config/config.h"
 #include "tests/kubesim/kubesim.h"
@@ -206,6 +207,10 @@ int main(int argc, char **argv) {
         kb_cli_usage(stderr);
         return KB_EXIT_USAGE;
     }
+
+    /* The config may hold secrets inline (Kafka sasl.password) and every
+     * token file is read into memory: no core dump may carry them. */
+    kb_secret_no_core_dumps();
 
     /* Block the signals we wait for before any thread starts. */
     sigset_t sigs;

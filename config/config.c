@@ -7,6 +7,7 @@
 #include "config/config_int.h"
 
 #include "common/event.h"
+#include "common/secret.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,11 @@ static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
             *cfg->state_dir ? cfg->state_dir : "(memory only)", cfg->shutdown_timeout, cfg->log_level,
             cfg->log_format, *cfg->http_listen ? cfg->http_listen : "(off)", cfg->sharding_index,
             cfg->sharding_replicas);
+    if (*cfg->http_listen)
+        fprintf(out, "http: %s, %s, max_streams %d, max_per_address %d\n",
+                *cfg->http_tls_cert_file ? "HTTPS" : "plain HTTP",
+                *cfg->http_token_file ? "bearer token required" : "unauthenticated (no token_file)",
+                cfg->http_max_streams, cfg->http_max_per_address);
 }
 
 static void kb_summary_informer(const kb_config_informer_t *inf, FILE *out) {
@@ -141,7 +147,8 @@ static void kb_summary_sink(const kb_config_sink_t *s, FILE *out) {
     case KB_SINK_KAFKA:
         fprintf(out, " brokers=%s%s", s->brokers, s->transactional ? " transactional" : "");
         for (size_t i = 0; i < s->n_properties; i++)
-            fprintf(out, " %s=%s", s->properties[i].key, s->properties[i].value);
+            fprintf(out, " %s=%s", s->properties[i].key,
+                    kb_secret_key_like(s->properties[i].key) ? "***" : s->properties[i].value);
         break;
     case KB_SINK_MQTT:
         fprintf(out, " %s client_id=%s qos=%d v%d", s->uri, s->client_id, s->qos, s->version == 3 ? 3 : 5);

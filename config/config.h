@@ -46,6 +46,8 @@ typedef struct kb_config_cluster {
     char *token_file;
     char *ca_file, *client_cert, *client_key;
     bool insecure_skip_tls_verify;
+    bool allow_insecure_http;      /* credentials over http:// beyond loopback */
+    int exec_timeout;              /* seconds an exec credential plugin may run, 60 */
     double qps;          /* 50.0 */
     int burst;           /* 100 */
 } kb_config_cluster_t;
@@ -130,6 +132,12 @@ typedef struct kb_config {
     char *log_format;              /* "text" | "json" */
     char *http_listen;             /* "127.0.0.1:9464"; "" = off */
     char *http_token_file;
+    bool http_allow_unauthenticated; /* false: listening beyond loopback needs http_token_file */
+    char *http_tls_cert_file;      /* "" = plain HTTP; with http_tls_key_file: HTTPS */
+    char *http_tls_key_file;
+    int http_max_streams;          /* concurrent snapshot/replay bodies, 16 */
+    int http_max_per_address;      /* connections from one client address, 16 */
+    int http_header_timeout;       /* seconds to send a whole request, 10 */
     int sharding_replicas;         /* 1 */
     int sharding_index;            /* 0; -1 = from $HOSTNAME's StatefulSet ordinal (resolved at load) */
     kb_config_informer_t *informers; size_t n_informers;

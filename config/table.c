@@ -60,6 +60,12 @@ static const kb_ckey_t kb_keys_cluster[] = {
      .doc = "Private key (PEM) of client_cert."},
     {.name = "insecure_skip_tls_verify", .type = KB_CT_BOOL, .off = CL(insecure_skip_tls_verify),
      .def = "false", .doc = "Do not verify the API server's certificate (testing only)."},
+    {.name = "allow_insecure_http", .type = KB_CT_BOOL, .off = CL(allow_insecure_http), .def = "false",
+     .doc = "Send credentials (token, password, exec plugin token) to an http:// server beyond loopback, in "
+            "clear text. Without it such a server is refused; on loopback it only warns."},
+    {.name = "exec_timeout", .type = KB_CT_INT, .off = CL(exec_timeout), .def = "60", .min = 1, .max = 3600,
+     .doc = "Seconds a kubeconfig exec credential plugin may take to print its credential and exit; then it "
+            "is killed with its process group and the request fails (retried with backoff)."},
     {.name = "qps", .type = KB_CT_FLOAT, .off = CL(qps), .def = "50.0", .min = 0.01, .max = 1e6,
      .doc = "Client-side rate limit: sustained requests per second to the API server."},
     {.name = "burst", .type = KB_CT_INT, .off = CL(burst), .def = "100", .min = 1, .max = 1000000,
@@ -107,7 +113,24 @@ static const kb_ckey_t kb_keys_http[] = {
      .flags = KB_CF_LISTEN,
      .doc = "host:port of the HTTP API (health, metrics, snapshot, replay); \"\" disables it."},
     {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .flags = KB_CF_FILE, .def = "",
-     .doc = "When set, requests must carry `Authorization: Bearer <the file's content>`."},
+     .doc = "When set, requests must carry `Authorization: Bearer <the file's content>` (all but /healthz "
+            "and /readyz)."},
+    {.name = "allow_unauthenticated", .type = KB_CT_BOOL, .off = TOP(http_allow_unauthenticated),
+     .def = "false",
+     .doc = "Serve the API without a token on an address beyond loopback. Without it (and without "
+            "token_file), such a listen address is refused."},
+    {.name = "tls_cert_file", .type = KB_CT_STRING, .off = TOP(http_tls_cert_file), .flags = KB_CF_FILE,
+     .def = "", .doc = "Certificate chain (PEM) to serve HTTPS with; needs tls_key_file."},
+    {.name = "tls_key_file", .type = KB_CT_STRING, .off = TOP(http_tls_key_file), .flags = KB_CF_FILE,
+     .def = "", .doc = "Private key (PEM, unencrypted) of tls_cert_file."},
+    {.name = "max_streams", .type = KB_CT_INT, .off = TOP(http_max_streams), .def = "16", .min = 1, .max = 1000,
+     .doc = "Snapshot and replay bodies sent at once; more are answered 429 (counted in "
+            "kbridge_http_refused_total)."},
+    {.name = "max_per_address", .type = KB_CT_INT, .off = TOP(http_max_per_address), .def = "16", .min = 1,
+     .max = 1000, .doc = "Open connections from one client address; more are closed at once."},
+    {.name = "header_timeout", .type = KB_CT_INT, .off = TOP(http_header_timeout), .def = "10", .min = 1,
+     .max = 3600, .doc = "Seconds a client has to send its whole request (line and headers) before it is "
+                         "closed."},
 };
 static const kb_csection_t kb_sec_http = {
     .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,

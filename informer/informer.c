@@ -688,7 +688,7 @@ static bool kb_refl_line(kb_reflector_t *r, const char *line, size_t len, int64_
         return false;
     kb_inf__error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame: %s", why);
     KB_WARN("reflector", "informer=%s malformed watch frame (%s): %.*s; re-watching from rv=%s", r->inf->conf->name,
-            why, (int)(len > 120 ? 120 : len), line, r->rv);
+            why, (int)(r->inf->conf->redact_fields.n ? 0 : len > 120 ? 120 : len), line, r->rv); /* redacted: no bytes */
     r->watch_err = KB_ERR_PARSE;
     return false;
 }
@@ -1085,25 +1085,39 @@ void kb_informer_unsubscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *op
 typedef struct kb_replay_ctx {
     kb_informer_replay_fn fn;
     void *opaque;
+    uint64_t first, last; /* seqs of the page's first and last entries (0: none) */
 } kb_replay_ctx_t;
 
 static void kb_inf_replay_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
     kb_replay_ctx_t *ctx = opaque;
-    KB_UNUSED(seq);
     KB_UNUSED(rv_after);
+    if (!ctx->first)
+        ctx->first = seq;
+    ctx->last = seq;
     if (ev)
         ctx->fn(ctx->opaque, ev);
 }
 
-kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, kb_informer_replay_fn fn, void *opaque) {
+kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, uint64_t *after, size_t limit,
+                            kb_informer_replay_fn fn, void *opaque) {
     if (!inf->state)
         return KB_ERR_UNSUPPORTED;
-    uint64_t from = 0;
-    kb_err_t err = kb_state_journal_seek(inf->state, rv, &from);
+    uint64_t from = *after + 1;
+    if (!*after) {
+        kb_err_t err = kb_state_journal_seek(inf->state, rv, &from);
+        if (err != KB_OK)
+            return err;
+        from = from ? from : 1;
+    }
+    kb_replay_ctx_t ctx = {fn, opaque, 0, 0};
+    kb_err_t err = kb_state_load_journal(inf->state, from - 1, limit, inf->res, kb_inf_replay_cb, &ctx);
     if (err != KB_OK)
         return err;
-    kb_replay_ctx_t ctx = {fn, opaque};
-    return kb_state_load_journal(inf->state, from ? from - 1 : 0, inf->res, kb_inf_replay_cb, &ctx);
+    if (*after && ctx.first > from)
+        return KB_ERR_GONE; /* seqs are contiguous: the entries in between were trimmed */
+    if (ctx.last)
+        *after = ctx.last;
+    return KB_OK;
 }
 
 const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf) {

@@ -229,7 +229,7 @@ kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t
     kb_err_t err = kb_state_read_checkpoint(l->state, &cp);
     if (err == KB_OK)
         kb_parse_rvs(l, cp.rv, l->start_rv); /* the tail's resume points, read next, are newer */
-    if (err != KB_OK || kb_state_load_journal(l->state, cp.seq, res, kb_tail_cb, l) != KB_OK) {
+    if (err != KB_OK || kb_state_load_journal(l->state, cp.seq, 0, res, kb_tail_cb, l) != KB_OK) {
         snprintf(errstr, errstr_size, "%s", kb_state_error(l->state));
         kb_state_checkpoint_fini(&cp);
         return KB_ERR_IO;

@@ -181,6 +181,7 @@ class Bridge:
             self.start()
 
     def start(self):
+        self.log_start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         self.logf = open(self.log, "a")
         self.proc = subprocess.Popen([KBRIDGE, "--config", self.config], stdout=subprocess.DEVNULL,
                                      stderr=self.logf)
@@ -250,8 +251,8 @@ class Bridge:
 
     def http_url(self, timeout=30):
         """http://127.0.0.1:PORT of the HTTP API (started with http='listen = "127.0.0.1:0";'), from its log line."""
-        def port():
-            for l in self.logtext().splitlines():
+        def port():  # this start's line: a restarted bridge appends to the same log
+            for l in self.logtext()[getattr(self, "log_start", 0):].splitlines():
                 if "http: listening on " in l:
                     return l.split("http: listening on ", 1)[1].split()[0].rsplit(":", 1)[1]
             return None
@@ -276,6 +277,23 @@ def http_request(url, method="GET", token=None, body=None, timeout=30):
             return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read()
+
+
+def read_jsonl(path):
+    """Every JSON line of a file so far ([] when it does not exist yet)."""
+    try:
+        return [json.loads(l) for l in open(path) if l.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def write_kubeconfig(path, server, user):
+    """A kubeconfig with one context: the cluster at server, the user a YAML flow mapping ('{token: x}')."""
+    with open(path, "w") as f:
+        f.write("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+                "clusters: [{name: k, cluster: {server: \"%s\"}}]\nusers: [{name: u, user: %s}]\n" % (server, user))
+    return path
 
 
 def _name_of(informer_text):
@@ -444,6 +462,7 @@ class ConfigBridge(Bridge):
             self.start()
 
     def start(self):
+        self.log_start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         self.logf = open(self.log, "a")
         env = dict(os.environ)
         for k in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KB_SA_DIR"):
