@@ -32,6 +32,7 @@
 #include "bridge/http.h"
 
 #include "bridge/http_int.h"
+#include "bridge/kapi.h"
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/event.h"
@@ -71,6 +72,7 @@ struct kb_http {
     int port;
     int64_t start_real_ns;
     atomic_bool stopping; /* set by kb_http_stop; open streams end */
+    kb_kapi_t *kapi;      /* the Kubernetes API surface (bridge/kapi.h); NULL when off */
 };
 
 /* ---- answers ------------------------------------------------------------ */
@@ -543,6 +545,8 @@ static enum MHD_Result kb_http_metrics(kb_http_t *h, struct MHD_Connection *c, k
     KB_UNUSED(inf);
     kb_buf_t body = KB_BUF_INIT;
     kb_http__metrics(h->b, h->start_real_ns, &body);
+    if (h->kapi)
+        kb_kapi_metrics(h->kapi, &body);
     return kb_http_send(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", &body);
 }
 
@@ -616,6 +620,10 @@ static bool kb_http_path_is(const kb_http_endpoint_t *ep, const char *url) {
 }
 
 static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, const char *url, const char *method) {
+    if (h->kapi && kb_kapi_owns(url))
+        return kb_http_authorized(h, c) ? kb_kapi_handle(h->kapi, c, url, method)
+                                        : kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized",
+                                                         "a valid bearer token is required");
     const kb_http_endpoint_t *ep = NULL;
     bool path_known = false;
     for (size_t i = 0; i < KB_ARRAY_LEN(kb_http_endpoints) && !ep; i++) {
@@ -735,12 +743,13 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
         if (err != KB_OK)
             goto fail;
     }
+    h->kapi = kb_kapi_new(b, &h->stopping);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER, kb_http_log, NULL,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-                              (unsigned)KB_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                              (unsigned)(KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi)), MHD_OPTION_CONNECTION_TIMEOUT,
                               KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);
     if (!h->mhd) {
         snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (in use, or not an address of this host)",
@@ -755,6 +764,7 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     *out = h;
     return KB_OK;
 fail:
+    kb_kapi_destroy(h->kapi);
     kb_secret_free(h->token);
     free(h);
     return err;
@@ -769,6 +779,7 @@ void kb_http_stop(kb_http_t *http) {
         return;
     atomic_store(&http->stopping, true);
     MHD_stop_daemon(http->mhd);
+    kb_kapi_destroy(http->kapi);
     free(http->token);
     free(http);
 }
