@@ -1,11 +1,24 @@
 /* bridge/http.c — the HTTP API of SPEC §10 on libmicrohttpd.
  *
  * DESIGN. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_
- * CONNECTION with poll(), so descriptors above FD_SETSIZE work), at most
- * KB_HTTP_MAX_CONNECTIONS at once, idle connections closed after 60 s. A
- * thread per connection lets a stream's reader block on its own condition
- * variable instead of suspending and resuming connections; the API is for
- * probes, scrapes and a few consumers, not for thousands of clients.
+ * CONNECTION with poll(), so descriptors above FD_SETSIZE work), idle
+ * connections closed after 60 s. A thread per connection lets a stream's
+ * reader block on its own condition variable instead of suspending and
+ * resuming connections; the API is for probes, scrapes and a few consumers,
+ * not for thousands of clients. Optionally HTTPS (libmicrohttpd's GnuTLS).
+ *
+ * A few hostile clients must not starve the probes or the memory:
+ *  - connections: KB_HTTP_MAX_CONNECTIONS, plus KB_HTTP_RESERVED slots only
+ *    for an address with no connection open (a kubelet probe opens one at a
+ *    time), and at most http.max_per_address from one address — decided in
+ *    the accept callback from our own table of open connections;
+ *  - header time: libmicrohttpd's idle timeout restarts with every byte, so a
+ *    watchdog thread shuts down a connection that has not sent a whole
+ *    request within http.header_timeout (it holds a dup of each socket, so a
+ *    descriptor number reused after libmicrohttpd closed its own is never hit);
+ *  - bodies: at most http.max_streams snapshots/replays at once (429 beyond),
+ *    and a replay holds one page of KB_HTTP_PAGE journal entries decoded at a
+ *    time, read again from the journal when the client has taken it.
  *
  * Requests are dispatched through one table (method, path, whether the path
  * ends in an informer name, whether a token is needed). Answers that are not
@@ -13,8 +26,9 @@
  *
  * Streams. GET /v1/snapshot takes a consistent cut (references only), sorts
  * it by key and writes one object at a time: no buffer the size of the List.
- * GET /v1/replay collects the journal after the cut (bounded by
- * journal.max_bytes) and writes it as watch lines; with watch=true it first
+ * GET /v1/replay pages through the journal after the cut and writes it as
+ * watch lines (a page trimmed away before it is read ends the stream with a
+ * 410 ERROR event, as an API server's watch does); with watch=true it first
  * subscribes to the informer (the callback runs under the ingest lock: it only
  * takes a reference into this connection's bounded queue, and marks the queue
  * overflowed when full), then replays, then sends the queued live events whose
@@ -28,6 +42,7 @@
  * a reload takes the write lock), released before the body streams. A
  * watch's mtx is a leaf (taken inside the informer's subscriber
  * lock by the callback); nothing calls into the informer while holding it.
+ * conns_mtx (the connection table) is a leaf too.
  */
 #include "bridge/http.h"
 
@@ -46,8 +61,11 @@
 
 #include <microhttpd.h>
 
+#include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -55,6 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define KB_HTTP_IDLE_TIMEOUT_S 60u
 #define KB_HTTP_BOOKMARK_MS 20000
@@ -63,16 +82,43 @@
 #define KB_HTTP_LIVE_MAX_BYTES ((size_t)64 << 20)
 #define KB_HTTP_TOKEN_MAX 16384
 #define KB_HTTP_BLOCK 65536
+#define KB_HTTP_PAGE 64 /* journal entries a replay holds decoded at a time */
+#define KB_HTTP_RESERVED 8 /* slots beyond KB_HTTP_MAX_CONNECTIONS, for addresses with none open */
+#define KB_HTTP_WATCHDOG_MS 250
+#define KB_HTTP_PEM_MAX ((size_t)1 << 20)
+
+/* One open connection (libmicrohttpd's socket context), on h->conns. */
+typedef struct kb_http_conn {
+    struct kb_http_conn *prev, *next;
+    int fd;
+    struct sockaddr_storage addr; /* the client's address (port ignored) */
+    int64_t wait_since_ms;        /* waiting for a request's headers since then */
+    bool answering;               /* headers complete: the header deadline is off */
+    bool cut;                     /* shut down by the watchdog */
+} kb_http_conn_t;
 
 struct kb_http {
     kb_bridge_t *b;
     struct MHD_Daemon *mhd;
     char *token;          /* NULL: no authentication */
     size_t token_len;
+    char *tls_cert, *tls_key; /* PEM, NULL: plain HTTP; kept until stop (libmicrohttpd borrows them) */
     int port;
     int64_t start_real_ns;
     atomic_bool stopping; /* set by kb_http_stop; open streams end */
+    int max_streams, max_per_address;
+    int64_t header_timeout_ms;
+    atomic_int streams;   /* snapshot/replay bodies being sent */
+    atomic_ullong refused_streams, refused_connections, header_timeouts;
+    pthread_mutex_t conns_mtx; /* guards conns and n_conns (leaf) */
+    kb_http_conn_t *conns;
+    int n_conns;
+    pthread_t watchdog;
+    bool watchdog_started;
+    pthread_mutex_t stop_mtx;  /* wakes the watchdog on stop */
+    pthread_cond_t stop_cond;
     kb_kapi_t *kapi;      /* the Kubernetes API surface (bridge/kapi.h); NULL when off */
+    int max_conns;        /* KB_HTTP_MAX_CONNECTIONS + kube_api.max_watches */
 };
 
 /* ---- answers ------------------------------------------------------------ */
@@ -88,6 +134,8 @@ static enum MHD_Result kb_http_send(struct MHD_Connection *c, unsigned code, con
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (code == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"kbridge\"");
+    if (code == MHD_HTTP_TOO_MANY_REQUESTS)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     return ret;
@@ -118,6 +166,13 @@ static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, c
     kb_buf_append_json_str(&body, reason, strlen(reason));
     kb_buf_appendf(&body, ",\"code\":%u}\n", code);
     return kb_http_send(c, code, "application/json", &body);
+}
+
+/* 429 when every stream slot is taken. */
+static enum MHD_Result kb_http_busy(kb_http_t *h, struct MHD_Connection *c) {
+    return kb_http_status(c, MHD_HTTP_TOO_MANY_REQUESTS, "TooManyRequests",
+                          "%d snapshot/replay streams are being sent already (http.max_streams); retry later",
+                          h->max_streams);
 }
 
 static const char *kb_http_arg(struct MHD_Connection *c, const char *name) {
@@ -168,6 +223,133 @@ static kb_err_t kb_http_read_token(kb_http_t *h, const char *path, char *errstr,
     return KB_OK;
 }
 
+/* ---- connections --------------------------------------------------------- */
+
+static int64_t kb_http_now_ms(void) {
+    return kb_now_mono_ns() / KB_NS_PER_MS;
+}
+
+static bool kb_http_same_host(const struct sockaddr_storage *a, const struct sockaddr *b) {
+    if (a->ss_family != b->sa_family)
+        return false;
+    if (b->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (b->sa_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                       sizeof(struct in6_addr));
+    return false;
+}
+
+/* libmicrohttpd asks before it takes a connection: at most max_per_address
+ * from one address, and the last KB_HTTP_RESERVED slots only for an address
+ * with none open (a probe opens one connection at a time). */
+static enum MHD_Result kb_http_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
+    kb_http_t *h = cls;
+    KB_UNUSED(len);
+    int same = 0;
+    pthread_mutex_lock(&h->conns_mtx);
+    for (const kb_http_conn_t *x = h->conns; x; x = x->next)
+        same += kb_http_same_host(&x->addr, addr);
+    int total = h->n_conns;
+    pthread_mutex_unlock(&h->conns_mtx);
+    bool ok = same < h->max_per_address &&
+              (total < h->max_conns || (same == 0 && total < h->max_conns + KB_HTTP_RESERVED));
+    if (!ok)
+        atomic_fetch_add(&h->refused_connections, 1);
+    return ok ? MHD_YES : MHD_NO;
+}
+
+/* Track each connection from start to close. The descriptor kept is a dup:
+ * the watchdog may shut the socket down after libmicrohttpd closed its own
+ * descriptor, and never hits a reused number. */
+static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                                enum MHD_ConnectionNotificationCode code) {
+    kb_http_t *h = cls;
+    kb_http_conn_t *x = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        x = kb_calloc(1, sizeof(*x));
+        const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        x->fd = fi ? fcntl(fi->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+        if (ai && ai->client_addr)
+            memcpy(&x->addr, ai->client_addr,
+                   ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+        x->wait_since_ms = kb_http_now_ms();
+        pthread_mutex_lock(&h->conns_mtx);
+        x->next = h->conns;
+        if (h->conns)
+            h->conns->prev = x;
+        h->conns = x;
+        h->n_conns++;
+        pthread_mutex_unlock(&h->conns_mtx);
+        *socket_context = x;
+        return;
+    }
+    if (!x)
+        return;
+    pthread_mutex_lock(&h->conns_mtx);
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        h->conns = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    h->n_conns--;
+    pthread_mutex_unlock(&h->conns_mtx);
+    if (x->fd >= 0)
+        close(x->fd);
+    free(x);
+    *socket_context = NULL;
+}
+
+/* Headers complete (answering) or the answer done (waiting for the next
+ * request, which gets header_timeout again). */
+static void kb_http_conn_mark(kb_http_t *h, struct MHD_Connection *c, bool answering) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    kb_http_conn_t *x = ci ? ci->socket_context : NULL;
+    if (!x)
+        return;
+    pthread_mutex_lock(&h->conns_mtx);
+    x->answering = answering;
+    x->wait_since_ms = kb_http_now_ms();
+    pthread_mutex_unlock(&h->conns_mtx);
+}
+
+static void kb_http_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                              enum MHD_RequestTerminationCode toe) {
+    KB_UNUSED(con_cls);
+    KB_UNUSED(toe);
+    kb_http_conn_mark(cls, c, false);
+}
+
+/* Shut down every connection that has not sent a whole request within
+ * header_timeout: the idle timeout restarts with each byte, this does not. */
+static void kb_http_cut_slow(kb_http_t *h) {
+    int64_t now = kb_http_now_ms();
+    pthread_mutex_lock(&h->conns_mtx);
+    for (kb_http_conn_t *x = h->conns; x; x = x->next) {
+        if (x->answering || x->cut || x->fd < 0 || now - x->wait_since_ms <= h->header_timeout_ms)
+            continue;
+        shutdown(x->fd, SHUT_RDWR);
+        x->cut = true;
+        atomic_fetch_add(&h->header_timeouts, 1);
+    }
+    pthread_mutex_unlock(&h->conns_mtx);
+}
+
+static void *kb_http_watchdog(void *arg) {
+    kb_http_t *h = arg;
+    kb_thread_set_name("kb:http-wd");
+    pthread_mutex_lock(&h->stop_mtx);
+    while (!atomic_load(&h->stopping)) {
+        struct timespec dl = kb_deadline_mono(KB_HTTP_WATCHDOG_MS);
+        pthread_cond_timedwait(&h->stop_cond, &h->stop_mtx, &dl);
+        kb_http_cut_slow(h);
+    }
+    pthread_mutex_unlock(&h->stop_mtx);
+    return NULL;
+}
+
 /* ---- streams ------------------------------------------------------------- */
 
 typedef enum { KB_FILL_OK, KB_FILL_END, KB_FILL_ERR } kb_fill_t;
@@ -181,8 +363,12 @@ struct kb_http_stream {
     size_t out_off;
     bool ended;
     bool head_done;       /* snapshot: the List's head is out */
-    kb_event_list_t items; /* snapshot: the cut; replay: the journal tail */
+    kb_event_list_t items; /* snapshot: the cut; replay: one page of the journal */
     size_t next;
+    /* replay */
+    uint64_t from_rv;     /* the cut asked for */
+    uint64_t after;       /* journal position (kb_informer_replay) */
+    bool replayed;        /* the journal is read to its end */
     const char *kind, *api_version; /* borrowed from the informer's resource */
     char rv[64];          /* snapshot: the cut; replay: the newest RV sent */
     /* watch=true only */
@@ -236,11 +422,18 @@ static void kb_http_stream_free(void *cls) {
     }
     kb_event_list_fini(&s->items);
     kb_buf_fini(&s->out);
+    atomic_fetch_sub(&s->h->streams, 1);
     free(s);
 }
 
+/* NULL when http.max_streams bodies are being sent already (counted). */
 static kb_http_stream_t *kb_http_stream_new(kb_http_t *h, kb_informer_t *inf,
                                             kb_fill_t (*fill)(kb_http_stream_t *s)) {
+    if (atomic_fetch_add(&h->streams, 1) >= h->max_streams) {
+        atomic_fetch_sub(&h->streams, 1);
+        atomic_fetch_add(&h->refused_streams, 1);
+        return NULL;
+    }
     kb_http_stream_t *s = kb_calloc(1, sizeof(*s));
     s->h = h;
     s->fill = fill;
@@ -314,6 +507,10 @@ static enum MHD_Result kb_http_get_snapshot(kb_http_t *h, struct MHD_Connection 
             return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "labelSelector: %s", err);
     }
     kb_http_stream_t *s = kb_http_stream_new(h, inf, kb_http_list_fill);
+    if (!s) {
+        kb_selector_free(sel);
+        return kb_http_busy(h, c);
+    }
     kb_informer_snapshot(inf, ns && *ns ? ns : NULL, &s->items, s->rv, sizeof(s->rv));
     if (sel) {
         size_t keep = 0;
@@ -400,10 +597,52 @@ static bool kb_http_peer_gone(int fd) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+static void kb_http_collect(void *opaque, kb_event_t *ev);
+
+/* A watch ERROR event carrying a 410 Status, as the API server sends when a
+ * watch falls behind what it still holds. */
+static void kb_http_expired_line(kb_http_stream_t *s) {
+    kb_buf_append_str(&s->out, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+                               "\"metadata\":{},\"status\":\"Failure\",\"message\":");
+    char msg[512];
+    snprintf(msg, sizeof(msg), "the journal of informer \"%s\" was trimmed past this replay while it was being read; "
+             "take a snapshot and replay from its resourceVersion", s->inf_name);
+    kb_buf_append_json_str(&s->out, msg, strlen(msg));
+    kb_buf_append_str(&s->out, ",\"reason\":\"Expired\",\"code\":410}}\n");
+}
+
+/* The next page of the journal into s->items (the previous one released):
+ * a window of KB_HTTP_PAGE entries, never the whole tail. */
+static kb_fill_t kb_http_next_page(kb_http_stream_t *s) {
+    kb_event_list_fini(&s->items);
+    kb_event_list_init(&s->items);
+    s->next = 0;
+    uint64_t before = s->after;
+    kb_err_t e = kb_informer_replay(s->inf, s->from_rv, &s->after, KB_HTTP_PAGE, kb_http_collect, s);
+    if (e == KB_ERR_GONE) {
+        kb_http_expired_line(s);
+        return KB_FILL_END;
+    }
+    if (e != KB_OK) {
+        KB_WARN("http", "replay of %s: reading the journal: %s; ending the stream", s->inf_name, kb_err_str(e));
+        return KB_FILL_ERR;
+    }
+    if (s->after == before)
+        s->replayed = true;
+    return KB_FILL_OK;
+}
+
 static kb_fill_t kb_http_replay_fill(kb_http_stream_t *s) {
-    while (s->next < s->items.n)
-        if (kb_http_watch_line(s, s->items.ev[s->next++]))
-            return KB_FILL_OK;
+    while (!s->replayed) {
+        while (s->next < s->items.n)
+            if (kb_http_watch_line(s, s->items.ev[s->next++]))
+                return KB_FILL_OK;
+        if (atomic_load(&s->h->stopping))
+            return KB_FILL_END;
+        kb_fill_t r = kb_http_next_page(s);
+        if (r != KB_FILL_OK || s->out.len)
+            return r;
+    }
     if (!s->subscribed)
         return KB_FILL_END;
     for (;;) {
@@ -470,6 +709,8 @@ static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c
         return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "watch must be true or false");
     uint64_t rv = strtoull(rv_text, NULL, 10);
     kb_http_stream_t *s = kb_http_stream_new(h, inf, kb_http_replay_fill);
+    if (!s)
+        return kb_http_busy(h, c);
     s->inf = inf;
     snprintf(s->inf_name, sizeof(s->inf_name), "%s", kb_informer_conf(inf)->name);
     snprintf(s->rv, sizeof(s->rv), "%s", rv_text);
@@ -488,9 +729,12 @@ static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c
                                   "too many live replays of informer \"%s\"", kb_informer_conf(inf)->name);
         }
     }
-    kb_err_t e = kb_informer_replay(inf, rv, kb_http_collect, s);
-    if (e == KB_OK)
+    s->from_rv = rv;
+    kb_err_t e = kb_informer_replay(inf, rv, &s->after, KB_HTTP_PAGE, kb_http_collect, s);
+    if (e == KB_OK) {
+        s->replayed = s->after == 0;
         return kb_http_stream_send(c, s);
+    }
     kb_http_stream_free(s);
     const char *name = kb_informer_conf(inf)->name;
     if (e == KB_ERR_GONE)
@@ -541,12 +785,35 @@ static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb
     return kb_http_text(c, MHD_HTTP_OK, "ok\n");
 }
 
+/* What the HTTP server itself counts. */
+static void kb_http_own_metrics(kb_http_t *h, kb_buf_t *o) {
+    pthread_mutex_lock(&h->conns_mtx);
+    int conns = h->n_conns;
+    pthread_mutex_unlock(&h->conns_mtx);
+    kb_buf_appendf(o,
+                   "# HELP kbridge_http_connections Open connections to the HTTP API.\n"
+                   "# TYPE kbridge_http_connections gauge\nkbridge_http_connections %d\n"
+                   "# HELP kbridge_http_streams Snapshot and replay bodies being sent.\n"
+                   "# TYPE kbridge_http_streams gauge\nkbridge_http_streams %d\n"
+                   "# HELP kbridge_http_refused_total Requests and connections refused by a limit: streams "
+                   "(http.max_streams, answered 429), connections (http.max_per_address or all slots taken, "
+                   "closed unanswered), header_timeout (http.header_timeout, closed).\n"
+                   "# TYPE kbridge_http_refused_total counter\n"
+                   "kbridge_http_refused_total{reason=\"streams\"} %llu\n"
+                   "kbridge_http_refused_total{reason=\"connections\"} %llu\n"
+                   "kbridge_http_refused_total{reason=\"header_timeout\"} %llu\n",
+                   conns, atomic_load(&h->streams), (unsigned long long)atomic_load(&h->refused_streams),
+                   (unsigned long long)atomic_load(&h->refused_connections),
+                   (unsigned long long)atomic_load(&h->header_timeouts));
+}
+
 static enum MHD_Result kb_http_metrics(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
     KB_UNUSED(inf);
     kb_buf_t body = KB_BUF_INIT;
     kb_http__metrics(h->b, h->start_real_ns, &body);
     if (h->kapi)
         kb_kapi_metrics(h->kapi, &body);
+    kb_http_own_metrics(h, &body);
     return kb_http_send(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", &body);
 }
 
@@ -664,6 +931,7 @@ static enum MHD_Result kb_http_handle(void *cls, struct MHD_Connection *c, const
         /* First call: headers only. Answer once the body (ignored) is read. */
         *con_cls = &started;
         kb_thread_set_name("kb:http");
+        kb_http_conn_mark(cls, c, true);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -724,6 +992,74 @@ static kb_err_t kb_http_resolve(const char *listen, struct sockaddr_storage *ss,
     return KB_OK;
 }
 
+/* The PEM files of http.tls_cert_file and http.tls_key_file (both set, or
+ * neither: the config loader checks). */
+static kb_err_t kb_http_read_tls(kb_http_t *h, const kb_config_t *cfg, char *errstr, size_t errstr_size) {
+    if (!*cfg->http_tls_cert_file)
+        return KB_OK;
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(errstr, errstr_size, "http.tls_cert_file: this libmicrohttpd was built without TLS");
+        return KB_ERR_CONFIG;
+    }
+    char why[512];
+    h->tls_cert = kb_secret_read(cfg->http_tls_cert_file, KB_HTTP_PEM_MAX, NULL, why, sizeof(why));
+    if (!h->tls_cert) {
+        snprintf(errstr, errstr_size, "http.tls_cert_file: %s", why);
+        return KB_ERR_IO;
+    }
+    h->tls_key = kb_secret_read(cfg->http_tls_key_file, KB_HTTP_PEM_MAX, NULL, why, sizeof(why));
+    if (!h->tls_key) {
+        snprintf(errstr, errstr_size, "http.tls_key_file: %s", why);
+        return KB_ERR_IO;
+    }
+    return KB_OK;
+}
+
+static void kb_http_free(kb_http_t *h) {
+    kb_secret_free(h->token);
+    kb_secret_free(h->tls_cert);
+    kb_secret_free(h->tls_key);
+    assert(!h->conns);
+    pthread_cond_destroy(&h->stop_cond);
+    pthread_mutex_destroy(&h->stop_mtx);
+    pthread_mutex_destroy(&h->conns_mtx);
+    free(h);
+}
+
+static kb_http_t *kb_http_new(kb_bridge_t *b, const kb_config_t *cfg) {
+    kb_http_t *h = kb_calloc(1, sizeof(*h));
+    h->b = b;
+    h->start_real_ns = kb_now_real_ns();
+    atomic_init(&h->stopping, false);
+    atomic_init(&h->streams, 0);
+    h->max_streams = cfg->http_max_streams;
+    h->max_per_address = cfg->http_max_per_address;
+    h->header_timeout_ms = (int64_t)cfg->http_header_timeout * 1000;
+    pthread_mutex_init(&h->conns_mtx, NULL);
+    pthread_mutex_init(&h->stop_mtx, NULL);
+    kb_cond_init_mono(&h->stop_cond);
+    return h;
+}
+
+static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_storage *ss) {
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    if (ss->ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    if (h->tls_cert)
+        flags |= MHD_USE_TLS;
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    return MHD_start_daemon(flags, 0, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER, kb_http_log,
+                            NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
+                            KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
+                            MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
+                            h->tls_cert ? tls : tls + 2, MHD_OPTION_END);
+}
+
 kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t errstr_size) {
     const kb_config_t *cfg = kb_bridge_config(b);
     *out = NULL;
@@ -734,39 +1070,36 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     kb_err_t err = kb_http_resolve(cfg->http_listen, &ss, &sslen, errstr, errstr_size);
     if (err != KB_OK)
         return err;
-    kb_http_t *h = kb_calloc(1, sizeof(*h));
-    h->b = b;
-    h->start_real_ns = kb_now_real_ns();
-    atomic_init(&h->stopping, false);
+    kb_http_t *h = kb_http_new(b, cfg);
     if (cfg->http_token_file && *cfg->http_token_file) {
         err = kb_http_read_token(h, cfg->http_token_file, errstr, errstr_size);
         if (err != KB_OK)
             goto fail;
     }
     h->kapi = kb_kapi_new(b, &h->stopping);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
-    if (ss.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER, kb_http_log, NULL,
-                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-                              (unsigned)(KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi)), MHD_OPTION_CONNECTION_TIMEOUT,
-                              KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);
+    h->max_conns = KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi);
+    err = kb_http_read_tls(h, cfg, errstr, errstr_size);
+    if (err != KB_OK)
+        goto fail;
+    h->mhd = kb_http_daemon(h, &ss);
     if (!h->mhd) {
-        snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (in use, or not an address of this host)",
-                 cfg->http_listen);
+        snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (in use, or not an address of this host%s)",
+                 cfg->http_listen, h->tls_cert ? "; or http.tls_cert_file/http.tls_key_file are not a PEM "
+                                                 "certificate and its unencrypted key" : "");
         err = KB_ERR_IO;
         goto fail;
     }
+    h->watchdog_started = pthread_create(&h->watchdog, NULL, kb_http_watchdog, h) == 0;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : 0;
-    KB_INFO("http", "listening on %.*s:%d%s", (int)(strrchr(cfg->http_listen, ':') - cfg->http_listen),
-            cfg->http_listen, h->port, h->token ? " (bearer token required)" : "");
+    KB_INFO("http", "listening on %.*s:%d (%s, %s)", (int)(strrchr(cfg->http_listen, ':') - cfg->http_listen),
+            cfg->http_listen, h->port, h->tls_cert ? "https" : "http",
+            h->token ? "bearer token required" : "no token: every endpoint is open");
     *out = h;
     return KB_OK;
 fail:
     kb_kapi_destroy(h->kapi);
-    kb_secret_free(h->token);
-    free(h);
+    kb_http_free(h);
     return err;
 }
 
@@ -777,9 +1110,13 @@ int kb_http_port(const kb_http_t *http) {
 void kb_http_stop(kb_http_t *http) {
     if (!http)
         return;
+    pthread_mutex_lock(&http->stop_mtx);
     atomic_store(&http->stopping, true);
+    pthread_cond_signal(&http->stop_cond);
+    pthread_mutex_unlock(&http->stop_mtx);
+    if (http->watchdog_started)
+        pthread_join(http->watchdog, NULL);
     MHD_stop_daemon(http->mhd);
     kb_kapi_destroy(http->kapi);
-    free(http->token);
-    free(http);
+    kb_http_free(http);
 }

@@ -6,8 +6,9 @@
  * kb_http_start() binds http.listen exactly ("host:port"; port 0 picks a free
  * port, logged as "http: listening on HOST:PORT") and serves from
  * libmicrohttpd's threads, one per connection, at most KB_HTTP_MAX_CONNECTIONS
- * at a time. With http.token_file set, every endpoint except /healthz and
- * /readyz needs "Authorization: Bearer <token>".
+ * at a time (a few more for addresses with none open: probes), over HTTPS
+ * when http.tls_cert_file is set. With http.token_file set, every endpoint
+ * except /healthz and /readyz needs "Authorization: Bearer <token>".
  *
  * Threads: start and stop from the main thread, start after kb_bridge_start
  * and stop before kb_bridge_stop (the introspection calls need a running

@@ -48,12 +48,15 @@
 #include <jansson.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define KB_KAPI_BLOCK 65536
 #define KB_KAPI_WAIT_MS 500
@@ -113,6 +116,11 @@ struct kb_kapi {
     atomic_int watches;
     atomic_ullong events_sent;
     atomic_ullong slow_closed;
+    pthread_mutex_t reg_mtx;    /* guards the watch list (leaf) */
+    struct kb_kapi_stream *watch_list;
+    pthread_t reaper;           /* closes watches whose reader fell out of the window */
+    bool reaper_started;
+    atomic_bool quit;
 };
 
 /* Core resources that are cluster-scoped (when discovery cannot be read). */
@@ -756,7 +764,11 @@ struct kb_kapi_stream {
     bool gone;              /* one ERROR (410) then the end */
     char gone_msg[256];
     int64_t deadline_ms, next_bookmark_ms;
-    int fd;
+    int fd;                 /* a dup of the client's socket (the reaper may shut it down) */
+    _Atomic uint64_t live_pos; /* pos, for the reaper */
+    atomic_bool slow;       /* counted as too slow once */
+    struct kb_kapi_stream *reg_prev, *reg_next;
+    bool registered;
 };
 
 static ssize_t kb_kapi_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -775,8 +787,25 @@ static ssize_t kb_kapi_stream_read(void *cls, uint64_t pos, char *buf, size_t ma
     return (ssize_t)n;
 }
 
+static void kb_kapi_unregister(kb_kapi_stream_t *s) {
+    kb_kapi_t *k = s->k;
+    pthread_mutex_lock(&k->reg_mtx);
+    if (s->reg_prev)
+        s->reg_prev->reg_next = s->reg_next;
+    else
+        k->watch_list = s->reg_next;
+    if (s->reg_next)
+        s->reg_next->reg_prev = s->reg_prev;
+    s->registered = false;
+    pthread_mutex_unlock(&k->reg_mtx);
+}
+
 static void kb_kapi_stream_free(void *cls) {
     kb_kapi_stream_t *s = cls;
+    if (s->registered)
+        kb_kapi_unregister(s);
+    if (s->fd >= 0)
+        close(s->fd);
     if (s->hist) {
         atomic_fetch_sub(&s->hist->watchers, 1);
         atomic_fetch_sub(&s->k->watches, 1);
@@ -1121,9 +1150,11 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
         int wait = s->out.len ? 0 : KB_KAPI_WAIT_MS;
         int got = kb_history_next(h, &s->pos, wait, &e);
         if (got < 0) {
-            atomic_fetch_add(&s->k->slow_closed, 1);
+            if (!atomic_exchange(&s->slow, true))
+                atomic_fetch_add(&s->k->slow_closed, 1);
             return false; /* too slow: the client resumes from its last resourceVersion */
         }
+        atomic_store(&s->live_pos, s->pos);
         if (got > 0) {
             int type = e.ev->rv_num > s->skip_le ? kb_kapi_watch_type(&s->q, &e) : -1;
             if (type >= 0)
@@ -1241,13 +1272,46 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     if (s->deadline_ms - 2000 < s->next_bookmark_ms && timeout_s > 2)
         s->next_bookmark_ms = s->deadline_ms - 2000;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    s->fd = ci ? ci->connect_fd : -1;
+    s->fd = ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
     enum MHD_Result ret = MHD_YES;
     if (!kb_kapi_watch_start(k, c, r, p, s, &ret)) {
         kb_kapi_stream_free(s);
         return ret;
     }
+    atomic_store(&s->live_pos, s->pos);
+    pthread_mutex_lock(&k->reg_mtx);
+    s->reg_next = k->watch_list;
+    if (k->watch_list)
+        k->watch_list->reg_prev = s;
+    k->watch_list = s;
+    s->registered = true;
+    pthread_mutex_unlock(&k->reg_mtx);
     return kb_kapi_stream_send(c, s);
+}
+
+/* A watcher blocked because its client does not read never comes back to
+ * notice that the window moved past it; once a second, shut down the socket
+ * of every watch whose position was evicted (its stream then ends). */
+static void *kb_kapi_reaper(void *arg) {
+    kb_kapi_t *k = arg;
+    kb_thread_set_name("kb:kapi-reaper");
+    while (!atomic_load(&k->quit)) {
+        struct timespec ts = {0, 250 * 1000 * 1000};
+        for (int i = 0; i < 4 && !atomic_load(&k->quit); i++)
+            nanosleep(&ts, NULL);
+        pthread_mutex_lock(&k->reg_mtx);
+        for (kb_kapi_stream_t *s = k->watch_list; s; s = s->reg_next) {
+            if (atomic_load(&s->live_pos) >= kb_history_oldest(s->hist->h))
+                continue;
+            if (!atomic_exchange(&s->slow, true)) {
+                atomic_fetch_add(&k->slow_closed, 1);
+                if (s->fd >= 0)
+                    shutdown(s->fd, SHUT_RDWR);
+            }
+        }
+        pthread_mutex_unlock(&k->reg_mtx);
+    }
+    return NULL;
 }
 
 /* ---- dispatch --------------------------------------------------------------- */
@@ -1384,6 +1448,8 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
     atomic_init(&k->events_sent, 0);
     atomic_init(&k->slow_closed, 0);
     pthread_mutex_init(&k->mtx, NULL);
+    pthread_mutex_init(&k->reg_mtx, NULL);
+    atomic_init(&k->quit, false);
     char why[512];
     kb_apiclient_t *api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
     if (!api)
@@ -1399,6 +1465,7 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
     if (api)
         kb_kapi_fetch_version(k, api);
     kb_apiclient_destroy(api);
+    k->reaper_started = pthread_create(&k->reaper, NULL, kb_kapi_reaper, k) == 0;
     return k;
 }
 
@@ -1409,6 +1476,10 @@ int kb_kapi_max_watches(const kb_kapi_t *k) {
 void kb_kapi_destroy(kb_kapi_t *k) {
     if (!k)
         return;
+    atomic_store(&k->quit, true);
+    if (k->reaper_started)
+        pthread_join(k->reaper, NULL);
+    KB_ASSERT(!k->watch_list);
     for (size_t i = 0; i < k->n_hist; i++) {
         kb_history_destroy(k->hist[i]->h);
         free(k->hist[i]);
@@ -1429,6 +1500,7 @@ void kb_kapi_destroy(kb_kapi_t *k) {
     }
     free(k->disc);
     free(k->version_json);
+    pthread_mutex_destroy(&k->reg_mtx);
     pthread_mutex_destroy(&k->mtx);
     free(k);
 }

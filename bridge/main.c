@@ -12,6 +12,7 @@
 #include "bridge/http.h"
 
 #include "common/log.h"
+#include "common/secret.h"
 #include "config/config.h"
 #include "tests/kubesim/kubesim.h"
 
@@ -141,6 +142,10 @@ int main(int argc, char **argv) {
         kb_usage(stderr);
         return KB_EXIT_USAGE;
     }
+
+    /* The config may hold secrets inline (Kafka sasl.password) and every
+     * token file is read into memory: no core dump may carry them. */
+    kb_secret_no_core_dumps();
 
     /* Block the signals we wait for before any thread starts. */
     sigset_t sigs;

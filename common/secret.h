@@ -14,7 +14,11 @@
  * *len their length. NULL with "cannot read PATH: reason" or "PATH is longer
  * than MAX bytes" in why. */
 char *kb_secret_read(const char *path, size_t max, size_t *len, char *why, size_t why_size);
-/* Overwrite, then free. NULL is a no-op. */
+/* Overwrite up to the terminating NUL, then free. NULL is a no-op. Also for
+ * secrets copied from elsewhere (a kubeconfig's token). */
 void kb_secret_free(char *secret);
+/* No core dump of this process from now on (RLIMIT_CORE 0, not dumpable):
+ * a dump would carry every secret held in memory. Main thread, at start. */
+void kb_secret_no_core_dumps(void);
 
 #endif

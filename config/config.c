@@ -111,6 +111,11 @@ static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
             *cfg->state_dir ? cfg->state_dir : "(memory only)", cfg->shutdown_timeout, cfg->log_level,
             cfg->log_format, *cfg->http_listen ? cfg->http_listen : "(off)", cfg->sharding_index,
             cfg->sharding_replicas);
+    if (*cfg->http_listen)
+        fprintf(out, "http: %s, %s, max_streams %d, max_per_address %d\n",
+                *cfg->http_tls_cert_file ? "HTTPS" : "plain HTTP",
+                *cfg->http_token_file ? "bearer token required" : "unauthenticated (no token_file)",
+                cfg->http_max_streams, cfg->http_max_per_address);
 }
 
 static void kb_summary_informer(const kb_config_informer_t *inf, FILE *out) {

@@ -121,6 +121,12 @@ typedef struct kb_config {
     char *log_format;              /* "text" | "json" */
     char *http_listen;             /* "127.0.0.1:9464"; "" = off */
     char *http_token_file;
+    bool http_allow_unauthenticated; /* false: listening beyond loopback needs http_token_file */
+    char *http_tls_cert_file;      /* "" = plain HTTP; with http_tls_key_file: HTTPS */
+    char *http_tls_key_file;
+    int http_max_streams;          /* concurrent snapshot/replay bodies, 16 */
+    int http_max_per_address;      /* connections from one client address, 16 */
+    int http_header_timeout;       /* seconds to send a whole request, 10 */
     bool kapi_enabled;             /* kube_api.enabled: true */
     int kapi_history;              /* kube_api.watch_history: changes kept per informer, 10000 */
     int kapi_bookmark_seconds;     /* kube_api.bookmark_seconds: 60 */

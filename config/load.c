@@ -21,6 +21,7 @@
 #include "common/event.h"
 #include "common/template.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -536,6 +537,43 @@ static bool kb_hostname_ordinal(const char *host, long *ordinal) {
     return true;
 }
 
+/* Whether the host of a valid "host:port" can only be reached from this
+ * machine: 127.0.0.0/8, ::1 or "localhost". Anything else, names included,
+ * may be reachable from the network. */
+static bool kb_listen_loopback(const char *listen) {
+    const char *colon = strrchr(listen, ':');
+    size_t n = (size_t)(colon - listen);
+    if (n >= 2 && listen[0] == '[' && listen[n - 1] == ']') {
+        listen++;
+        n -= 2;
+    }
+    if ((n == 9 && !strncmp(listen, "localhost", 9)) || (n == 3 && !strncmp(listen, "::1", 3)))
+        return true;
+    char host[64];
+    struct in_addr a;
+    if (n >= sizeof(host))
+        return false;
+    memcpy(host, listen, n);
+    host[n] = '\0';
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* The HTTP API: secure unless said otherwise. */
+static bool kb_finish_http(kb_loader_t *ld, const kb_config_t *cfg, const config_setting_t *grp) {
+    const config_setting_t *http = config_setting_get_member(grp, "http");
+    const config_setting_t *at = http ? config_setting_get_member(http, "listen") : NULL;
+    if (*cfg->http_listen && !*cfg->http_token_file && !cfg->http_allow_unauthenticated &&
+        !kb_listen_loopback(cfg->http_listen))
+        return kb_config__fail(ld, at ? at : http,
+                               "http.listen = \"%s\" serves the API beyond loopback without a token: set "
+                               "http.token_file (recommended), or http.allow_unauthenticated = true to serve "
+                               "snapshots and replays to anyone who can connect",
+                               cfg->http_listen);
+    if (!*cfg->http_tls_cert_file != !*cfg->http_tls_key_file)
+        return kb_config__fail(ld, http, "http.tls_cert_file and http.tls_key_file: set both (HTTPS) or neither");
+    return true;
+}
+
 bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                             const char *prefix) {
     KB_UNUSED(index);
@@ -556,6 +594,8 @@ bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const con
         return kb_config__fail(ld, at, "sharding.index: %d is not below sharding.replicas = %d",
                                cfg->sharding_index, cfg->sharding_replicas);
     }
+    if (!kb_finish_http(ld, cfg, grp))
+        return false;
     if (cfg->n_routes == 0)
         return kb_config__fail(ld, config_setting_get_member(grp, "routes"),
                                "routes: at least one route is required (informer → sink)");

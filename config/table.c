@@ -103,7 +103,24 @@ static const kb_ckey_t kb_keys_http[] = {
      .flags = KB_CF_LISTEN,
      .doc = "host:port of the HTTP API (health, metrics, snapshot, replay); \"\" disables it."},
     {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .flags = KB_CF_FILE, .def = "",
-     .doc = "When set, requests must carry `Authorization: Bearer <the file's content>`."},
+     .doc = "When set, requests must carry `Authorization: Bearer <the file's content>` (all but /healthz "
+            "and /readyz)."},
+    {.name = "allow_unauthenticated", .type = KB_CT_BOOL, .off = TOP(http_allow_unauthenticated),
+     .def = "false",
+     .doc = "Serve the API without a token on an address beyond loopback. Without it (and without "
+            "token_file), such a listen address is refused."},
+    {.name = "tls_cert_file", .type = KB_CT_STRING, .off = TOP(http_tls_cert_file), .flags = KB_CF_FILE,
+     .def = "", .doc = "Certificate chain (PEM) to serve HTTPS with; needs tls_key_file."},
+    {.name = "tls_key_file", .type = KB_CT_STRING, .off = TOP(http_tls_key_file), .flags = KB_CF_FILE,
+     .def = "", .doc = "Private key (PEM, unencrypted) of tls_cert_file."},
+    {.name = "max_streams", .type = KB_CT_INT, .off = TOP(http_max_streams), .def = "16", .min = 1, .max = 1000,
+     .doc = "Snapshot and replay bodies sent at once; more are answered 429 (counted in "
+            "kbridge_http_refused_total)."},
+    {.name = "max_per_address", .type = KB_CT_INT, .off = TOP(http_max_per_address), .def = "16", .min = 1,
+     .max = 100000, .doc = "Open connections from one client address; more are closed at once."},
+    {.name = "header_timeout", .type = KB_CT_INT, .off = TOP(http_header_timeout), .def = "10", .min = 1,
+     .max = 3600, .doc = "Seconds a client has to send its whole request (line and headers) before it is "
+                         "closed."},
 };
 static const kb_csection_t kb_sec_http = {
     .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,

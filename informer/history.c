@@ -264,6 +264,13 @@ bool kb_history_rv(kb_history_t *h, uint64_t pos, char *rv, size_t rv_size) {
     return caught_up;
 }
 
+uint64_t kb_history_oldest(kb_history_t *h) {
+    pthread_mutex_lock(&h->mtx);
+    uint64_t first = h->first;
+    pthread_mutex_unlock(&h->mtx);
+    return first;
+}
+
 void kb_history_stats(kb_history_t *h, uint64_t *floor_rv, size_t *entries) {
     pthread_mutex_lock(&h->mtx);
     *floor_rv = h->floor_rv;

@@ -73,6 +73,9 @@ int kb_history_next(kb_history_t *h, uint64_t *pos, int wait_ms, kb_history_entr
  * progress is unknown. Takes the informer's ingest lock briefly. */
 bool kb_history_rv(kb_history_t *h, uint64_t pos, char *rv, size_t rv_size);
 
+/* The oldest position still held (a reader below it is too slow). */
+uint64_t kb_history_oldest(kb_history_t *h);
+
 /* Oldest resourceVersion a watch may resume from, and entries held. */
 void kb_history_stats(kb_history_t *h, uint64_t *floor_rv, size_t *entries);
 

@@ -1333,7 +1333,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     kb_state_checkpoint_t cp;
     if (kb_state_read_checkpoint(inf->state, &cp) != KB_OK ||
         kb_state_load_index(inf->state, inf->res, true, kb_inf_load_index_cb, inf) != KB_OK ||
-        kb_state_load_journal(inf->state, cp.seq, inf->res, kb_inf_load_tail_cb, inf) != KB_OK) {
+        kb_state_load_journal(inf->state, cp.seq, 0, inf->res, kb_inf_load_tail_cb, inf) != KB_OK) {
         snprintf(errstr, errstr_size, "%s: state_dir \"%s\": %s", cfg->path, dir, kb_state_error(inf->state));
         return KB_ERR_IO;
     }
@@ -1606,25 +1606,39 @@ void kb_informer_unsubscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *op
 typedef struct kb_replay_ctx {
     kb_informer_replay_fn fn;
     void *opaque;
+    uint64_t first, last; /* seqs of the page's first and last entries (0: none) */
 } kb_replay_ctx_t;
 
 static void kb_inf_replay_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
     kb_replay_ctx_t *ctx = opaque;
-    KB_UNUSED(seq);
     KB_UNUSED(rv_after);
+    if (!ctx->first)
+        ctx->first = seq;
+    ctx->last = seq;
     if (ev)
         ctx->fn(ctx->opaque, ev);
 }
 
-kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, kb_informer_replay_fn fn, void *opaque) {
+kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, uint64_t *after, size_t limit,
+                            kb_informer_replay_fn fn, void *opaque) {
     if (!inf->state)
         return KB_ERR_UNSUPPORTED;
-    uint64_t from = 0;
-    kb_err_t err = kb_state_journal_seek(inf->state, rv, &from);
+    uint64_t from = *after + 1;
+    if (!*after) {
+        kb_err_t err = kb_state_journal_seek(inf->state, rv, &from);
+        if (err != KB_OK)
+            return err;
+        from = from ? from : 1;
+    }
+    kb_replay_ctx_t ctx = {fn, opaque, 0, 0};
+    kb_err_t err = kb_state_load_journal(inf->state, from - 1, limit, inf->res, kb_inf_replay_cb, &ctx);
     if (err != KB_OK)
         return err;
-    kb_replay_ctx_t ctx = {fn, opaque};
-    return kb_state_load_journal(inf->state, from ? from - 1 : 0, inf->res, kb_inf_replay_cb, &ctx);
+    if (*after && ctx.first > from)
+        return KB_ERR_GONE; /* seqs are contiguous: the entries in between were trimmed */
+    if (ctx.last)
+        *after = ctx.last;
+    return KB_OK;
 }
 
 const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf) {

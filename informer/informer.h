@@ -133,14 +133,19 @@ typedef void (*kb_informer_sub_fn)(void *opaque, kb_event_t *ev);
 bool kb_informer_subscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *opaque);
 void kb_informer_unsubscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *opaque);
 
-/* Journal replay: every event accepted after the cut at rv (see
- * kb_informer_snapshot), oldest first, to fn (a new reference each).
- * KB_ERR_GONE when rv is older than the journal, KB_ERR_UNSUPPORTED without
- * state_dir. To continue live without a gap, subscribe first, then replay,
- * and drop live events whose seq is <= the last replayed seq.
- * Thread: any (reads only). */
+/* Journal replay, a page at a time: the events accepted after the cut at rv
+ * (see kb_informer_snapshot), oldest first, to fn (a new reference each),
+ * at most limit journal entries per call. *after is 0 on the first call
+ * (the start is found from rv) and is advanced past what was read: call
+ * again with it for the next page; a call that leaves it unchanged read
+ * nothing (the end, for now). KB_ERR_GONE when rv, or the next page, is
+ * older than the journal still holds; KB_ERR_UNSUPPORTED without state_dir.
+ * To continue live without a gap, subscribe first, then replay, and drop
+ * live events whose seq is <= the last replayed seq.
+ * Thread: any (reads only; each page is its own read transaction). */
 typedef void (*kb_informer_replay_fn)(void *opaque, kb_event_t *ev);
-kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, kb_informer_replay_fn fn, void *opaque);
+kb_err_t kb_informer_replay(kb_informer_t *inf, uint64_t rv, uint64_t *after, size_t limit,
+                            kb_informer_replay_fn fn, void *opaque);
 
 const kb_config_informer_t *kb_informer_conf(const kb_informer_t *inf);
 size_t kb_informer_shards(const kb_informer_t *inf);

@@ -374,7 +374,7 @@ kb_event_t *kb_state_get(kb_state_t *st, const char *key, size_t key_len, kb_res
     return ev;
 }
 
-kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t *res, kb_state_fn fn,
+kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, size_t limit, kb_resource_t *res, kb_state_fn fn,
                                void *opaque) {
     MDB_txn *txn;
     MDB_cursor *cur;
@@ -400,6 +400,8 @@ kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t
             ev->seq = seq;
         if (ev || mark)
             fn(opaque, seq, ev, rv_after);
+        if (limit && !--limit)
+            break;
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);

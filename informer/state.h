@@ -65,8 +65,10 @@ kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, bool identity_o
  * thread). */
 kb_event_t *kb_state_get(kb_state_t *st, const char *key, size_t key_len, kb_resource_t *res);
 
-/* Journal entries with seq > after_seq, oldest first. */
-kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, kb_resource_t *res, kb_state_fn fn, void *opaque);
+/* Journal entries with seq > after_seq, oldest first; at most limit of them
+ * (events and markers; 0 = all). */
+kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, size_t limit, kb_resource_t *res, kb_state_fn fn,
+                               void *opaque);
 /* Where a replay from rv starts: the seq after the last journal entry whose
  * resume RV is <= rv (so a snapshot taken at rv plus this replay sees every
  * change once). KB_ERR_GONE if rv is older than what the journal still holds. */
