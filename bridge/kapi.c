@@ -116,6 +116,7 @@ struct kb_kapi {
     atomic_int watches;
     atomic_ullong events_sent;
     atomic_ullong slow_closed;
+    atomic_ullong expired;      /* watches answered 410 (older than the window) */
     pthread_mutex_t reg_mtx;    /* guards the watch list (leaf) */
     struct kb_kapi_stream *watch_list;
     pthread_t reaper;           /* closes watches whose reader fell out of the window */
@@ -1233,6 +1234,7 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         size_t entries = 0;
         kb_history_stats(s->hist->h, &floor_rv, &entries);
         s->gone = true;
+        atomic_fetch_add(&k->expired, 1);
         snprintf(s->gone_msg, sizeof(s->gone_msg), "too old resource version: %llu (%llu)",
                  (unsigned long long)want, (unsigned long long)floor_rv);
         return true;
@@ -1377,6 +1379,10 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
         ret = kb_kapi_status(c, MHD_HTTP_TOO_MANY_REQUESTS, "TooManyRequests", &d,
                              "the replica of %s is not ready yet (its first list has not finished)", r.label);
     } else {
+        /* The window starts with the first list or watch after the informer's
+         * first list, so a client's list is inside it. */
+        if (!p.has_name)
+            kb_kapi_history(k, r.inf);
         ret = p.has_name ? kb_kapi_get(k, c, &r, &p) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
                                                               : kb_kapi_list(k, c, &r, &p, &q);
     }
@@ -1428,8 +1434,12 @@ void kb_kapi_metrics(kb_kapi_t *k, kb_buf_t *o) {
                       "# TYPE kbridge_api_watch_events_sent_total counter\nkbridge_api_watch_events_sent_total %llu\n"
                       "# HELP kbridge_api_watches_closed_slow_total Watches ended because the client read slower "
                       "than the history window moved.\n# TYPE kbridge_api_watches_closed_slow_total counter\n"
-                      "kbridge_api_watches_closed_slow_total %llu\n",
-                   (unsigned long long)atomic_load(&k->events_sent), (unsigned long long)atomic_load(&k->slow_closed));
+                      "kbridge_api_watches_closed_slow_total %llu\n"
+                      "# HELP kbridge_api_watches_expired_total Watches from a resourceVersion older than "
+                      "kube_api.watch_history, answered 410 Expired.\n# TYPE kbridge_api_watches_expired_total "
+                      "counter\nkbridge_api_watches_expired_total %llu\n",
+                   (unsigned long long)atomic_load(&k->events_sent), (unsigned long long)atomic_load(&k->slow_closed),
+                   (unsigned long long)atomic_load(&k->expired));
 }
 
 /* ---- life ------------------------------------------------------------------- */
@@ -1447,6 +1457,7 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
     atomic_init(&k->watches, 0);
     atomic_init(&k->events_sent, 0);
     atomic_init(&k->slow_closed, 0);
+    atomic_init(&k->expired, 0);
     pthread_mutex_init(&k->mtx, NULL);
     pthread_mutex_init(&k->reg_mtx, NULL);
     atomic_init(&k->quit, false);
@@ -1456,9 +1467,10 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
         KB_WARN("kapi", "no API server client for discovery (%s): kinds and scopes are guessed", why);
     kb_bridge_rdlock(b);
     kb_kapi_disc_all(k, api);
-    for (size_t i = 0; i < k->n_disc; i++) { /* watches can resume from the start on */
+    for (size_t i = 0; i < k->n_disc; i++) { /* (after a reload: informers that are synced already) */
         kb_kapi_res_t r;
-        if (kb_kapi_resolve(k, k->disc[i].group, k->disc[i].version, k->disc[i].resource, &r))
+        if (kb_kapi_resolve(k, k->disc[i].group, k->disc[i].version, k->disc[i].resource, &r) &&
+            kb_informer_synced(r.inf))
             kb_kapi_history(k, r.inf);
     }
     kb_bridge_unlock(b);

@@ -105,6 +105,12 @@ static void kb_history_push(kb_history_t *h, kb_event_t *ev) {
         kb_hl_unref(old->prev);
         h->first++;
     }
+    /* A change that does not move past the progress so far comes from the
+     * informer's relist (a diff against its cache, or a delete it missed):
+     * where it falls in resourceVersion order is unknown, so no watch may
+     * resume from before it — such watches get 410 and list again. */
+    if ((ev->rv_num <= h->rv_num || ev->final_state_unknown) && h->floor_rv <= h->rv_num)
+        h->floor_rv = h->rv_num + 1;
     kb_hslot_t *s = &h->ring[h->next % h->cap];
     s->ev = kb_event_ref(ev);
     s->prev = kb_history_swap_labels(h, ev);
@@ -203,12 +209,11 @@ kb_history_pos_t kb_history_after_rv(kb_history_t *h, uint64_t rv, uint64_t *pos
     if (rv < h->floor_rv) {
         r = KB_HISTORY_GONE;
     } else {
-        /* From the newest back to the last change the client has: a change
-         * synthesized by a relist may carry an older RV, so stopping early
-         * repeats a change rather than losing one. */
-        uint64_t p = h->next;
-        while (p > h->first && h->ring[(p - 1) % h->cap].ev->rv_num > rv)
-            p--;
+        /* The first change above rv (after the last relist the ring is in
+         * resourceVersion order, and what comes before it is below floor_rv). */
+        uint64_t p = h->first;
+        while (p < h->next && h->ring[p % h->cap].ev->rv_num <= rv)
+            p++;
         *pos = p;
     }
     pthread_mutex_unlock(&h->mtx);

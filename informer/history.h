@@ -10,8 +10,10 @@
  * one that leaves it (DELETED) without a cache of its own.
  *
  * Resuming: every change with a resourceVersion above floor_rv is in the
- * ring (floor_rv starts at the cut the history was built from and rises as
- * old entries are evicted). A reader whose position falls below the oldest
+ * ring (floor_rv starts at the cut the history was built from, so build it
+ * after the informer's first list, and rises as old entries are evicted and
+ * past a relist of the informer, whose changes have no place in
+ * resourceVersion order). A reader whose position falls below the oldest
  * entry lost events and must stop (the API server closes a watcher that
  * cannot keep up; the client resumes and may get 410).
  *
