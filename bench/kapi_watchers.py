@@ -19,7 +19,6 @@ Usage: bench/kapi_watchers.py [--build build-rel] [--n 10,100,1000] [--pods 50] 
 import argparse
 import json
 import os
-import re
 import ssl
 import subprocess
 import sys
@@ -30,15 +29,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 os.environ.setdefault("KB_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 import kbtest  # noqa: E402
-
-HZ = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
-
+from kafka_pipeline import cpu_seconds  # noqa: E402
 
 def rss_mib(pid):
     with open("/proc/%d/status" % pid) as f:

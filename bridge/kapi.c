@@ -759,6 +759,7 @@ struct kb_kapi_stream {
     /* watch */
     kb_kapi_hist_t *hist;
     kb_kapi_query_t q;
+    char ns[254];           /* a namespaced watch: only this namespace ("" = all) */
     uint64_t pos;
     uint64_t skip_le;       /* a watch from a future RV: nothing at or below it */
     bool end_bookmark;      /* the initial-events-end bookmark is still due */
@@ -1112,8 +1113,11 @@ static void kb_kapi_bookmark(kb_kapi_stream_t *s, const char *rv, bool initial_e
 }
 
 /* The type this watcher sees for a change, or -1 to skip it (enter/leave rule). */
-static int kb_kapi_watch_type(const kb_kapi_query_t *q, const kb_history_entry_t *e) {
+static int kb_kapi_watch_type(const kb_kapi_stream_t *s, const kb_history_entry_t *e) {
+    const kb_kapi_query_t *q = &s->q;
     const kb_event_t *ev = e->ev;
+    if (s->ns[0] && (strlen(s->ns) != ev->ns_len || memcmp(s->ns, ev->ns, ev->ns_len)))
+        return -1;
     if (!kb_kapi_fsel_match(&q->fsel, ev))
         return -1;
     if (!q->sel)
@@ -1157,7 +1161,7 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
         }
         atomic_store(&s->live_pos, s->pos);
         if (got > 0) {
-            int type = e.ev->rv_num > s->skip_le ? kb_kapi_watch_type(&s->q, &e) : -1;
+            int type = e.ev->rv_num > s->skip_le ? kb_kapi_watch_type(s, &e) : -1;
             if (type >= 0)
                 kb_kapi_frame(s, (kb_event_type_t)type, e.ev);
             kb_history_entry_fini(&e);
@@ -1263,6 +1267,7 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     atomic_fetch_add(&hist->watchers, 1);
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_watch_fill);
     s->hist = hist;
+    snprintf(s->ns, sizeof(s->ns), "%s", p->has_ns ? p->ns : "");
     s->q = *q;
     q->sel = NULL; /* the stream owns it now */
     int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;

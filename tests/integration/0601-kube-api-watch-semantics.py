@@ -19,10 +19,10 @@ from kbtest import *
 class Watch:
     """A watch read line by line on a thread."""
 
-    def __init__(self, url, query, read=True):
+    def __init__(self, url, query, read=True, path="/api/v1/pods"):
         host, port = url[len("http://"):].split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        self.conn.request("GET", "/api/v1/pods?watch=true&" + query)
+        self.conn.request("GET", path + "?watch=true&" + query)
         self.resp = self.conn.getresponse()
         check(self.resp.status == 200, "watch %s -> %d" % (query, self.resp.status))
         self.lines, self.ended = [], False
@@ -79,7 +79,8 @@ def test():
     lst = json.loads(http_request(url + "/api/v1/pods")[2])
     rv0 = lst["metadata"]["resourceVersion"]
     wrv = Watch(url, "resourceVersion=%s" % rv0)
-    sim.bulk(pod_ops("create", "ns1", ["b0", "b1"], labels={"app": "web"}) +
+    wns = Watch(url, "resourceVersion=%s" % rv0, path="/api/v1/namespaces/ns2/pods")
+    sim.bulk(pod_ops("create", "ns2", ["other"]) +pod_ops("create", "ns1", ["b0", "b1"], labels={"app": "web"}) +
              pod_ops("update", "ns1", ["a1"], labels={"app": "db"}) +     # leaves the selector
              pod_ops("update", "ns1", ["a2"], labels={"app": "web", "v": "2"}) +
              pod_ops("delete", "ns1", ["a3"]) +
@@ -87,6 +88,10 @@ def test():
              pod_ops("create", "ns1", ["c0"], labels={"app": "db"}))
     b.wait_converged(sim)
     want = [(t, k, rv) for k, t, rv in watch_history(sim, rv0)]
+    wait_for(lambda: wns.changes(), 30, what="the ns2 watch to see its change")
+    time.sleep(0.5)
+    check([(t, k) for t, k, _ in wns.changes()] == [("ADDED", "ns2/other")], "namespaced watch: %s" % wns.changes())
+    wns.close()
     wait_for(lambda: len(wrv.changes()) >= len(want), 30, what="the changes after the list")
     time.sleep(0.5)
     check(wrv.changes() == want, "watch from the list's RV:\n%s\nserver:\n%s" % (wrv.changes(), want))

@@ -14,23 +14,7 @@ from kbtest import *
 from kbtest import _free_port
 from kbclientgo import ClientGo, binary, kubeconfig
 
-CRD = """
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wg]}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"""
+CRD = widgets_crd(["wg"])
 
 POD = """apiVersion: v1
 kind: Pod
