@@ -104,8 +104,8 @@ struct kb_kapi {
     const atomic_bool *stopping;
     int history_cap, bookmark_ms, max_watches;
     pthread_mutex_t mtx;
-    kb_kapi_disc_t *disc;
-    size_t n_disc;
+    kb_kapi_disc_t *disc;       /* KB_KAPI_MAX_SERVED rows, appended only (under mtx) */
+    atomic_size_t n_disc;       /* rows filled: readers take no lock */
     kb_kapi_hist_t **hist;
     size_t n_hist;
     kb_kapi_cut_t cuts[KB_KAPI_CUTS];
@@ -302,7 +302,7 @@ static void kb_kapi_fetch_version(kb_kapi_t *k, kb_apiclient_t *api) {
 }
 
 static kb_kapi_disc_t *kb_kapi_find_disc(kb_kapi_t *k, const char *g, const char *v, const char *r) {
-    for (size_t i = 0; i < k->n_disc; i++) {
+    for (size_t i = 0; i < atomic_load(&k->n_disc); i++) {
         kb_kapi_disc_t *d = &k->disc[i];
         if (!strcmp(d->group, g) && !strcmp(d->version, v) && !strcmp(d->resource, r))
             return d;
@@ -310,20 +310,23 @@ static kb_kapi_disc_t *kb_kapi_find_disc(kb_kapi_t *k, const char *g, const char
     return NULL;
 }
 
-/* One discovery row per distinct group/version/resource of the informers. */
+/* One discovery row per distinct group/version/resource of the informers:
+ * at start with the API server's answers (api), after a reload for the
+ * informers it added (api NULL: the learned kind and a guessed scope).
+ * Caller holds k->mtx or is the only thread. */
 static void kb_kapi_disc_all(kb_kapi_t *k, kb_apiclient_t *api) {
     size_t n = kb_bridge_informer_count(k->b);
-    k->disc = kb_calloc(n ? n : 1, sizeof(*k->disc));
     for (size_t i = 0; i < n; i++) {
         const kb_config_informer_t *ic = kb_informer_conf(kb_bridge_informer(k->b, i));
         kb_kapi_disc_t *dup = kb_kapi_find_disc(k, ic->group, ic->version, ic->resource);
-        if (dup) {
+        if (dup && api) {
             KB_WARN("kapi", "informer %s watches %s%s%s/%s like an earlier informer: the Kubernetes API serves "
                     "that resource from the first one only", ic->name, ic->group, *ic->group ? "/" : "",
                     ic->version, ic->resource);
-            continue;
         }
-        kb_kapi_disc_t *d = &k->disc[k->n_disc++];
+        if (dup || atomic_load(&k->n_disc) == KB_KAPI_MAX_SERVED)
+            continue;
+        kb_kapi_disc_t *d = &k->disc[atomic_load(&k->n_disc)];
         d->group = kb_strdup(ic->group);
         d->version = kb_strdup(ic->version);
         d->resource = kb_strdup(ic->resource);
@@ -333,6 +336,7 @@ static void kb_kapi_disc_all(kb_kapi_t *k, kb_apiclient_t *api) {
                 d->namespaced = false;
         if (api)
             kb_kapi_disc_fetch(api, d);
+        atomic_fetch_add(&k->n_disc, 1); /* the row is complete: publish it */
     }
 }
 
@@ -397,7 +401,7 @@ static bool kb_kapi_resource_list(kb_kapi_t *k, const char *g, const char *v, kb
     kb_buf_append_str(o, "{\"kind\":\"APIResourceList\",\"apiVersion\":\"v1\",\"groupVersion\":");
     kb_buf_append_json_str(o, gv, strlen(gv));
     kb_buf_append_str(o, ",\"resources\":[");
-    for (size_t i = 0; i < k->n_disc; i++) {
+    for (size_t i = 0; i < atomic_load(&k->n_disc); i++) {
         kb_kapi_disc_t *d = &k->disc[i];
         kb_kapi_res_t r;
         if (strcmp(d->group, g) || strcmp(d->version, v) || !kb_kapi_resolve(k, g, v, d->resource, &r))
@@ -413,7 +417,7 @@ static bool kb_kapi_resource_list(kb_kapi_t *k, const char *g, const char *v, kb
 /* The versions of group g that are served, in first-seen order. */
 static size_t kb_kapi_versions(kb_kapi_t *k, const char *g, const char **out, size_t max) {
     size_t n = 0;
-    for (size_t i = 0; i < k->n_disc && n < max; i++) {
+    for (size_t i = 0; i < atomic_load(&k->n_disc) && n < max; i++) {
         kb_kapi_res_t r;
         if (strcmp(k->disc[i].group, g) || !kb_kapi_resolve(k, g, k->disc[i].version, k->disc[i].resource, &r))
             continue;
@@ -454,7 +458,7 @@ static enum MHD_Result kb_kapi_discovery(kb_kapi_t *k, struct MHD_Connection *c,
     } else if (!strcmp(url, "/apis")) {
         kb_buf_append_str(&o, "{\"kind\":\"APIGroupList\",\"apiVersion\":\"v1\",\"groups\":[");
         size_t n = 0;
-        for (size_t i = 0; i < k->n_disc; i++) {
+        for (size_t i = 0; i < atomic_load(&k->n_disc); i++) {
             const char *g = k->disc[i].group, *vs[1];
             bool first_of_group = *g && kb_kapi_versions(k, g, vs, 1) == 1;
             for (size_t j = 0; j < i && first_of_group; j++)
@@ -1396,6 +1400,9 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
 }
 
 enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, const char *url, const char *method) {
+    pthread_mutex_lock(&k->mtx);
+    kb_kapi_disc_all(k, NULL); /* a reload may have added informers */
+    pthread_mutex_unlock(&k->mtx);
     if (kb_kapi_is_discovery(url)) {
         if (strcmp(method, "GET")) {
             enum MHD_Result ret = kb_kapi_status(c, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", NULL,
@@ -1465,6 +1472,8 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
     atomic_init(&k->expired, 0);
     pthread_mutex_init(&k->mtx, NULL);
     pthread_mutex_init(&k->reg_mtx, NULL);
+    k->disc = kb_calloc(KB_KAPI_MAX_SERVED, sizeof(*k->disc));
+    atomic_init(&k->n_disc, 0);
     atomic_init(&k->quit, false);
     char why[512];
     kb_apiclient_t *api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
@@ -1472,7 +1481,7 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
         KB_WARN("kapi", "no API server client for discovery (%s): kinds and scopes are guessed", why);
     kb_bridge_rdlock(b);
     kb_kapi_disc_all(k, api);
-    for (size_t i = 0; i < k->n_disc; i++) { /* (after a reload: informers that are synced already) */
+    for (size_t i = 0; i < atomic_load(&k->n_disc); i++) { /* (after a reload: informers that are synced already) */
         kb_kapi_res_t r;
         if (kb_kapi_resolve(k, k->disc[i].group, k->disc[i].version, k->disc[i].resource, &r) &&
             kb_informer_synced(r.inf))
@@ -1505,7 +1514,7 @@ void kb_kapi_destroy(kb_kapi_t *k) {
     for (size_t i = 0; i < KB_KAPI_CUTS; i++)
         if (k->cuts[i].id)
             kb_event_list_fini(&k->cuts[i].items);
-    for (size_t i = 0; i < k->n_disc; i++) {
+    for (size_t i = 0; i < atomic_load(&k->n_disc); i++) {
         kb_kapi_disc_t *d = &k->disc[i];
         free(d->group);
         free(d->version);

@@ -182,6 +182,24 @@ def test():
     check('kbridge_api_requests_total{verb="list",resource="pods",code="200"}' in m and
           'kbridge_api_requests_total{verb="delete",resource="pods",code="405"} 1' in m and
           'kbridge_api_requests_total{verb="list",resource="pods",code="504"} 1' in m, "metrics:\n" + m[-3000:])
+
+    # A reload (SIGHUP) that adds an informer: its resource is discovered and served.
+    sim.bulk([{"op": "create", "resource": "configmaps", "version": "v1", "namespace": "ns1", "name": "cm1"}])
+    with open(b.config) as f:
+        text = f.read()
+    text = text.replace(INFORMERS[0] + ",", INFORMERS[0] + ',\n  { name = "cms"; version = "v1"; resource = "configmaps"; },')
+    text = text.replace('{ informer = "pods"; sink = "out"; }', '{ informer = "pods"; sink = "out"; }, '
+                        '{ informer = "cms"; sink = "out"; }', 1)
+    with open(b.config, "w") as f:
+        f.write(text)
+    import signal
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded" in b.logtext(), 30, what="the reload")
+    wait_for(lambda: "configmaps v1 true ConfigMap" in
+             " ".join(k.run("api-resources", "--no-headers", "--cached=false").stdout.split()), 30,
+             what="configmaps in discovery after the reload")
+    names = k.run("get", "configmaps", "-o", "name").stdout.split()
+    check(names == ["configmap/cm1"], "configmaps after the reload: %s" % names)
     check(b.stop() == 0, "kbridge exit code")
     sim.stop()
 
