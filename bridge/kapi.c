@@ -66,6 +66,7 @@
 #define KB_KAPI_COUNTERS 512
 #define KB_KAPI_MAX_SERVED 256
 #define KB_KAPI_DISCOVERY_TIMEOUT_S 10
+#define KB_KAPI_JOURNAL_PAGE 64
 
 /* What the API server says about one served resource. */
 typedef struct kb_kapi_disc {
@@ -769,6 +770,11 @@ struct kb_kapi_stream {
     bool end_bookmark;      /* the initial-events-end bookmark is still due */
     bool gone;              /* one ERROR (410) then the end */
     char gone_msg[256];
+    /* resuming from state_dir's journal before the window (no label selector) */
+    bool journal;
+    uint64_t j_rv, j_after, j_seq; /* the watch's RV, the replay cursor, the newest seq replayed */
+    kb_event_list_t j_page;
+    size_t j_next;
     int64_t deadline_ms, next_bookmark_ms;
     int fd;                 /* a dup of the client's socket (the reaper may shut it down) */
     _Atomic uint64_t live_pos; /* pos, for the reaper */
@@ -817,6 +823,7 @@ static void kb_kapi_stream_free(void *cls) {
         atomic_fetch_sub(&s->k->watches, 1);
     }
     kb_selector_free(s->q.sel);
+    kb_event_list_fini(&s->j_page);
     kb_event_list_fini(&s->items);
     kb_buf_fini(&s->out);
     free(s);
@@ -829,6 +836,7 @@ static kb_kapi_stream_t *kb_kapi_stream_new(kb_kapi_t *k, const kb_kapi_res_t *r
     s->fd = -1;
     s->remaining = -1;
     kb_event_list_init(&s->items);
+    kb_event_list_init(&s->j_page);
     snprintf(s->kind, sizeof(s->kind), "%s", r->kind);
     snprintf(s->api_version, sizeof(s->api_version), "%s", r->api_version);
     return s;
@@ -1182,7 +1190,49 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
     }
 }
 
+static void kb_kapi_journal_collect(void *opaque, kb_event_t *ev) {
+    kb_kapi_stream_t *s = opaque;
+    if (ev->seq > s->j_seq)
+        s->j_seq = ev->seq;
+    kb_event_list_push(&s->j_page, ev);
+}
+
+/* The journal phase: a page at a time, then on to the window after the
+ * newest seq replayed (it was subscribed all along, so nothing falls in
+ * between; if it moved past that seq already, the stream ends and the client
+ * resumes from what it got). False: the stream ends. */
+static bool kb_kapi_watch_journal(kb_kapi_stream_t *s) {
+    for (;;) {
+        while (s->j_next < s->j_page.n && s->out.len < KB_KAPI_BLOCK) {
+            kb_event_t *ev = s->j_page.ev[s->j_next++];
+            bool change = ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED || ev->type == KB_EV_DELETED;
+            kb_history_entry_t e = {.ev = ev};
+            int type = change ? kb_kapi_watch_type(s, &e) : -1;
+            if (type >= 0)
+                kb_kapi_frame(s, (kb_event_type_t)type, ev);
+        }
+        if (s->out.len)
+            return true;
+        kb_event_list_fini(&s->j_page);
+        kb_event_list_init(&s->j_page);
+        s->j_next = 0;
+        uint64_t before = s->j_after;
+        kb_err_t e = kb_informer_replay(s->hist->inf, s->j_rv, &s->j_after, KB_KAPI_JOURNAL_PAGE,
+                                        kb_kapi_journal_collect, s);
+        if (e != KB_OK)
+            return false; /* trimmed meanwhile: the client resumes and gets 410 */
+        if (s->j_after == before && s->j_page.n == 0) {
+            s->journal = false;
+            s->pos = kb_history_after_seq(s->hist->h, s->j_seq);
+            atomic_store(&s->live_pos, s->pos);
+            return true;
+        }
+    }
+}
+
 static bool kb_kapi_watch_fill(kb_kapi_stream_t *s) {
+    if (s->journal)
+        return kb_kapi_watch_journal(s);
     if (s->gone) {
         kb_buf_append_str(&s->out, "{\"type\":\"ERROR\",\"object\":");
         kb_kapi_status_json(&s->out, MHD_HTTP_GONE, "Expired", s->gone_msg, NULL);
@@ -1237,6 +1287,19 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         kb_informer_cut(r->inf, NULL, NULL, now_rv, sizeof(now_rv), NULL);
         want = kb_rv_parse(now_rv, strlen(now_rv));
     }
+    if (kb_history_after_rv(s->hist->h, want, &s->pos) == KB_HISTORY_GONE && !q->sel) {
+        /* Before the window: state_dir's journal may still have it. */
+        uint64_t after = 0;
+        kb_err_t e = kb_informer_replay(r->inf, want, &after, KB_KAPI_JOURNAL_PAGE, kb_kapi_journal_collect, s);
+        if (e == KB_OK) {
+            s->journal = true;
+            s->j_rv = want;
+            s->j_after = after;
+            return true;
+        }
+        kb_event_list_fini(&s->j_page);
+        kb_event_list_init(&s->j_page);
+    }
     if (kb_history_after_rv(s->hist->h, want, &s->pos) == KB_HISTORY_GONE) {
         uint64_t floor_rv = 0;
         size_t entries = 0;
@@ -1289,7 +1352,7 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
         kb_kapi_stream_free(s);
         return ret;
     }
-    atomic_store(&s->live_pos, s->pos);
+    atomic_store(&s->live_pos, s->journal ? UINT64_MAX : s->pos);
     pthread_mutex_lock(&k->reg_mtx);
     s->reg_next = k->watch_list;
     if (k->watch_list)
