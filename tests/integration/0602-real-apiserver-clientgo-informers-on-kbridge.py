@@ -49,7 +49,7 @@ def metric(url, ca, token, name):
     req = urllib.request.Request(url + "/metrics", headers={"Authorization": "Bearer " + token})
     with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
         for l in r.read().decode().splitlines():
-            if l.startswith(name + " "):
+            if l.startswith(name + " ") or (name.endswith("}") and l.startswith(name)):
                 return float(l.split()[1])
     return 0.0
 
@@ -120,13 +120,25 @@ routes = ( { informer = "pods"; sink = "out"; }, { informer = "widgets"; sink = 
 
     # client-go informers: on kbridge (watch-list on and off) and on the API server.
     clients = {}
-    for side, kc in (("kb", kb_kc), ("api", cp.kubeconfig)):
-        for wl in ((True, False) if side == "kb" else (None,)):
-            tag = "%s-%s" % (side, {True: "wl", False: "nowl", None: "default"}[wl])
-            clients["pods-" + tag] = ClientGo(exe, "informer", kc, "--resource", "v1/pods", "--selector", "app=web",
-                                              watch_list=wl, log=work + "/clientgo-pods-%s.log" % tag)
-            clients["widgets-" + tag] = ClientGo(exe, "informer", kc, "--resource", "example.com/v1/widgets",
-                                                 watch_list=wl, log=work + "/clientgo-widgets-%s.log" % tag)
+
+    def kb_requests(verb):
+        return sum(metric(url, work + "/cert.pem", token, 'kbridge_api_requests_total{verb="%s",resource="%s",code="200"}'
+                          % (verb, r)) for r in ("pods", "widgets.example.com"))
+    lists0, watches0 = kb_requests("list"), kb_requests("watch")
+    for side, kc, wl in (("kb", kb_kc, True), ("kb", kb_kc, False), ("api", cp.kubeconfig, None)):
+        tag = "%s-%s" % (side, {True: "wl", False: "nowl", None: "default"}[wl])
+        clients["pods-" + tag] = ClientGo(exe, "informer", kc, "--resource", "v1/pods", "--selector", "app=web",
+                                          watch_list=wl, log=work + "/clientgo-pods-%s.log" % tag)
+        clients["widgets-" + tag] = ClientGo(exe, "informer", kc, "--resource", "example.com/v1/widgets",
+                                             watch_list=wl, log=work + "/clientgo-widgets-%s.log" % tag)
+        if wl is True:  # client-go's streaming list: watches only, no list
+            wait_for(lambda: all(c.store() is not None for c in clients.values()), 120, 0.5, "the watch-list sync")
+            check(kb_requests("list") == lists0 and kb_requests("watch") >= watches0 + 2,
+                  "watch-list on: lists %s -> %s, watches %s -> %s" % (lists0, kb_requests("list"), watches0,
+                                                                      kb_requests("watch")))
+        if wl is False:  # list, then watch
+            wait_for(lambda: all(c.store() is not None for c in clients.values()), 120, 0.5, "the list+watch sync")
+            check(kb_requests("list") >= lists0 + 2, "watch-list off made no list")
 
     def converged(what):
         def ok():
