@@ -1338,8 +1338,8 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     s->q = *q;
     q->sel = NULL; /* the stream owns it now */
     int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
-    /* Without timeoutSeconds the API server picks 30-60 min. */
-    long timeout_s = s->q.timeout_s >= 0 ? s->q.timeout_s : 1800 + (long)(kb_fnv1a64(p->resource, strlen(p->resource)) ^
+    /* Without timeoutSeconds (or with 0) the API server picks 30-60 min. */
+    long timeout_s = s->q.timeout_s > 0 ? s->q.timeout_s : 1800 + (long)(kb_fnv1a64(p->resource, strlen(p->resource)) ^
                                                                         (uint64_t)now) % 1800;
     s->deadline_ms = now + timeout_s * 1000;
     s->next_bookmark_ms = now + k->bookmark_ms;

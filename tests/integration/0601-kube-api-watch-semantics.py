@@ -119,6 +119,12 @@ def test():
     check(1.5 <= time.monotonic() - t0 < 10 and wt.lines and wt.lines[-1]["type"] == "BOOKMARK",
           "timeout: %.1fs %s" % (time.monotonic() - t0, wt.lines))
 
+    # timeoutSeconds=0 means "the server's default", not "end now".
+    w00 = Watch(url, "resourceVersion=%s&timeoutSeconds=0" % want[-1][2])
+    time.sleep(1.5)
+    check(not w00.ended, "a watch with timeoutSeconds=0 ended at once")
+    w00.close()
+
     # sendInitialEvents: the state, the end bookmark, then live.
     wl = Watch(url, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
     n_state = len(sim.state("pods")["items"])
