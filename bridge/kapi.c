@@ -68,14 +68,18 @@
 #define KB_KAPI_DISCOVERY_TIMEOUT_S 10
 #define KB_KAPI_JOURNAL_PAGE 64
 
-/* What the API server says about one served resource. */
-typedef struct kb_kapi_disc {
-    char *group, *version, *resource;
+/* What the API server says about one served resource (immutable once published). */
+typedef struct kb_kapi_up {
     char *kind, *singular;
     char *short_names; /* a JSON array's text, or NULL */
     char *categories;  /* same */
     bool namespaced;
-    bool known;        /* read from the API server */
+} kb_kapi_up_t;
+
+typedef struct kb_kapi_disc {
+    char *group, *version, *resource;
+    bool guess_namespaced;     /* until the API server has answered */
+    _Atomic(kb_kapi_up_t *) up; /* NULL until read from the API server */
 } kb_kapi_disc_t;
 
 typedef struct kb_kapi_hist {
@@ -113,7 +117,10 @@ struct kb_kapi {
     uint64_t next_cut_id;
     kb_kapi_counter_t counters[KB_KAPI_COUNTERS];
     size_t n_counters;
-    char *version_json;         /* the API server's /version, or NULL */
+    _Atomic(char *) version_json; /* the API server's /version, or NULL */
+    kb_apiclient_t *api;        /* for discovery, owned by the discoverer thread */
+    pthread_t discoverer;       /* reads discovery in the background (start is not delayed) */
+    bool discoverer_started;
     atomic_int watches;
     atomic_ullong events_sent;
     atomic_ullong slow_closed;
@@ -246,25 +253,33 @@ static char *kb_kapi_json_text(json_t *v) {
     return json_is_array(v) && json_array_size(v) ? json_dumps(v, JSON_COMPACT) : NULL;
 }
 
-static void kb_kapi_disc_from(kb_kapi_disc_t *d, json_t *r) {
+static kb_kapi_up_t *kb_kapi_up_from(json_t *r) {
     const char *kind = json_string_value(json_object_get(r, "kind"));
     const char *singular = json_string_value(json_object_get(r, "singularName"));
     if (!kind || !*kind)
-        return;
-    free(d->kind);
-    d->kind = kb_strdup(kind);
-    if (singular && *singular) {
-        free(d->singular);
-        d->singular = kb_strdup(singular);
-    }
-    d->namespaced = json_is_true(json_object_get(r, "namespaced"));
-    d->short_names = kb_kapi_json_text(json_object_get(r, "shortNames"));
-    d->categories = kb_kapi_json_text(json_object_get(r, "categories"));
-    d->known = true;
+        return NULL;
+    kb_kapi_up_t *up = kb_calloc(1, sizeof(*up));
+    up->kind = kb_strdup(kind);
+    up->singular = singular && *singular ? kb_strdup(singular) : NULL;
+    up->namespaced = json_is_true(json_object_get(r, "namespaced"));
+    up->short_names = kb_kapi_json_text(json_object_get(r, "shortNames"));
+    up->categories = kb_kapi_json_text(json_object_get(r, "categories"));
+    return up;
 }
 
-/* Ask the API server about d's group/version (one bounded request). */
-static void kb_kapi_disc_fetch(kb_apiclient_t *api, kb_kapi_disc_t *d) {
+static void kb_kapi_up_free(kb_kapi_up_t *up) {
+    if (!up)
+        return;
+    free(up->kind);
+    free(up->singular);
+    free(up->short_names);
+    free(up->categories);
+    free(up);
+}
+
+/* Ask the API server about d's group/version (one bounded request); true
+ * once d's row is published. */
+static bool kb_kapi_disc_fetch(kb_apiclient_t *api, kb_kapi_disc_t *d, const atomic_bool *stop) {
     char path[600];
     if (*d->group)
         snprintf(path, sizeof(path), "/apis/%s/%s", d->group, d->version);
@@ -272,34 +287,56 @@ static void kb_kapi_disc_fetch(kb_apiclient_t *api, kb_kapi_disc_t *d) {
         snprintf(path, sizeof(path), "/api/%s", d->version);
     kb_buf_t body = KB_BUF_INIT;
     kb_api_response_t resp;
-    static const _Atomic bool never = false;
-    kb_apiclient_get(api, path, NULL, NULL, &body, 8u << 20, KB_KAPI_DISCOVERY_TIMEOUT_S, &never, &resp);
+    kb_apiclient_get(api, path, NULL, NULL, &body, 8u << 20, KB_KAPI_DISCOVERY_TIMEOUT_S, stop, &resp);
     json_t *root = resp.err == KB_OK && resp.status == 200 ? json_loadb(body.data, body.len, 0, NULL) : NULL;
     json_t *list = json_object_get(root, "resources");
-    for (size_t i = 0; i < json_array_size(list); i++) {
+    kb_kapi_up_t *up = NULL;
+    for (size_t i = 0; i < json_array_size(list) && !up; i++) {
         json_t *r = json_array_get(list, i);
         const char *name = json_string_value(json_object_get(r, "name"));
         if (name && !strcmp(name, d->resource))
-            kb_kapi_disc_from(d, r);
+            up = kb_kapi_up_from(r);
     }
-    if (!d->known)
+    if (!up && !atomic_load(stop))
         KB_WARN("kapi", "discovery of %s from the API server failed (HTTP %ld%s%s); serving %s with the kind the "
-                "informer learns and a guessed scope", path, resp.status, resp.errmsg[0] ? ": " : "", resp.errmsg,
-                d->resource);
+                "informer learns and a guessed scope meanwhile", path, resp.status, resp.errmsg[0] ? ": " : "",
+                resp.errmsg, d->resource);
+    if (up)
+        atomic_store(&d->up, up);
     json_decref(root);
     kb_buf_fini(&body);
+    return up != NULL;
 }
 
-static void kb_kapi_fetch_version(kb_kapi_t *k, kb_apiclient_t *api) {
+static bool kb_kapi_fetch_version(kb_kapi_t *k) {
     kb_buf_t body = KB_BUF_INIT;
     kb_api_response_t resp;
-    static const _Atomic bool never = false;
-    kb_apiclient_get(api, "/version", NULL, NULL, &body, 65536, KB_KAPI_DISCOVERY_TIMEOUT_S, &never, &resp);
+    kb_apiclient_get(k->api, "/version", NULL, NULL, &body, 65536, KB_KAPI_DISCOVERY_TIMEOUT_S, &k->quit, &resp);
     json_t *root = resp.err == KB_OK && resp.status == 200 ? json_loadb(body.data, body.len, 0, NULL) : NULL;
     if (json_is_object(root))
-        k->version_json = json_dumps(root, JSON_COMPACT);
+        atomic_store(&k->version_json, json_dumps(root, JSON_COMPACT));
     json_decref(root);
     kb_buf_fini(&body);
+    return atomic_load(&k->version_json) != NULL;
+}
+
+/* Read /version and the discovery of every row, retrying every 10 s until
+ * all are known (or kbridge stops). */
+static void *kb_kapi_discover(void *arg) {
+    kb_kapi_t *k = arg;
+    kb_thread_set_name("kb:kapi-disc");
+    while (!atomic_load(&k->quit)) {
+        bool done = atomic_load(&k->version_json) || kb_kapi_fetch_version(k);
+        for (size_t i = 0; i < atomic_load(&k->n_disc) && !atomic_load(&k->quit); i++)
+            if (!atomic_load(&k->disc[i].up))
+                done = kb_kapi_disc_fetch(k->api, &k->disc[i], &k->quit) && done;
+        if (done)
+            break;
+        struct timespec ts = {0, 250 * 1000 * 1000};
+        for (int i = 0; i < 40 && !atomic_load(&k->quit); i++)
+            nanosleep(&ts, NULL);
+    }
+    return NULL;
 }
 
 static kb_kapi_disc_t *kb_kapi_find_disc(kb_kapi_t *k, const char *g, const char *v, const char *r) {
@@ -311,16 +348,16 @@ static kb_kapi_disc_t *kb_kapi_find_disc(kb_kapi_t *k, const char *g, const char
     return NULL;
 }
 
-/* One discovery row per distinct group/version/resource of the informers:
- * at start with the API server's answers (api), after a reload for the
- * informers it added (api NULL: the learned kind and a guessed scope).
- * Caller holds k->mtx or is the only thread. */
-static void kb_kapi_disc_all(kb_kapi_t *k, kb_apiclient_t *api) {
+/* One discovery row per distinct group/version/resource of the informers
+ * (at start; after a reload for the informers it added). The discoverer
+ * thread fills in the API server's answers. Caller holds k->mtx or is the
+ * only thread. */
+static void kb_kapi_disc_all(kb_kapi_t *k, bool at_start) {
     size_t n = kb_bridge_informer_count(k->b);
     for (size_t i = 0; i < n; i++) {
         const kb_config_informer_t *ic = kb_informer_conf(kb_bridge_informer(k->b, i));
         kb_kapi_disc_t *dup = kb_kapi_find_disc(k, ic->group, ic->version, ic->resource);
-        if (dup && api) {
+        if (dup && at_start) {
             KB_WARN("kapi", "informer %s watches %s%s%s/%s like an earlier informer: the Kubernetes API serves "
                     "that resource from the first one only", ic->name, ic->group, *ic->group ? "/" : "",
                     ic->version, ic->resource);
@@ -331,12 +368,11 @@ static void kb_kapi_disc_all(kb_kapi_t *k, kb_apiclient_t *api) {
         d->group = kb_strdup(ic->group);
         d->version = kb_strdup(ic->version);
         d->resource = kb_strdup(ic->resource);
-        d->namespaced = true;
+        d->guess_namespaced = true;
         for (size_t j = 0; j < KB_ARRAY_LEN(kb_kapi_cluster_scoped); j++)
             if (!strcmp(ic->resource, kb_kapi_cluster_scoped[j]))
-                d->namespaced = false;
-        if (api)
-            kb_kapi_disc_fetch(api, d);
+                d->guess_namespaced = false;
+        atomic_init(&d->up, NULL);
         atomic_fetch_add(&k->n_disc, 1); /* the row is complete: publish it */
     }
 }
@@ -346,6 +382,7 @@ typedef struct kb_kapi_res {
     kb_informer_t *inf;
     const kb_kapi_disc_t *disc;
     const char *kind;       /* "Pod" */
+    bool namespaced;
     const char *api_version;
     char label[160];        /* "pods" or "widgets.example.com" (metrics, messages) */
 } kb_kapi_res_t;
@@ -362,17 +399,21 @@ static bool kb_kapi_resolve(kb_kapi_t *k, const char *g, const char *v, const ch
         return false;
     out->disc = kb_kapi_find_disc(k, g, v, r);
     kb_resource_t *res = kb_informer_resource(out->inf);
-    out->kind = out->disc && out->disc->kind ? out->disc->kind : kb_resource_kind(res);
+    const kb_kapi_up_t *up = out->disc ? atomic_load(&out->disc->up) : NULL;
+    out->kind = up ? up->kind : kb_resource_kind(res);
+    out->namespaced = up ? up->namespaced : !out->disc || out->disc->guess_namespaced;
     out->api_version = res->api_version;
     snprintf(out->label, sizeof(out->label), "%s%s%s", r, *g ? "." : "", g);
     return true;
 }
 
 static void kb_kapi_resource_json(kb_buf_t *o, const kb_kapi_t *k, const kb_kapi_disc_t *d, kb_informer_t *inf) {
-    const char *kind = d->kind ? d->kind : kb_resource_kind(kb_informer_resource(inf));
+    const kb_kapi_up_t *up = atomic_load(&d->up);
+    const char *kind = up ? up->kind : kb_resource_kind(kb_informer_resource(inf));
+    bool namespaced = up ? up->namespaced : d->guess_namespaced;
     char singular[256];
-    if (d->singular) {
-        snprintf(singular, sizeof(singular), "%s", d->singular);
+    if (up && up->singular) {
+        snprintf(singular, sizeof(singular), "%s", up->singular);
     } else {
         size_t i = 0;
         for (; kind[i] && i + 1 < sizeof(singular); i++)
@@ -384,13 +425,13 @@ static void kb_kapi_resource_json(kb_buf_t *o, const kb_kapi_t *k, const kb_kapi
     kb_buf_append_json_str(o, d->resource, strlen(d->resource));
     kb_buf_append_str(o, ",\"singularName\":");
     kb_buf_append_json_str(o, singular, strlen(singular));
-    kb_buf_appendf(o, ",\"namespaced\":%s,\"kind\":", d->namespaced ? "true" : "false");
+    kb_buf_appendf(o, ",\"namespaced\":%s,\"kind\":", namespaced ? "true" : "false");
     kb_buf_append_json_str(o, kind, strlen(kind));
     kb_buf_append_str(o, ",\"verbs\":[\"get\",\"list\",\"watch\"]");
-    if (d->short_names)
-        kb_buf_appendf(o, ",\"shortNames\":%s", d->short_names);
-    if (d->categories)
-        kb_buf_appendf(o, ",\"categories\":%s", d->categories);
+    if (up && up->short_names)
+        kb_buf_appendf(o, ",\"shortNames\":%s", up->short_names);
+    if (up && up->categories)
+        kb_buf_appendf(o, ",\"categories\":%s", up->categories);
     kb_buf_append_char(o, '}');
 }
 
@@ -445,8 +486,9 @@ static void kb_kapi_group_json(kb_kapi_t *k, const char *g, kb_buf_t *o) {
 static enum MHD_Result kb_kapi_discovery(kb_kapi_t *k, struct MHD_Connection *c, const char *url) {
     kb_buf_t o = KB_BUF_INIT;
     if (!strcmp(url, "/version")) {
-        if (k->version_json)
-            kb_buf_append_str(&o, k->version_json);
+        const char *v = atomic_load(&k->version_json);
+        if (v)
+            kb_buf_append_str(&o, v);
         else
             kb_buf_append_str(&o, "{\"major\":\"1\",\"minor\":\"36\",\"gitVersion\":\"v1.36.0-kbridge\","
                                   "\"platform\":\"linux/amd64\"}");
@@ -1428,7 +1470,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
                               "kbridge replicates no namespaces (no informer watches them)");
     }
     if (!parsed || p.subresource || !kb_kapi_resolve(k, p.group, p.version, p.resource, &r) ||
-        (p.has_ns && r.disc && !r.disc->namespaced) || (p.has_name && !p.has_ns && r.disc && r.disc->namespaced))
+        (p.has_ns && !r.namespaced) || (p.has_name && !p.has_ns && r.namespaced))
         return kb_kapi_status(c, MHD_HTTP_NOT_FOUND, "NotFound", NULL,
                               "the server could not find the requested resource");
     snprintf(label, label_size, "%s", r.label);
@@ -1464,7 +1506,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
 
 enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, const char *url, const char *method) {
     pthread_mutex_lock(&k->mtx);
-    kb_kapi_disc_all(k, NULL); /* a reload may have added informers */
+    kb_kapi_disc_all(k, false); /* a reload may have added informers */
     pthread_mutex_unlock(&k->mtx);
     if (kb_kapi_is_discovery(url)) {
         if (strcmp(method, "GET")) {
@@ -1539,11 +1581,12 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
     atomic_init(&k->n_disc, 0);
     atomic_init(&k->quit, false);
     char why[512];
-    kb_apiclient_t *api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
-    if (!api)
+    k->api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
+    if (!k->api)
         KB_WARN("kapi", "no API server client for discovery (%s): kinds and scopes are guessed", why);
+    atomic_init(&k->version_json, NULL);
     kb_bridge_rdlock(b);
-    kb_kapi_disc_all(k, api);
+    kb_kapi_disc_all(k, true);
     for (size_t i = 0; i < atomic_load(&k->n_disc); i++) { /* (after a reload: informers that are synced already) */
         kb_kapi_res_t r;
         if (kb_kapi_resolve(k, k->disc[i].group, k->disc[i].version, k->disc[i].resource, &r) &&
@@ -1551,9 +1594,7 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
             kb_kapi_history(k, r.inf);
     }
     kb_bridge_unlock(b);
-    if (api)
-        kb_kapi_fetch_version(k, api);
-    kb_apiclient_destroy(api);
+    k->discoverer_started = k->api && pthread_create(&k->discoverer, NULL, kb_kapi_discover, k) == 0;
     k->reaper_started = pthread_create(&k->reaper, NULL, kb_kapi_reaper, k) == 0;
     return k;
 }
@@ -1568,6 +1609,9 @@ void kb_kapi_destroy(kb_kapi_t *k) {
     atomic_store(&k->quit, true);
     if (k->reaper_started)
         pthread_join(k->reaper, NULL);
+    if (k->discoverer_started)
+        pthread_join(k->discoverer, NULL);
+    kb_apiclient_destroy(k->api);
     KB_ASSERT(!k->watch_list);
     for (size_t i = 0; i < k->n_hist; i++) {
         kb_history_destroy(k->hist[i]->h);
@@ -1582,13 +1626,10 @@ void kb_kapi_destroy(kb_kapi_t *k) {
         free(d->group);
         free(d->version);
         free(d->resource);
-        free(d->kind);
-        free(d->singular);
-        free(d->short_names);
-        free(d->categories);
+        kb_kapi_up_free(atomic_load(&d->up));
     }
     free(k->disc);
-    free(k->version_json);
+    free(atomic_load(&k->version_json));
     pthread_mutex_destroy(&k->reg_mtx);
     pthread_mutex_destroy(&k->mtx);
     free(k);
