@@ -828,15 +828,23 @@ static const char *kb_reload_global_change(const kb_config_t *a, const kb_config
         !kb_str_eq(x->context, y->context) || x->in_cluster != y->in_cluster || !kb_str_eq(x->token_file, y->token_file) ||
         !kb_str_eq(x->ca_file, y->ca_file) || !kb_str_eq(x->client_cert, y->client_cert) ||
         !kb_str_eq(x->client_key, y->client_key) || x->insecure_skip_tls_verify != y->insecure_skip_tls_verify ||
-        x->qps != y->qps || x->burst != y->burst)
+        x->qps != y->qps || x->burst != y->burst || x->allow_insecure_http != y->allow_insecure_http ||
+        x->exec_timeout != y->exec_timeout)
         return "cluster";
     if (!kb_str_eq(a->state_dir, b->state_dir) || a->journal_max_bytes != b->journal_max_bytes ||
         a->journal_max_age != b->journal_max_age)
         return "state_dir/journal";
     if (a->sharding_replicas != b->sharding_replicas || a->sharding_index != b->sharding_index)
         return "sharding";
-    if (!kb_str_eq(a->http_listen, b->http_listen) || !kb_str_eq(a->http_token_file, b->http_token_file))
+    if (!kb_str_eq(a->http_listen, b->http_listen) || !kb_str_eq(a->http_token_file, b->http_token_file) ||
+        a->http_allow_unauthenticated != b->http_allow_unauthenticated ||
+        !kb_str_eq(a->http_tls_cert_file, b->http_tls_cert_file) ||
+        !kb_str_eq(a->http_tls_key_file, b->http_tls_key_file) || a->http_max_streams != b->http_max_streams ||
+        a->http_max_per_address != b->http_max_per_address || a->http_header_timeout != b->http_header_timeout)
         return "http";
+    if (a->kapi_enabled != b->kapi_enabled || a->kapi_history != b->kapi_history ||
+        a->kapi_bookmark_seconds != b->kapi_bookmark_seconds || a->kapi_max_watches != b->kapi_max_watches)
+        return "kube_api";
     return NULL;
 }
 
@@ -1116,6 +1124,11 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
         snprintf(errstr, errstr_size, "informer \"%s\" has no route named \"%s\"", informer, route);
         return KB_ERR_NOTFOUND;
     }
+    if (!(rt->conf->types & (1u << KB_EV_SNAPSHOT))) {
+        pthread_rwlock_unlock(&p->route_lock);
+        snprintf(errstr, errstr_size, "route \"%s\" does not send SNAPSHOT (its types leave it out)", route);
+        return KB_ERR_CONFIG;
+    }
     kb_event_list_t all;
     kb_event_list_init(&all);
     char rv[64];
@@ -1126,6 +1139,10 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
     kb_err_t err = KB_OK;
     for (size_t i = 0; i < all.n && err == KB_OK; i++) {
         kb_event_t *ev = kb_event_retype(all.ev[i], KB_EV_SNAPSHOT, false);
+        if (!kb_route_match(rt, ev)) { /* what the route would send live, no more */
+            kb_event_unref(ev);
+            continue;
+        }
         kb_buf_reset(&topic);
         kb_buf_reset(&key);
         kb_route_render(rt, ev, &topic, &key);

@@ -76,11 +76,13 @@ struct kb_sink *kb_bridge_sink(kb_bridge_t *b, size_t i);             /* in cfg-
 const struct kb_histogram *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t sink);
 void kb_bridge_sink_counts(kb_bridge_t *b, size_t sink, uint64_t *acked, uint64_t *failed);
 
-/* Publish every cached object of informer as SNAPSHOT to the sink of route
- * (a consistent cut; *count gets how many). The messages bypass the
- * checkpoint (they repeat state, they are no new change). KB_ERR_NOTFOUND
+/* Publish every cached object of informer that route matches (namespaces,
+ * label_selector: kb_route_match, as live delivery) as SNAPSHOT to the
+ * route's sink (a consistent cut; *count gets how many). The messages bypass
+ * the checkpoint (they repeat state, they are no new change). KB_ERR_NOTFOUND
  * with a reason for an unknown informer or route, or a route of another
- * informer. Thread: any. */
+ * informer; KB_ERR_CONFIG when the route's types leave SNAPSHOT out.
+ * Thread: any. */
 kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const char *route, size_t *count,
                                     char *errstr, size_t errstr_size);
 

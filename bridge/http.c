@@ -1,4 +1,4 @@
-/* bridge/http.c — the HTTP API of SPEC §10 on libmicrohttpd.
+/* bridge/http.c — the HTTP API (docs/http.md) on libmicrohttpd.
  *
  * DESIGN. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_
  * CONNECTION with poll(), so descriptors above FD_SETSIZE work), idle
@@ -61,7 +61,6 @@
 
 #include <microhttpd.h>
 
-#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -94,6 +93,7 @@ typedef struct kb_http_conn {
     struct sockaddr_storage addr; /* the client's address (port ignored) */
     int64_t wait_since_ms;        /* waiting for a request's headers since then */
     bool answering;               /* headers complete: the header deadline is off */
+    bool served;                  /* answered a request already (kept alive) */
     bool cut;                     /* shut down by the watchdog */
 } kb_http_conn_t;
 
@@ -147,6 +147,45 @@ static enum MHD_Result kb_http_text(struct MHD_Connection *c, unsigned code, con
     return kb_http_send(c, code, "text/plain; charset=utf-8", &body);
 }
 
+/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
+static size_t kb_utf8_seq(const unsigned char *p, size_t n) {
+    unsigned char c = p[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range: no overlongs, surrogates or > U+10FFFF */
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    for (size_t i = 1; i < len; i++) {
+        if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF))
+            return 0;
+    }
+    return len;
+}
+
+/* msg with every byte that is not part of valid UTF-8 replaced by U+FFFD:
+ * a request's path or parameters echoed into a message may be anything. */
+static void kb_http_utf8_clean(const char *msg, kb_buf_t *out) {
+    const unsigned char *p = (const unsigned char *)msg;
+    size_t n = strlen(msg);
+    while (n) {
+        size_t len = kb_utf8_seq(p, n);
+        if (len)
+            kb_buf_append(out, (const char *)p, len);
+        else
+            kb_buf_append_str(out, "\xEF\xBF\xBD");
+        len = len ? len : 1;
+        p += len;
+        n -= len;
+    }
+}
+
 /* A Kubernetes Status object (what the API server answers on errors). */
 static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, const char *reason, const char *fmt,
                                       ...) __attribute__((format(printf, 4, 5)));
@@ -158,10 +197,12 @@ static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    kb_buf_t body = KB_BUF_INIT;
+    kb_buf_t clean = KB_BUF_INIT, body = KB_BUF_INIT;
+    kb_http_utf8_clean(msg, &clean);
     kb_buf_append_str(&body, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
                              "\"message\":");
-    kb_buf_append_json_str(&body, msg, strlen(msg));
+    kb_buf_append_json_str(&body, clean.len ? clean.data : "", clean.len);
+    kb_buf_fini(&clean);
     kb_buf_append_str(&body, ",\"reason\":");
     kb_buf_append_json_str(&body, reason, strlen(reason));
     kb_buf_appendf(&body, ",\"code\":%u}\n", code);
@@ -181,18 +222,6 @@ static const char *kb_http_arg(struct MHD_Connection *c, const char *name) {
 
 /* ---- authentication ------------------------------------------------------ */
 
-/* Compare without an early exit, so the time does not tell how much matched. */
-static bool kb_http_token_equal(const char *a, size_t alen, const char *b, size_t blen) {
-    unsigned diff = alen != blen;
-    size_t n = alen > blen ? alen : blen;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char x = i < alen ? (unsigned char)a[i] : 0;
-        unsigned char y = i < blen ? (unsigned char)b[i] : 0;
-        diff |= (unsigned)(x ^ y);
-    }
-    return diff == 0;
-}
-
 static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
     if (!h->token)
         return true;
@@ -202,7 +231,7 @@ static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
     v += 7;
     while (*v == ' ')
         v++;
-    return kb_http_token_equal(v, strlen(v), h->token, h->token_len);
+    return kb_secret_equal(v, strlen(v), h->token, h->token_len);
 }
 
 static kb_err_t kb_http_read_token(kb_http_t *h, const char *path, char *errstr, size_t errstr_size) {
@@ -310,6 +339,7 @@ static void kb_http_conn_mark(kb_http_t *h, struct MHD_Connection *c, bool answe
     if (!x)
         return;
     pthread_mutex_lock(&h->conns_mtx);
+    x->served |= x->answering && !answering;
     x->answering = answering;
     x->wait_since_ms = kb_http_now_ms();
     pthread_mutex_unlock(&h->conns_mtx);
@@ -323,7 +353,9 @@ static void kb_http_completed(void *cls, struct MHD_Connection *c, void **con_cl
 }
 
 /* Shut down every connection that has not sent a whole request within
- * header_timeout: the idle timeout restarts with each byte, this does not. */
+ * header_timeout: the idle timeout restarts with each byte, this does not.
+ * A kept-alive connection waiting for its next request is closed by the same
+ * rule, but that is no refusal and is not counted. */
 static void kb_http_cut_slow(kb_http_t *h) {
     int64_t now = kb_http_now_ms();
     pthread_mutex_lock(&h->conns_mtx);
@@ -332,7 +364,8 @@ static void kb_http_cut_slow(kb_http_t *h) {
             continue;
         shutdown(x->fd, SHUT_RDWR);
         x->cut = true;
-        atomic_fetch_add(&h->header_timeouts, 1);
+        if (!x->served)
+            atomic_fetch_add(&h->header_timeouts, 1);
     }
     pthread_mutex_unlock(&h->conns_mtx);
 }
@@ -540,6 +573,8 @@ static enum MHD_Result kb_http_post_snapshot(kb_http_t *h, struct MHD_Connection
     kb_err_t e = kb_bridge_publish_snapshot(h->b, kb_informer_conf(inf)->name, route, &count, err, sizeof(err));
     if (e == KB_ERR_NOTFOUND)
         return kb_http_status(c, MHD_HTTP_NOT_FOUND, "NotFound", "%s", err);
+    if (e == KB_ERR_CONFIG)
+        return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "%s", err);
     if (e != KB_OK)
         return kb_http_status(c, MHD_HTTP_SERVICE_UNAVAILABLE, "ServiceUnavailable", "%s (%zu published)", err,
                               count);
@@ -797,7 +832,7 @@ static void kb_http_own_metrics(kb_http_t *h, kb_buf_t *o) {
                    "# TYPE kbridge_http_streams gauge\nkbridge_http_streams %d\n"
                    "# HELP kbridge_http_refused_total Requests and connections refused by a limit: streams "
                    "(http.max_streams, answered 429), connections (http.max_per_address or all slots taken, "
-                   "closed unanswered), header_timeout (http.header_timeout, closed).\n"
+                   "closed unanswered), header_timeout (no whole request within http.header_timeout, closed).\n"
                    "# TYPE kbridge_http_refused_total counter\n"
                    "kbridge_http_refused_total{reason=\"streams\"} %llu\n"
                    "kbridge_http_refused_total{reason=\"connections\"} %llu\n"
@@ -1019,7 +1054,13 @@ static void kb_http_free(kb_http_t *h) {
     kb_secret_free(h->token);
     kb_secret_free(h->tls_cert);
     kb_secret_free(h->tls_key);
-    assert(!h->conns);
+    while (h->conns) { /* libmicrohttpd reports every close; this only guards against one it did not */
+        kb_http_conn_t *x = h->conns;
+        h->conns = x->next;
+        if (x->fd >= 0)
+            close(x->fd);
+        free(x);
+    }
     pthread_cond_destroy(&h->stop_cond);
     pthread_mutex_destroy(&h->stop_mtx);
     pthread_mutex_destroy(&h->conns_mtx);

@@ -11,11 +11,13 @@
 
 #include "common/alloc.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -82,4 +84,66 @@ void kb_secret_no_core_dumps(void) {
     struct rlimit none = {0, 0};
     setrlimit(RLIMIT_CORE, &none);
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+bool kb_host_is_loopback(const char *host, size_t n) {
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        host++;
+        n -= 2;
+    }
+    if ((n == 9 && !strncasecmp(host, "localhost", 9)) || (n == 3 && !strncmp(host, "::1", 3)))
+        return true;
+    char text[64];
+    struct in_addr a;
+    if (n >= sizeof(text))
+        return false;
+    memcpy(text, host, n);
+    text[n] = '\0';
+    return inet_pton(AF_INET, text, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+bool kb_url_plain_beyond_loopback(const char *url) {
+    if (strncasecmp(url, "http://", 7) != 0)
+        return false;
+    const char *host = url + 7;
+    size_t n = strcspn(host, "/?#");
+    const char *at = memrchr(host, '@', n); /* user:password@host */
+    if (at) {
+        n -= (size_t)(at + 1 - host);
+        host = at + 1;
+    }
+    const char *colon = memrchr(host, ':', n);
+    if (colon && !memchr(colon, ']', (size_t)(host + n - colon)))
+        n = (size_t)(colon - host);
+    return !kb_host_is_loopback(host, n);
+}
+
+/* Substrings of a property name that say its value is a secret. */
+static const char *const kb_secret_words[] = {"password", "secret", "token", "jaas", "credential", "private",
+                                              "ssl.key", "key.pem", "keystore", "oauthbearer.config"};
+/* Endings that say the value is only where a secret lives. */
+static const char *const kb_secret_path_endings[] = {"_file", ".location"};
+
+bool kb_secret_key_like(const char *key) {
+    size_t n = strlen(key);
+    for (size_t i = 0; i < sizeof(kb_secret_path_endings) / sizeof(kb_secret_path_endings[0]); i++) {
+        size_t e = strlen(kb_secret_path_endings[i]);
+        if (n > e && !strcasecmp(key + n - e, kb_secret_path_endings[i]))
+            return false;
+    }
+    for (size_t i = 0; i < sizeof(kb_secret_words) / sizeof(kb_secret_words[0]); i++)
+        if (strcasestr(key, kb_secret_words[i]))
+            return true;
+    return false;
+}
+
+bool kb_secret_equal(const char *a, size_t alen, const char *b, size_t blen) {
+    unsigned diff = alen != blen;
+    size_t n = alen > blen ? alen : blen;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = i < alen ? (unsigned char)a[i] : 0;
+        unsigned char y = i < blen ? (unsigned char)b[i] : 0;
+        diff |= (unsigned)(x ^ y);
+    }
+    return diff == 0;
 }

@@ -8,6 +8,7 @@
 #ifndef KB_COMMON_SECRET_H
 #define KB_COMMON_SECRET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The file's contents (NUL-terminated, malloc'd; free with kb_secret_free),
@@ -20,5 +21,20 @@ void kb_secret_free(char *secret);
 /* No core dump of this process from now on (RLIMIT_CORE 0, not dumpable):
  * a dump would carry every secret held in memory. Main thread, at start. */
 void kb_secret_no_core_dumps(void);
+/* Whether a secret sent to host (n bytes, "[v6]" brackets allowed) stays on
+ * this machine: 127.0.0.0/8, ::1, localhost. A name is never resolved:
+ * anything else counts as the network. */
+bool kb_host_is_loopback(const char *host, size_t n);
+/* Whether url is plain http:// to a host that is not loopback: a secret
+ * sent there crosses the network in clear text. */
+bool kb_url_plain_beyond_loopback(const char *url);
+/* Whether a property named key ("sasl.password", "ssl.key.pem",
+ * "sasl.oauthbearer.client.secret", …) holds a secret, so that summaries and
+ * logs print "***" instead of its value. Names of files ("…_file",
+ * "….location") are not secrets. */
+bool kb_secret_key_like(const char *key);
+/* a[0..alen) == b[0..blen), in a time that depends on the lengths only, not
+ * on how many bytes match (a bearer token check must not tell). */
+bool kb_secret_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 #endif

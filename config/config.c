@@ -7,6 +7,7 @@
 #include "config/config_int.h"
 
 #include "common/event.h"
+#include "common/secret.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,8 @@ static void kb_summary_sink(const kb_config_sink_t *s, FILE *out) {
     case KB_SINK_KAFKA:
         fprintf(out, " brokers=%s%s", s->brokers, s->transactional ? " transactional" : "");
         for (size_t i = 0; i < s->n_properties; i++)
-            fprintf(out, " %s=%s", s->properties[i].key, s->properties[i].value);
+            fprintf(out, " %s=%s", s->properties[i].key,
+                    kb_secret_key_like(s->properties[i].key) ? "***" : s->properties[i].value);
         break;
     case KB_SINK_MQTT:
         fprintf(out, " %s client_id=%s qos=%d v%d", s->uri, s->client_id, s->qos, s->version == 3 ? 3 : 5);

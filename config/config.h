@@ -44,6 +44,8 @@ typedef struct kb_config_cluster {
     char *token_file;
     char *ca_file, *client_cert, *client_key;
     bool insecure_skip_tls_verify;
+    bool allow_insecure_http;      /* credentials over http:// beyond loopback */
+    int exec_timeout;              /* seconds an exec credential plugin may run, 60 */
     double qps;          /* 50.0 */
     int burst;           /* 100 */
 } kb_config_cluster_t;

@@ -19,9 +19,9 @@
 
 #include "common/alloc.h"
 #include "common/event.h"
+#include "common/secret.h"
 #include "common/template.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -537,33 +537,12 @@ static bool kb_hostname_ordinal(const char *host, long *ordinal) {
     return true;
 }
 
-/* Whether the host of a valid "host:port" can only be reached from this
- * machine: 127.0.0.0/8, ::1 or "localhost". Anything else, names included,
- * may be reachable from the network. */
-static bool kb_listen_loopback(const char *listen) {
-    const char *colon = strrchr(listen, ':');
-    size_t n = (size_t)(colon - listen);
-    if (n >= 2 && listen[0] == '[' && listen[n - 1] == ']') {
-        listen++;
-        n -= 2;
-    }
-    if ((n == 9 && !strncmp(listen, "localhost", 9)) || (n == 3 && !strncmp(listen, "::1", 3)))
-        return true;
-    char host[64];
-    struct in_addr a;
-    if (n >= sizeof(host))
-        return false;
-    memcpy(host, listen, n);
-    host[n] = '\0';
-    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
 /* The HTTP API: secure unless said otherwise. */
 static bool kb_finish_http(kb_loader_t *ld, const kb_config_t *cfg, const config_setting_t *grp) {
     const config_setting_t *http = config_setting_get_member(grp, "http");
     const config_setting_t *at = http ? config_setting_get_member(http, "listen") : NULL;
     if (*cfg->http_listen && !*cfg->http_token_file && !cfg->http_allow_unauthenticated &&
-        !kb_listen_loopback(cfg->http_listen))
+        !kb_host_is_loopback(cfg->http_listen, (size_t)(strrchr(cfg->http_listen, ':') - cfg->http_listen)))
         return kb_config__fail(ld, at ? at : http,
                                "http.listen = \"%s\" serves the API beyond loopback without a token: set "
                                "http.token_file (recommended), or http.allow_unauthenticated = true to serve "
@@ -572,6 +551,20 @@ static bool kb_finish_http(kb_loader_t *ld, const kb_config_t *cfg, const config
     if (!*cfg->http_tls_cert_file != !*cfg->http_tls_key_file)
         return kb_config__fail(ld, http, "http.tls_cert_file and http.tls_key_file: set both (HTTPS) or neither");
     return true;
+}
+
+/* An explicit http:// server with an explicit token file: refused at load
+ * (the client refuses the same for credentials from a kubeconfig at start). */
+static bool kb_finish_cluster(kb_loader_t *ld, const kb_config_t *cfg, const config_setting_t *grp) {
+    const kb_config_cluster_t *c = &cfg->cluster;
+    if (!*c->token_file || c->allow_insecure_http || !kb_url_plain_beyond_loopback(c->server))
+        return true;
+    const config_setting_t *cl = config_setting_get_member(grp, "cluster");
+    const config_setting_t *at = cl ? config_setting_get_member(cl, "server") : NULL;
+    return kb_config__fail(ld, at ? at : cl,
+                           "cluster.server = \"%s\" is plain http:// beyond loopback and cluster.token_file would "
+                           "be sent to it in clear text: use https://, or set cluster.allow_insecure_http = true",
+                           c->server);
 }
 
 bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
@@ -594,7 +587,7 @@ bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const con
         return kb_config__fail(ld, at, "sharding.index: %d is not below sharding.replicas = %d",
                                cfg->sharding_index, cfg->sharding_replicas);
     }
-    if (!kb_finish_http(ld, cfg, grp))
+    if (!kb_finish_http(ld, cfg, grp) || !kb_finish_cluster(ld, cfg, grp))
         return false;
     if (cfg->n_routes == 0)
         return kb_config__fail(ld, config_setting_get_member(grp, "routes"),

@@ -58,6 +58,12 @@ static const kb_ckey_t kb_keys_cluster[] = {
      .doc = "Private key (PEM) of client_cert."},
     {.name = "insecure_skip_tls_verify", .type = KB_CT_BOOL, .off = CL(insecure_skip_tls_verify),
      .def = "false", .doc = "Do not verify the API server's certificate (testing only)."},
+    {.name = "allow_insecure_http", .type = KB_CT_BOOL, .off = CL(allow_insecure_http), .def = "false",
+     .doc = "Send credentials (token, password, exec plugin token) to an http:// server beyond loopback, in "
+            "clear text. Without it such a server is refused; on loopback it only warns."},
+    {.name = "exec_timeout", .type = KB_CT_INT, .off = CL(exec_timeout), .def = "60", .min = 1, .max = 3600,
+     .doc = "Seconds a kubeconfig exec credential plugin may take to print its credential and exit; then it "
+            "is killed with its process group and the request fails (retried with backoff)."},
     {.name = "qps", .type = KB_CT_FLOAT, .off = CL(qps), .def = "50.0", .min = 0.01, .max = 1e6,
      .doc = "Client-side rate limit: sustained requests per second to the API server."},
     {.name = "burst", .type = KB_CT_INT, .off = CL(burst), .def = "100", .min = 1, .max = 1000000,

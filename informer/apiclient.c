@@ -19,6 +19,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "common/time.h"
 #include "informer/kubeconfig.h"
 
@@ -34,7 +35,6 @@
 #include <unistd.h>
 
 #define KB_SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
-#define KB_EXEC_TIMEOUT_S 60
 #define KB_EXEC_EARLY_S 30 /* refresh an exec credential this long before it expires */
 
 struct kb_apiclient {
@@ -49,6 +49,7 @@ struct kb_apiclient {
     char *static_token;    /* "" = none */
     char *token_file;      /* "" = no token file */
     kb_kubeconfig_exec_t *exec; /* borrowed from kc; NULL = no plugin */
+    int exec_timeout_s;         /* cluster.exec_timeout */
     kb_kubeconfig_t *kc;   /* owned; NULL when not from a kubeconfig */
 
     pthread_mutex_t exec_mtx;    /* single flight of the exec plugin */
@@ -176,6 +177,29 @@ static const char *kb_api_auth_kind(const kb_apiclient_t *api) {
     return "none";
 }
 
+/* A plain http:// server: credentials would travel in clear text. Allowed to
+ * loopback with a warning; beyond it only with cluster.allow_insecure_http. */
+static bool kb_api_check_plain_http(const kb_apiclient_t *api, const kb_config_cluster_t *cluster, char *errstr,
+                                    size_t errstr_size) {
+    const char *auth = kb_api_auth_kind(api);
+    if (strncmp(api->server, "http://", 7) != 0 || !strcmp(auth, "none") || !strcmp(auth, "client certificate"))
+        return true;
+    if (!kb_url_plain_beyond_loopback(api->server)) {
+        KB_WARN("apiclient", "server %s is plain http://: the %s credential travels unencrypted (loopback only)",
+                api->server, auth);
+        return true;
+    }
+    if (cluster->allow_insecure_http) {
+        KB_WARN("apiclient", "server %s is plain http:// beyond loopback: the %s credential travels unencrypted "
+                "(cluster.allow_insecure_http = true)", api->server, auth);
+        return true;
+    }
+    snprintf(errstr, errstr_size, "server \"%s\" (from %s) is plain http:// beyond loopback and kbridge would send "
+             "it a %s credential in clear text: use https://, or set cluster.allow_insecure_http = true",
+             api->server, api->source, auth);
+    return false;
+}
+
 kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errstr, size_t errstr_size) {
     pthread_once(&kb_curl_once, kb_curl_init);
     kb_apiclient_t *api = kb_calloc(1, sizeof(*api));
@@ -218,12 +242,16 @@ kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errst
     size_t n = strlen(api->server);
     while (n > 0 && api->server[n - 1] == '/')
         api->server[--n] = '\0';
+    api->exec_timeout_s = cluster->exec_timeout > 0 ? cluster->exec_timeout : 60;
     api->qps = cluster->qps;
     api->burst = cluster->burst > 0 ? cluster->burst : 1;
     api->tokens = api->burst;
     api->tokens_ns = kb_now_mono_ns();
+    if (!kb_api_check_plain_http(api, cluster, errstr, errstr_size))
+        goto fail;
+    bool tls = !strncmp(api->server, "https://", 8);
     KB_INFO("apiclient", "server=%s from=%s auth=%s tls_verify=%s qps=%g burst=%g", api->server, api->source,
-            kb_api_auth_kind(api), api->insecure ? "off" : "on", api->qps, api->burst);
+            kb_api_auth_kind(api), !tls ? "n/a (plain http)" : api->insecure ? "off" : "on", api->qps, api->burst);
     if (api->insecure && !strncmp(api->server, "https://", 8))
         KB_WARN("apiclient", "TLS verification of %s is off (insecure_skip_tls_verify)", api->server);
     return api;
@@ -305,7 +333,8 @@ static bool kb_api_exec_fresh(kb_apiclient_t *api, uint64_t used_gen) {
  * Single flight: exec_mtx is held while the plugin runs, so concurrent
  * callers wait for its result instead of running it again; cred_mtx is taken
  * only to look and to swap. */
-static kb_err_t kb_api_exec_refresh(kb_apiclient_t *api, uint64_t used_gen, char *errmsg, size_t errmsg_size) {
+static kb_err_t kb_api_exec_refresh(kb_apiclient_t *api, uint64_t used_gen, const _Atomic bool *stop, char *errmsg,
+                                    size_t errmsg_size) {
     if (kb_api_exec_fresh(api, used_gen))
         return KB_OK;
     kb_err_t err = KB_OK;
@@ -313,7 +342,7 @@ static kb_err_t kb_api_exec_refresh(kb_apiclient_t *api, uint64_t used_gen, char
     bool fresh = kb_api_exec_fresh(api, used_gen);
     if (!fresh) {
         kb_exec_cred_t cred;
-        err = kb_kubeconfig_exec_run(api->exec, KB_EXEC_TIMEOUT_S, &cred, errmsg, errmsg_size);
+        err = kb_kubeconfig_exec_run(api->exec, api->exec_timeout_s, stop, &cred, errmsg, errmsg_size);
         if (err == KB_OK) {
             int64_t refresh = 0;
             if (cred.expires_unix) {
@@ -339,10 +368,10 @@ static kb_err_t kb_api_exec_refresh(kb_apiclient_t *api, uint64_t used_gen, char
 
 /* After a 401 with credentials of generation used_gen: true if newer ones are
  * now cached (the request is worth repeating once). */
-static bool kb_api_refresh_after_401(kb_apiclient_t *api, uint64_t used_gen) {
+static bool kb_api_refresh_after_401(kb_apiclient_t *api, uint64_t used_gen, const _Atomic bool *stop) {
     if (api->exec) {
         char why[256];
-        if (kb_api_exec_refresh(api, used_gen, why, sizeof(why)) != KB_OK)
+        if (kb_api_exec_refresh(api, used_gen, stop, why, sizeof(why)) != KB_OK)
             return false;
     } else if (api->token_file[0]) {
         pthread_mutex_lock(&api->cred_mtx);
@@ -358,10 +387,10 @@ static bool kb_api_refresh_after_401(kb_apiclient_t *api, uint64_t used_gen) {
 
 /* Set the credentials on curl: Authorization header into hdr, client
  * certificate blobs, basic auth. Returns the generation used. */
-static kb_err_t kb_api_set_auth(kb_apiclient_t *api, CURL *curl, kb_buf_t *hdr, uint64_t *gen, char *errmsg,
-                                size_t errmsg_size) {
+static kb_err_t kb_api_set_auth(kb_apiclient_t *api, CURL *curl, kb_buf_t *hdr, uint64_t *gen,
+                                const _Atomic bool *stop, char *errmsg, size_t errmsg_size) {
     if (api->exec) {
-        kb_err_t err = kb_api_exec_refresh(api, 0, errmsg, errmsg_size);
+        kb_err_t err = kb_api_exec_refresh(api, 0, stop, errmsg, errmsg_size);
         if (err != KB_OK)
             return err;
     }
@@ -496,7 +525,7 @@ static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query,
     kb_buf_append_str(&url, path_and_query);
     uint64_t gen = 0;
     struct curl_slist *headers = NULL;
-    if (kb_api_set_auth(api, curl, &auth, &gen, resp->errmsg, sizeof(resp->errmsg)) != KB_OK) {
+    if (kb_api_set_auth(api, curl, &auth, &gen, stop, resp->errmsg, sizeof(resp->errmsg)) != KB_OK) {
         resp->err = KB_ERR_CONNECT; /* the reflector logs errmsg and retries with backoff */
         goto out;
     }
@@ -586,7 +615,7 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
     uint64_t gen = kb_api_get_once(api, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
     /* A 401 comes before any streamed byte, so repeating the request is safe. */
     if (resp->err == KB_OK && resp->status == 401 && !(stop && atomic_load(stop)) &&
-        kb_api_refresh_after_401(api, gen)) {
+        kb_api_refresh_after_401(api, gen, stop)) {
         if (body && body->data) {
             body->len = body_len0;
             body->data[body_len0] = '\0';

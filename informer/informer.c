@@ -1008,7 +1008,7 @@ static bool kb_refl_line(kb_reflector_t *r, const char *line, size_t len, int64_
         return false;
     kb_inf_error(r->inf, KB_WATCH_ERR_MALFORMED, "watch frame: %s", why);
     KB_WARN("reflector", "informer=%s malformed watch frame (%s): %.*s; re-watching from rv=%s", r->inf->conf->name,
-            why, (int)(len > 120 ? 120 : len), line, r->rv);
+            why, (int)(r->inf->conf->redact_fields.n ? 0 : len > 120 ? 120 : len), line, r->rv); /* redacted: no bytes */
     r->watch_err = KB_ERR_PARSE;
     return false;
 }

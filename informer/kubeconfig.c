@@ -21,6 +21,7 @@
 #include "common/time.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
@@ -566,14 +567,22 @@ static char **kb_exec_envp(const kb_kubeconfig_exec_t *exec, char **info) {
     return envp;
 }
 
-/* Read fd until EOF, the deadline or max bytes. KB_OK at EOF. */
-static kb_err_t kb_exec_read(int fd, kb_buf_t *out, int64_t deadline_ns) {
+#define KB_EXEC_POLL_MS 100
+
+static bool kb_exec_stopped(const _Atomic bool *stop) {
+    return stop && atomic_load(stop);
+}
+
+/* Read fd until EOF, the deadline, stop or max bytes. KB_OK at EOF. */
+static kb_err_t kb_exec_read(int fd, kb_buf_t *out, int64_t deadline_ns, const _Atomic bool *stop) {
     for (;;) {
         int64_t left_ms = (deadline_ns - kb_now_mono_ns()) / 1000000;
         if (left_ms <= 0)
             return KB_ERR_TIMEDOUT;
+        if (kb_exec_stopped(stop))
+            return KB_ERR_STOPPED;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, (int)(left_ms > 1000 ? 1000 : left_ms));
+        int r = poll(&pfd, 1, (int)(left_ms > KB_EXEC_POLL_MS ? KB_EXEC_POLL_MS : left_ms));
         if (r < 0 && errno != EINTR)
             return KB_ERR_IO;
         if (r <= 0)
@@ -592,8 +601,33 @@ static kb_err_t kb_exec_read(int fd, kb_buf_t *out, int64_t deadline_ns) {
     }
 }
 
-kb_err_t kb_kubeconfig_exec_run(const kb_kubeconfig_exec_t *exec, int timeout_s, kb_exec_cred_t *cred,
-                                char *errstr, size_t errstr_size) {
+/* Reap pid by the same deadline: a plugin may close its output and keep
+ * running. On the deadline or stop, kill its whole process group (what it
+ * started too) and reap. KB_OK when it exited by itself. */
+static kb_err_t kb_exec_wait(pid_t pid, int *status, int64_t deadline_ns, const _Atomic bool *stop) {
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR))
+            return KB_OK;
+        kb_err_t err = KB_OK;
+        if (kb_now_mono_ns() >= deadline_ns)
+            err = KB_ERR_TIMEDOUT;
+        else if (kb_exec_stopped(stop))
+            err = KB_ERR_STOPPED;
+        if (err != KB_OK) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+                ;
+            return err;
+        }
+        struct timespec ts = {0, KB_EXEC_POLL_MS / 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+kb_err_t kb_kubeconfig_exec_run(const kb_kubeconfig_exec_t *exec, int timeout_s, const _Atomic bool *stop,
+                                kb_exec_cred_t *cred, char *errstr, size_t errstr_size) {
     memset(cred, 0, sizeof(*cred));
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0) {
@@ -617,7 +651,8 @@ kb_err_t kb_kubeconfig_exec_run(const kb_kubeconfig_exec_t *exec, int timeout_s,
     sigfillset(&all);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&attr, 0); /* its own group: a timeout kills what it started too */
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     pid_t pid;
     int rc = posix_spawnp(&pid, exec->command, &fa, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
@@ -632,16 +667,23 @@ kb_err_t kb_kubeconfig_exec_run(const kb_kubeconfig_exec_t *exec, int timeout_s,
         return KB_ERR_IO;
     }
     kb_buf_t out = KB_BUF_INIT;
-    kb_err_t err = kb_exec_read(pfd[0], &out, kb_now_mono_ns() + (int64_t)timeout_s * 1000000000);
+    int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_s * 1000000000;
+    kb_err_t err = kb_exec_read(pfd[0], &out, deadline, stop);
     close(pfd[0]);
-    if (err != KB_OK)
-        kill(pid, SIGKILL);
+    bool output_done = err == KB_OK;
+    if (err != KB_OK) { /* kill now: the group too, even when its leader has exited already */
+        kill(-pid, SIGKILL);
+        deadline = 0;
+    }
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    kb_err_t werr = kb_exec_wait(pid, &status, deadline, stop);
+    if (err == KB_OK)
+        err = werr;
     if (err == KB_ERR_TIMEDOUT)
-        snprintf(errstr, errstr_size, "exec plugin \"%s\" did not finish within %d s (killed)", exec->command,
-                 timeout_s);
+        snprintf(errstr, errstr_size, "exec plugin \"%s\" did not %s within %d s (killed with its process group)",
+                 exec->command, output_done ? "exit after closing its output" : "finish", timeout_s);
+    else if (err == KB_ERR_STOPPED)
+        snprintf(errstr, errstr_size, "exec plugin \"%s\" killed: kbridge is stopping", exec->command);
     else if (err != KB_OK)
         snprintf(errstr, errstr_size, "exec plugin \"%s\": %s reading its output", exec->command, kb_err_str(err));
     else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -72,11 +72,15 @@ typedef struct kb_exec_cred {
     int64_t expires_unix;    /* expirationTimestamp in seconds since the epoch; 0 = never */
 } kb_exec_cred_t;
 
-/* Run the plugin (at most timeout_s seconds, stdout bounded to 1 MiB, stderr
- * passed through) and parse its ExecCredential. Returns KB_OK, or an error
- * with the reason in errstr. Thread: any; blocks. */
-kb_err_t kb_kubeconfig_exec_run(const kb_kubeconfig_exec_t *exec, int timeout_s, kb_exec_cred_t *cred,
-                                char *errstr, size_t errstr_size);
+/* Run the plugin and parse its ExecCredential. timeout_s bounds the whole
+ * run, output and exit (a plugin that closes stdout and keeps running is
+ * killed too); stdout is bounded to 1 MiB, stderr passed through. The plugin
+ * runs in its own process group, killed as a whole on the deadline or when
+ * *stop turns true (checked every 100 ms; NULL: no stop). Returns KB_OK,
+ * KB_ERR_TIMEDOUT, KB_ERR_STOPPED or another error, with the reason in
+ * errstr. Thread: any; blocks. */
+kb_err_t kb_kubeconfig_exec_run(const kb_kubeconfig_exec_t *exec, int timeout_s, const _Atomic bool *stop,
+                                kb_exec_cred_t *cred, char *errstr, size_t errstr_size);
 void kb_exec_cred_fini(kb_exec_cred_t *cred);
 
 /* Parse an RFC 3339 timestamp ("2026-11-30T08:00:00Z", offsets and fractions

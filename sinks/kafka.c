@@ -56,6 +56,7 @@
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "common/time.h"
 #include "sinks/envelope.h"
 #include "sinks/sink.h"
@@ -192,6 +193,8 @@ static kb_err_t kb_kafka_set_prop(rd_kafka_conf_t *rconf, const kb_config_sink_t
         /* librdkafka's message may quote the value: keep a secret out of it. */
         if (from_file)
             snprintf(why, sizeof(why), "librdkafka refuses the value read from \"%s\" for \"%s\"", kv->value, name);
+        else if (kb_secret_key_like(name))
+            snprintf(why, sizeof(why), "librdkafka refuses the value (not shown: a secret) for \"%s\"", name);
         err = KB_ERR_CONFIG;
     }
     if (err != KB_OK)

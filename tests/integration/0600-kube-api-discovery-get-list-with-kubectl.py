@@ -200,6 +200,11 @@ def test():
              what="configmaps in discovery after the reload")
     names = k.run("get", "configmaps", "-o", "name").stdout.split()
     check(names == ["configmap/cm1"], "configmaps after the reload: %s" % names)
+    # kube_api settings apply at start only: a reload that changes them is refused.
+    with open(b.config, "a") as f:
+        f.write("kube_api = { watch_history = 7; };\n")
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "the kube_api settings changed" in b.logtext(), 30, what="the refused reload")
     check(b.stop() == 0, "kbridge exit code")
     sim.stop()
 

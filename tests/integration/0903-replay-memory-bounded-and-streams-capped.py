@@ -48,7 +48,6 @@ def test():
     for r in range(rounds):
         sim.bulk(pod_ops("update", "ns1", names, labels={"round": str(r)}, extra=pad))
     b.wait_converged(sim, timeout=120)
-    time.sleep(1)
     base = rss_kib(b.proc.pid)
 
     socks = []
@@ -59,10 +58,11 @@ def test():
         s.sendall(("GET /v1/replay/pods?resourceVersion=%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n"
                    % (x, TOKEN)).encode())
         socks.append(s)
-    wait_for(lambda: gauge(metrics(url), 'kbridge_http_refused_total{reason="streams"}') >= 52, 60, 0.2,
-             "52 of 60 replays to be refused")
-    m = metrics(url)
-    time.sleep(2)
+    def all_in():
+        m = metrics(url)
+        return (gauge(m, 'kbridge_http_refused_total{reason="streams"}') >= 52 and
+                gauge(m, "kbridge_http_streams") == 8 and m)
+    m = wait_for(all_in, 60, 0.2, "8 replays streaming and 52 refused")
     peak = rss_kib(b.proc.pid)
     print("RSS %d KiB before, %d KiB with 60 non-reading replay clients (+%d KiB); streams=%d refused=%d"
           % (base, peak, peak - base, gauge(m, "kbridge_http_streams"),

@@ -266,6 +266,23 @@ def http_request(url, method="GET", token=None, body=None, timeout=30):
         return e.code, e.headers, e.read()
 
 
+def read_jsonl(path):
+    """Every JSON line of a file so far ([] when it does not exist yet)."""
+    try:
+        return [json.loads(l) for l in open(path) if l.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def write_kubeconfig(path, server, user):
+    """A kubeconfig with one context: the cluster at server, the user a YAML flow mapping ('{token: x}')."""
+    with open(path, "w") as f:
+        f.write("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+                "clusters: [{name: k, cluster: {server: \"%s\"}}]\nusers: [{name: u, user: %s}]\n" % (server, user))
+    return path
+
+
 def _name_of(informer_text):
     return informer_text.split('name = "', 1)[1].split('"', 1)[0]
 

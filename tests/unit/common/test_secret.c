@@ -1,7 +1,8 @@
 /* tests/unit/common/test_secret.c — reading secret files: the whole file,
  * trailing whitespace removed, a refused over-long file freed without reading
  * past its buffer (ASan fills small mallocs with non-zero bytes, so a walk to
- * a NUL that is not there is caught), and the no-core-dump switch. */
+ * a NUL that is not there is caught), the comparison, which names hold
+ * secrets, which hosts are loopback, and the no-core-dump switch. */
 #include "common/secret.h"
 
 #include <setjmp.h>
@@ -79,6 +80,44 @@ static void test_free_wipes_and_null(void **state) {
     kb_secret_free(s);
 }
 
+static void test_equal(void **state) {
+    (void)state;
+    assert_true(kb_secret_equal("tok", 3, "tok", 3));
+    assert_true(kb_secret_equal("", 0, "", 0));
+    assert_false(kb_secret_equal("tok", 3, "tok2", 4));
+    assert_false(kb_secret_equal("tok2", 4, "tok", 3));
+    assert_false(kb_secret_equal("tok", 3, "toK", 3));
+    assert_false(kb_secret_equal("", 0, "x", 1));
+    assert_false(kb_secret_equal("a\0", 2, "a", 1)); /* a NUL is a byte like another */
+}
+
+static void test_key_like_and_loopback(void **state) {
+    (void)state;
+    const char *secret[] = {"sasl.password", "ssl.key.password", "ssl.key.pem", "SASL.JAAS.CONFIG",
+                            "ssl.keystore.password", "sasl.oauthbearer.client.secret", "token"};
+    const char *plain[] = {"sasl.username", "ssl.key.location", "sasl.password_file", "compression.type",
+                           "bootstrap.servers"};
+    for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
+        assert_true(kb_secret_key_like(secret[i]));
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        assert_false(kb_secret_key_like(plain[i]));
+    assert_true(kb_host_is_loopback("127.0.0.1", 9));
+    assert_true(kb_host_is_loopback("127.9.9.9", 9));
+    assert_true(kb_host_is_loopback("[::1]", 5));
+    assert_true(kb_host_is_loopback("LocalHost", 9));
+    assert_false(kb_host_is_loopback("0.0.0.0", 7));
+    assert_false(kb_host_is_loopback("128.0.0.1", 9));
+    assert_false(kb_host_is_loopback("localhost.example", 17));
+    assert_false(kb_url_plain_beyond_loopback("https://10.0.0.1:6443"));
+    assert_false(kb_url_plain_beyond_loopback("http://127.0.0.1:8080/x"));
+    assert_false(kb_url_plain_beyond_loopback("http://[::1]:8080"));
+    assert_false(kb_url_plain_beyond_loopback("http://user:pw@localhost:1"));
+    assert_true(kb_url_plain_beyond_loopback("http://10.0.0.1:6443"));
+    assert_true(kb_url_plain_beyond_loopback("HTTP://kube.example/"));
+    assert_true(kb_url_plain_beyond_loopback("http://localhost@evil.example:80"));
+    assert_true(kb_url_plain_beyond_loopback("http://[fd00::1]:6443"));
+}
+
 static void test_no_core_dumps(void **state) {
     (void)state;
     kb_secret_no_core_dumps();
@@ -96,6 +135,8 @@ int main(void) {
         cmocka_unit_test(test_over_long_is_refused_inside_its_buffer),
         cmocka_unit_test(test_missing_file_names_path),
         cmocka_unit_test(test_free_wipes_and_null),
+        cmocka_unit_test(test_equal),
+        cmocka_unit_test(test_key_like_and_loopback),
         cmocka_unit_test(test_no_core_dumps),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

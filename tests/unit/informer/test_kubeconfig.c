@@ -225,7 +225,7 @@ static void test_exec_plugin_runs(void **state) {
         "\"status\":{\"token\":\"tok-'$KB_PLUGIN_MODE'\",\"expirationTimestamp\":\"2030-01-01T00:00:00Z\"}}'\n",
         p, sizeof(p));
     kb_exec_cred_t cred;
-    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_OK);
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, NULL, &cred, err, sizeof(err)), KB_OK);
     assert_string_equal(cred.token, "tok-token");
     assert_int_equal(cred.expires_unix, 1893456000);
     kb_exec_cred_fini(&cred);
@@ -233,11 +233,30 @@ static void test_exec_plugin_runs(void **state) {
     ex = plugin("#!/bin/sh\necho '{\"kind\":\"ExecCredential\",\"status\":{\"clientCertificateData\":\"CERT\","
                 "\"clientKeyData\":\"KEY\"}}'\n",
                 p, sizeof(p));
-    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_OK);
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, NULL, &cred, err, sizeof(err)), KB_OK);
     assert_string_equal(cred.token, "");
     assert_int_equal(cred.cert.len, 4);
     assert_int_equal(cred.expires_unix, 0);
     kb_exec_cred_fini(&cred);
+}
+
+/* pid no longer runs: gone, or a zombie waiting for init. */
+static bool child_gone(int pid) {
+    for (int i = 0; i < 100; i++) {
+        char path[64], stat[256] = "";
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return true;
+        size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+        fclose(f);
+        stat[n] = '\0';
+        const char *close_paren = strrchr(stat, ')');
+        if (close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z')
+            return true;
+        usleep(50000);
+    }
+    return false;
 }
 
 static void test_exec_plugin_failures(void **state) {
@@ -245,19 +264,49 @@ static void test_exec_plugin_failures(void **state) {
     char p[512], err[512] = "";
     kb_exec_cred_t cred;
     kb_kubeconfig_exec_t ex = plugin("#!/bin/sh\necho 'login required' >&2\nexit 3\n", p, sizeof(p));
-    assert_int_not_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_OK);
+    assert_int_not_equal(kb_kubeconfig_exec_run(&ex, 30, NULL, &cred, err, sizeof(err)), KB_OK);
     assert_non_null(strstr(err, "exit status 3"));
 
     ex = plugin("#!/bin/sh\necho not json\n", p, sizeof(p));
-    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, &cred, err, sizeof(err)), KB_ERR_PARSE);
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, NULL, &cred, err, sizeof(err)), KB_ERR_PARSE);
     assert_non_null(strstr(err, "not JSON"));
 
     ex = plugin("#!/bin/sh\nexec sleep 30\n", p, sizeof(p));
-    assert_int_equal(kb_kubeconfig_exec_run(&ex, 1, &cred, err, sizeof(err)), KB_ERR_TIMEDOUT);
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 1, NULL, &cred, err, sizeof(err)), KB_ERR_TIMEDOUT);
     assert_non_null(strstr(err, "killed"));
 
+    /* Output is capped: 2 MiB is refused, the plugin killed. */
+    ex = plugin("#!/bin/sh\nhead -c 2097152 /dev/zero\nsleep 30\n", p, sizeof(p));
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, NULL, &cred, err, sizeof(err)), KB_ERR_TOOBIG);
+    assert_non_null(strstr(err, "too large"));
+
+    /* Closes its output and keeps running: killed by the same deadline. */
+    ex = plugin("#!/bin/sh\nexec >&-\nexec sleep 30\n", p, sizeof(p));
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 1, NULL, &cred, err, sizeof(err)), KB_ERR_TIMEDOUT);
+    assert_non_null(strstr(err, "did not exit after closing its output"));
+
+    /* What it started is killed with it (its process group). */
+    char pidfile[600];
+    snprintf(pidfile, sizeof(pidfile), "%s.child", p);
+    char script[1400];
+    snprintf(script, sizeof(script), "#!/bin/sh\nsleep 30 &\necho $! > %s\nexit 0\n", pidfile);
+    ex = plugin(script, p, sizeof(p));
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 1, NULL, &cred, err, sizeof(err)), KB_ERR_TIMEDOUT);
+    FILE *f = fopen(pidfile, "r");
+    assert_non_null(f);
+    int child = 0;
+    assert_int_equal(fscanf(f, "%d", &child), 1);
+    fclose(f);
+    assert_true(child_gone(child));
+
+    /* A stop flag ends the wait at once. */
+    ex = plugin("#!/bin/sh\nexec sleep 30\n", p, sizeof(p));
+    _Atomic bool stop = true;
+    assert_int_equal(kb_kubeconfig_exec_run(&ex, 30, &stop, &cred, err, sizeof(err)), KB_ERR_STOPPED);
+    assert_non_null(strstr(err, "stopping"));
+
     ex.command = "/nonexistent/kb-plugin";
-    assert_int_not_equal(kb_kubeconfig_exec_run(&ex, 1, &cred, err, sizeof(err)), KB_OK);
+    assert_int_not_equal(kb_kubeconfig_exec_run(&ex, 1, NULL, &cred, err, sizeof(err)), KB_OK);
     assert_non_null(strstr(err, "cannot start"));
 }
 
