@@ -14,6 +14,7 @@ cmake --build "$build" -j "$(nproc)" >/dev/null   # fail here if the build faile
 # The real control plane (kube-apiserver + etcd from their Go modules) is
 # built once and cached; building it here keeps that out of a test's time limit.
 tests/infra/controlplane.sh build >/dev/null 2>&1 || echo "run.sh: control plane build failed; the 07xx tests will say why" >&2
+tests/clientgo/build.sh >/dev/null 2>&1 || echo "run.sh: the client-go program did not build; test 0602 will say why" >&2
 # CI also runs the long tests (0707: several minutes of real watch timeouts and bookmarks).
 [ "${CI:-}" = "true" ] && export KB_LONG_TESTS=${KB_LONG_TESTS:-1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
