@@ -1394,6 +1394,10 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
         kb_kapi_stream_free(s);
         return ret;
     }
+    /* A quiet watch without bookmarks writes nothing for minutes: not the
+     * idle connection libmicrohttpd would close (hang-ups and the deadline
+     * are noticed by the stream itself). */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     atomic_store(&s->live_pos, s->journal ? UINT64_MAX : s->pos);
     pthread_mutex_lock(&k->reg_mtx);
     s->reg_next = k->watch_list;
