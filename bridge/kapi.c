@@ -407,7 +407,7 @@ static bool kb_kapi_resolve(kb_kapi_t *k, const char *g, const char *v, const ch
     return true;
 }
 
-static void kb_kapi_resource_json(kb_buf_t *o, const kb_kapi_t *k, const kb_kapi_disc_t *d, kb_informer_t *inf) {
+static void kb_kapi_resource_json(kb_buf_t *o, const kb_kapi_disc_t *d, kb_informer_t *inf) {
     const kb_kapi_up_t *up = atomic_load(&d->up);
     const char *kind = up ? up->kind : kb_resource_kind(kb_informer_resource(inf));
     bool namespaced = up ? up->namespaced : d->guess_namespaced;
@@ -420,7 +420,6 @@ static void kb_kapi_resource_json(kb_buf_t *o, const kb_kapi_t *k, const kb_kapi
             singular[i] = (char)(kind[i] >= 'A' && kind[i] <= 'Z' ? kind[i] + 32 : kind[i]);
         singular[i] = '\0';
     }
-    KB_UNUSED(k);
     kb_buf_append_str(o, "{\"name\":");
     kb_buf_append_json_str(o, d->resource, strlen(d->resource));
     kb_buf_append_str(o, ",\"singularName\":");
@@ -450,7 +449,7 @@ static bool kb_kapi_resource_list(kb_kapi_t *k, const char *g, const char *v, kb
             continue;
         if (n++)
             kb_buf_append_char(o, ',');
-        kb_kapi_resource_json(o, k, d, r.inf);
+        kb_kapi_resource_json(o, d, r.inf);
     }
     kb_buf_append_str(o, "]}\n");
     return n > 0;
@@ -1108,9 +1107,7 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     return kb_kapi_stream_send(c, s);
 }
 
-static enum MHD_Result kb_kapi_get(kb_kapi_t *k, struct MHD_Connection *c, const kb_kapi_res_t *r,
-                                   const kb_kapi_path_t *p) {
-    KB_UNUSED(k);
+static enum MHD_Result kb_kapi_get(struct MHD_Connection *c, const kb_kapi_res_t *r, const kb_kapi_path_t *p) {
     char key[520];
     snprintf(key, sizeof(key), "%s%s%s", p->has_ns ? p->ns : "", p->has_ns ? "/" : "", p->name);
     kb_event_t *ev = kb_informer_get(r->inf, key, strlen(key));
@@ -1501,7 +1498,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
          * first list, so a client's list is inside it. */
         if (!p.has_name)
             kb_kapi_history(k, r.inf);
-        ret = p.has_name ? kb_kapi_get(k, c, &r, &p) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
+        ret = p.has_name ? kb_kapi_get(c, &r, &p) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
                                                               : kb_kapi_list(k, c, &r, &p, &q);
     }
     kb_selector_free(q.sel);
