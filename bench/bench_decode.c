@@ -1,6 +1,6 @@
 /* bench/bench_decode.c — how fast can one Pod be decoded?
  *
- * The evidence behind ARCHITECTURE.md "Raw bytes, not trees": the same
+ * The evidence behind "raw bytes, not trees" (docs/performance.md): the same
  * generated Pod (about 5.2 KB, as the API server sends it: compact, with two
  * managedFields entries) is decoded over and over by
  *   - kb_decode_object() with drop_fields = metadata.managedFields

@@ -37,6 +37,8 @@
 #include "common/time.h"
 #include "informer/apiclient.h"
 #include "informer/informer.h"
+#include "informer/ledger.h"
+#include "sinks/envelope.h"
 #include "sinks/heartbeat.h"
 #include "sinks/noop.h"
 #include "sinks/router.h"
@@ -51,12 +53,26 @@
 typedef struct kb_pipeline kb_pipeline_t;
 typedef struct kb_eos_provider kb_eos_provider_t;
 
+#define KB_REFUSAL_REASONS 8
+
 /* A running sink and what the bridge counts for it. */
 typedef struct kb_bsink {
     kb_sink_t *sink;               /* NULL once retired and closed */
     const kb_config_sink_t *conf;  /* from the config that created it */
     kb_histogram_t delivery;       /* watch read → acknowledgement */
     _Atomic uint64_t acked, failed;
+    /* on_refused = "stop": set by the first message the sink refused for good.
+     * From then on it is handed nothing (what it misses stays unacknowledged
+     * in the ledger, so its watermark holds) until a reload or restart. */
+    _Atomic bool stopped;
+    pthread_mutex_t why_mtx;       /* guards why */
+    char why[512];                 /* what stopped it: the object and the reason */
+    struct kb_bsink *dl;           /* on_refused = "dead_letter": where refused messages go */
+    _Atomic uint64_t dead_letters; /* refused messages this sink handed to its dead-letter sink */
+    struct {                       /* refusals by reason (kb_err_name), first come, first slot */
+        _Atomic(const char *) reason;
+        _Atomic uint64_t n;
+    } refused[KB_REFUSAL_REASONS];
 } kb_bsink_t;
 
 /* The checkpoint provider registered with one transactional sink. */
@@ -79,6 +95,8 @@ struct kb_pipeline {
     pthread_rwlock_t route_lock; /* workers: read, per popped batch; reload: write */
     kb_router_t *router;         /* route_lock */
     kb_bsink_t **bsinks;         /* route_lock; parallel to the sinks of the router's config */
+    int *lidx;                   /* route_lock; parallel to bsinks: the sink's index in the informer's
+                                    ledger (per-sink watermarks), -1 for sinks no route uses */
     kb_noop_t **noops;           /* route_lock; parallel to router->routes; NULL = no suppression */
     struct kb_hbs *hbs;          /* heartbeats of the routes that ask for them (main thread) */
     /* The transactional sink every route of this informer goes to (exactly-once), or NULL.
@@ -92,6 +110,7 @@ struct kb_pipeline {
     _Atomic uint64_t routed;     /* messages handed to sinks */
     _Atomic uint64_t unrouted;   /* events no route took */
     _Atomic int64_t inflight;    /* produced, not yet acked */
+    _Atomic int64_t last_change_real_ns; /* newest ADDED/MODIFIED/DELETED seen by kb_deliver (metrics) */
     kb_histogram_t handle[KB_EV_TYPE_COUNT]; /* worker time per event, by type */
 };
 
@@ -140,50 +159,146 @@ kb_err_t kb_bridge_validate(const kb_config_t *cfg, char *errstr, size_t errstr_
     return KB_OK;
 }
 
-/* One event on its way to its routes' sinks: acknowledged to the informer
- * (and so to the checkpoint) when the last of them acknowledged it. */
+/* One event on its way to its routes' sinks. Each sink it goes to has a
+ * slot: when all of that sink's messages of the event are acknowledged, the
+ * sink's bit is cleared in the informer's ledger (kb_ledger_sink_done), which
+ * moves that sink's watermark and, over all sinks, the checkpoint. A message
+ * a sink refuses for good follows the sink's on_refused: its slot is never
+ * done ("stop"), or done once the dead-letter sink acknowledged it. */
+typedef struct kb_dslot {
+    kb_bsink_t *bs;
+    int lidx;              /* the sink's index in the ledger */
+    _Atomic int pending;   /* its messages of the event not yet acknowledged */
+} kb_dslot_t;
+
 typedef struct kb_delivery {
     kb_pipeline_t *p;
+    kb_ledger_t *ledger;
+    kb_event_t *ev;        /* reference: named in refusals, sent to dead-letter sinks */
     uint64_t seq;
     int64_t read_mono_ns;  /* when the change came off the wire */
-    _Atomic int pending;   /* messages not yet acknowledged, +1 while routing */
-    _Atomic bool failed;   /* a sink gave up on one: the checkpoint must not pass it */
+    _Atomic int pending;   /* messages not yet answered, +1 while routing */
     int expected;          /* messages routing will produce (exactly-once bookkeeping) */
     _Atomic int enqueued;  /* of those, inside an open transaction */
+    size_t n;              /* slots */
+    kb_dslot_t s[];
 } kb_delivery_t;
 
 static void kb_delivery_release(kb_delivery_t *d) {
     if (atomic_fetch_sub(&d->pending, 1) != 1)
         return;
-    if (!atomic_load(&d->failed))
-        kb_informer_done(d->p->inf, d->seq);
+    kb_event_unref(d->ev);
     free(d);
 }
 
-/* The per-message ack context: which sink, and the event's delivery. */
+/* The per-message ack context: the event's delivery and the sink's slot. */
 typedef struct kb_msg_ack {
     kb_delivery_t *d;
-    kb_bsink_t *bs;
+    size_t slot;
+    bool dead_letter;      /* the message is a refused one, sent to the slot's dead-letter sink */
 } kb_msg_ack_t;
+
+static void kb_slot_acked(kb_delivery_t *d, size_t slot) {
+    if (atomic_fetch_sub(&d->s[slot].pending, 1) == 1)
+        kb_ledger_sink_done(d->ledger, d->seq, d->s[slot].lidx);
+}
+
+static void kb_bsink_count_refusal(kb_bsink_t *bs, kb_err_t err) {
+    const char *reason = kb_err_name(err);
+    for (size_t i = 0; i < KB_REFUSAL_REASONS; i++) {
+        const char *have = atomic_load(&bs->refused[i].reason);
+        if (!have && atomic_compare_exchange_strong(&bs->refused[i].reason, &have, reason))
+            have = reason;
+        if (have == reason || (have && !strcmp(have, reason))) {
+            atomic_fetch_add(&bs->refused[i].n, 1);
+            return;
+        }
+    }
+    atomic_fetch_add(&bs->refused[KB_REFUSAL_REASONS - 1].n, 1); /* more reasons than slots: the last */
+}
+
+/* on_refused = "stop" (or a dead letter that could not be sent): the sink takes
+ * nothing more; the first time says so, loudly. */
+static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, const char *reason) {
+    pthread_mutex_lock(&bs->why_mtx);
+    bool first = !atomic_exchange(&bs->stopped, true);
+    if (first)
+        snprintf(bs->why, sizeof(bs->why), "refused %s rv=%s: %s", ev->key, ev->rv, reason);
+    pthread_mutex_unlock(&bs->why_mtx);
+    if (first)
+        KB_ERROR("bridge", "sink=%s stopped: it refused %s %s rv=%s for good (%s); the other sinks go on, and "
+                 "nothing is dropped: its changes from seq %llu on wait in the journal — fix the cause, then send "
+                 "SIGHUP or restart to try again", bs->sink ? bs->sink->name : bs->conf->name,
+                 kb_event_type_name(ev->type), ev->key, ev->rv, reason, (unsigned long long)seq);
+}
+
+static void kb_bridge_ack(void *opaque, kb_err_t err);
+
+/* Hand a refused message to the slot's dead-letter sink: the normal envelope
+ * plus "deadLetter": {sink, reason, at}, as a raw record with the refused
+ * message's topic and key. False if it could not be taken. */
+static bool kb_dead_letter(kb_delivery_t *d, size_t slot, kb_err_t why, const char *topic, const char *key) {
+    kb_bsink_t *bs = d->s[slot].bs, *dl = bs->dl;
+    if (!dl || !dl->sink || atomic_load(&dl->stopped))
+        return false;
+    kb_buf_t env = KB_BUF_INIT;
+    kb_envelope_json(d->ev, &env);
+    KB_ASSERT(env.len > 1 && env.data[env.len - 1] == '}');
+    env.len--; /* reopen the object */
+    char at[40];
+    kb_format_rfc3339_us(kb_now_real_ns(), at, sizeof(at));
+    kb_buf_append_str(&env, ",\"deadLetter\":{\"sink\":");
+    kb_buf_append_json_str(&env, bs->conf->name, strlen(bs->conf->name));
+    kb_buf_append_str(&env, ",\"reason\":");
+    kb_buf_append_json_str(&env, kb_err_str(why), strlen(kb_err_str(why)));
+    kb_buf_appendf(&env, ",\"at\":\"%s\"}}", at);
+    kb_msg_ack_t *ma = kb_malloc(sizeof(*ma));
+    *ma = (kb_msg_ack_t){d, slot, true};
+    kb_msg_t msg = {.raw = env.data, .raw_len = env.len, .topic = topic ? topic : "",
+                    .topic_len = topic ? strlen(topic) : 0, .key = key ? key : "", .key_len = key ? strlen(key) : 0,
+                    .format = KB_FORMAT_JSON, .mode = KB_MODE_EVENTS, .route = "dead-letter",
+                    .ack = kb_bridge_ack, .ack_opaque = ma};
+    atomic_fetch_add(&d->pending, 1);
+    kb_err_t err = KB_ERR_FULL;
+    for (int tries = 0; tries < 5 && err == KB_ERR_FULL; tries++) /* bounded: acks may run on a sink's thread */
+        err = kb_sink_produce(dl->sink, &msg, 1000);
+    kb_buf_fini(&env);
+    if (err != KB_OK) {
+        free(ma);
+        atomic_fetch_sub(&d->pending, 1);
+        return false;
+    }
+    atomic_fetch_add(&bs->dead_letters, 1);
+    return true;
+}
+
+/* A message of slot was refused for good (a failed ack, or produce() said no). */
+static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_letter, const char *topic,
+                       const char *key) {
+    kb_bsink_t *bs = d->s[slot].bs;
+    atomic_fetch_add(&bs->failed, 1);
+    atomic_fetch_add(&d->p->failed, 1);
+    kb_bsink_count_refusal(dead_letter && bs->dl ? bs->dl : bs, err);
+    if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
+        return; /* the slot is done when the dead-letter sink acknowledges it */
+    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err));
+}
 
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_msg_ack_t *ma = opaque;
     kb_delivery_t *d = ma->d;
     kb_pipeline_t *p = d->p;
+    kb_bsink_t *bs = d->s[ma->slot].bs;
     if (err == KB_OK) {
         atomic_fetch_add(&p->delivered, 1);
-        atomic_fetch_add(&ma->bs->acked, 1);
-        kb_histogram_observe_ns(&ma->bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
+        atomic_fetch_add(ma->dead_letter && bs->dl ? &bs->dl->acked : &bs->acked, 1);
+        if (!ma->dead_letter)
+            kb_histogram_observe_ns(&bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
+        kb_slot_acked(d, ma->slot);
     } else {
-        static kb_ratelimit_t rl;
-        uint64_t sup = 0;
-        atomic_fetch_add(&ma->bs->failed, 1);
-        atomic_fetch_add(&p->failed, 1);
-        atomic_store(&d->failed, true);
-        if (kb_ratelimit_allow(&rl, 10000, &sup))
-            KB_ERROR("bridge", "informer=%s delivery failed: %s; the checkpoint stays before it, so it is "
-                     "delivered again after a restart (suppressed=%llu)", kb_informer_conf(p->inf)->name,
-                     kb_err_str(err), (unsigned long long)sup);
+        /* The topic and key are not known here any more: a dead letter after a
+         * failed delivery report goes with the object's key and no topic. */
+        kb_refused(d, ma->slot, err, ma->dead_letter, NULL, d->ev->key);
     }
     atomic_fetch_sub(&p->inflight, 1);
     free(ma);
@@ -196,44 +311,83 @@ static void kb_bridge_enqueued(void *opaque) {
     kb_msg_ack_t *ma = opaque;
     kb_delivery_t *d = ma->d;
     if (atomic_fetch_add(&d->enqueued, 1) + 1 == d->expected)
-        kb_informer_mark_produced(d->p->inf, d->seq);
+        kb_ledger_produced(d->ledger, d->seq);
 }
 
-/* Hand one event to every route that takes it, in route order.
+/* The slot of bs in d, added if new. */
+static size_t kb_delivery_slot(kb_delivery_t *d, kb_bsink_t *bs, int lidx) {
+    for (size_t i = 0; i < d->n; i++)
+        if (d->s[i].bs == bs)
+            return i;
+    d->s[d->n].bs = bs;
+    d->s[d->n].lidx = lidx;
+    atomic_init(&d->s[d->n].pending, 0);
+    return d->n++;
+}
+
+/* Hand one event to every route that takes it, in route order: only to the
+ * sinks that do not have it yet (a change of the journal's tail goes again only
+ * to sinks whose watermark is below it), and to no stopped sink (it waits).
  * Caller holds p->route_lock for reading. */
 static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key) {
     bool routed = false;
-    kb_delivery_t *d = kb_malloc(sizeof(*d));
-    d->p = p;
-    d->seq = ev->seq;
-    d->read_mono_ns = ev->read_mono_ns;
     int64_t t0 = kb_now_mono_ns();
-    atomic_init(&d->pending, 1);
-    atomic_init(&d->failed, false);
-    atomic_init(&d->enqueued, 0);
-    /* Decide the routes first, so the count of messages is known before any
-     * transactional sink reports one enqueued. */
+    if (ev->type <= KB_EV_DELETED)
+        atomic_store_explicit(&p->last_change_real_ns, kb_now_real_ns(), memory_order_relaxed);
+    kb_ledger_t *ledger = kb_informer_ledger(p->inf);
+    /* Decide the routes first, so the sinks that owe an acknowledgement are
+     * known to the ledger before any of them can acknowledge, and the count of
+     * messages before any transactional sink reports one enqueued. */
     size_t take[64], n_take = 0;
+    uint64_t waiting = 0;
     for (size_t i = 0; i < p->router->n && n_take < KB_ARRAY_LEN(take); i++) {
         const kb_route_t *route = &p->router->routes[i];
         if (!kb_route_match(route, ev))
             continue;
         routed = true;
+        int lidx = p->lidx[route->sink_index];
+        if (ev->redelivery && lidx >= 0 && !kb_ledger_wants(ledger, ev->seq, lidx))
+            continue; /* acknowledged by this sink before the restart */
         /* Byte-identical to what this route last delivered for the key: nothing to say. */
         if (p->noops[i] && !kb_noop_check_and_record(p->noops[i], ev))
             continue;
         take[n_take++] = i;
+        if (lidx >= 0)
+            waiting |= UINT64_C(1) << lidx;
     }
-    d->expected = (int)n_take;
+    kb_delivery_t *d = kb_malloc(sizeof(*d) + n_take * sizeof(d->s[0]));
+    d->p = p;
+    d->ledger = ledger;
+    d->ev = kb_event_ref(ev);
+    d->seq = ev->seq;
+    d->read_mono_ns = ev->read_mono_ns;
+    d->n = 0;
+    atomic_init(&d->pending, 1);
+    atomic_init(&d->enqueued, 0);
+    int expected = 0;
+    for (size_t t = 0; t < n_take; t++) {
+        const kb_route_t *route = &p->router->routes[take[t]];
+        kb_bsink_t *bs = p->bsinks[route->sink_index];
+        size_t slot = kb_delivery_slot(d, bs, p->lidx[route->sink_index]);
+        if (!atomic_load(&bs->stopped)) {
+            atomic_fetch_add(&d->s[slot].pending, 1);
+            expected++;
+        }
+    }
+    d->expected = expected;
+    kb_ledger_routed(ledger, ev->seq, waiting);
     bool eos = atomic_load(&p->eos) != NULL;
     for (size_t t = 0; t < n_take; t++) {
         const kb_route_t *route = &p->router->routes[take[t]];
+        kb_bsink_t *bs = p->bsinks[route->sink_index];
+        if (atomic_load(&bs->stopped))
+            continue; /* its bit stays: the watermark waits here */
+        size_t slot = kb_delivery_slot(d, bs, p->lidx[route->sink_index]);
         kb_buf_reset(topic);
         kb_buf_reset(key);
         kb_route_render(route, ev, topic, key);
         kb_msg_ack_t *ma = kb_malloc(sizeof(*ma));
-        ma->d = d;
-        ma->bs = p->bsinks[route->sink_index];
+        *ma = (kb_msg_ack_t){d, slot, false};
         kb_msg_t msg = {
             .ev = ev,
             .topic = topic->data, .topic_len = topic->len,
@@ -261,15 +415,10 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
                 continue;
             }
             atomic_fetch_sub(&p->inflight, 1);
-            atomic_fetch_add(&p->failed, 1);
-            atomic_fetch_add(&ma->bs->failed, 1);
-            atomic_store(&d->failed, true);
             atomic_fetch_sub(&d->pending, 1);
             free(ma);
-            static kb_ratelimit_t rl2;
-            if (kb_ratelimit_allow(&rl2, 10000, NULL))
-                KB_ERROR("bridge", "sink=%s refused key=%s rv=%s: %s", route->sink->name, ev->key, ev->rv,
-                         kb_err_str(err));
+            if (err != KB_ERR_FULL) /* at the shutdown deadline a full sink is not a refusal */
+                kb_refused(d, slot, err, false, topic->data, key->data);
             break;
         }
     }
@@ -316,6 +465,7 @@ static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, co
     kb_bsink_t *bs = kb_calloc(1, sizeof(*bs));
     bs->sink = sink;
     bs->conf = conf;
+    pthread_mutex_init(&bs->why_mtx, NULL);
     if (sink->ops->is_transactional && sink->ops->is_transactional(sink->state) &&
         sink->ops->set_checkpoint_provider) {
         kb_eos_provider_t *pv = kb_calloc(1, sizeof(*pv));
@@ -355,6 +505,43 @@ static kb_pipeline_t *kb_pipeline_new(kb_bridge_t *b, const kb_config_t *cfg, co
         p->workers[s].shard = s;
     }
     return p;
+}
+
+/* Each sink's index in the informer's ledger, parallel to cfg->sinks (-1 for
+ * sinks no route of r uses); sinks the old table had and this one has not are
+ * removed from the ledger (nothing waits for them any more). */
+static int *kb_pipeline_lidx(kb_pipeline_t *p, const kb_router_t *r, const kb_config_t *cfg, const int *old,
+                             const kb_config_t *old_cfg) {
+    kb_ledger_t *l = kb_informer_ledger(p->inf);
+    int *lidx = kb_malloc((cfg->n_sinks ? cfg->n_sinks : 1) * sizeof(*lidx));
+    for (size_t i = 0; i < cfg->n_sinks; i++)
+        lidx[i] = -1;
+    for (size_t i = 0; i < r->n; i++) {
+        size_t si = r->routes[i].sink_index;
+        if (lidx[si] < 0 && (lidx[si] = kb_ledger_add_sink(l, cfg->sinks[si].name)) < 0)
+            KB_WARN("bridge", "informer=%s routes to more than %d sinks: sink=%s gets no watermark of its own",
+                    kb_informer_conf(p->inf)->name, KB_LEDGER_MAX_SINKS, cfg->sinks[si].name);
+    }
+    for (size_t i = 0; old && old_cfg && i < old_cfg->n_sinks; i++) {
+        bool kept = false;
+        for (size_t j = 0; j < cfg->n_sinks && !kept; j++)
+            kept = lidx[j] == old[i];
+        if (old[i] >= 0 && !kept)
+            kb_ledger_remove_sink(l, old[i]);
+    }
+    return lidx;
+}
+
+/* Point every dead-letter sink of bsinks (parallel to cfg->sinks) at its target. */
+static void kb_bsinks_link_dead_letters(kb_bsink_t **bsinks, const kb_config_t *cfg) {
+    for (size_t i = 0; i < cfg->n_sinks; i++) {
+        bsinks[i]->dl = NULL;
+        if (cfg->sinks[i].on_refused != KB_REFUSED_DEAD_LETTER)
+            continue;
+        for (size_t j = 0; j < cfg->n_sinks; j++)
+            if (!strcmp(cfg->sinks[j].name, cfg->sinks[i].dead_letter))
+                bsinks[i]->dl = bsinks[j];
+    }
 }
 
 /* Routes of p's informer in cfg, over the sinks bsinks (parallel to cfg->sinks). */
@@ -426,18 +613,10 @@ static void kb_eos_records(void *opaque, kb_ckpt_rec_t **recs, size_t *n) {
         kb_pipeline_t *p = b->pipes[i];
         if (atomic_load(&p->eos) != pv->bs)
             continue;
-        uint64_t seq;
-        char rvs[1024], key[512];
-        kb_buf_t also = KB_BUF_INIT;
-        kb_informer_txn_checkpoint(p->inf, &seq, rvs, sizeof(rvs), &also);
-        kb_eos_key(b, p->inf, key, sizeof(key));
+        char key[512];
         kb_buf_t v = KB_BUF_INIT;
-        kb_buf_appendf(&v, "{\"seq\":%llu,\"rv\":", (unsigned long long)seq);
-        kb_buf_append_json_str(&v, rvs, strlen(rvs));
-        kb_buf_append_str(&v, ",\"also\":");
-        kb_buf_append_json_str(&v, also.data ? also.data : "", also.len);
-        kb_buf_append_char(&v, '}');
-        kb_buf_fini(&also);
+        kb_informer_txn_cut(p->inf, &v);
+        kb_eos_key(b, p->inf, key, sizeof(key));
         *recs = kb_realloc(*recs, (*n + 1) * sizeof(**recs));
         (*recs)[*n].key = kb_strdup(key);
         (*recs)[*n].value = kb_buf_steal(&v, NULL);
@@ -464,27 +643,10 @@ static void kb_eos_read_back(kb_bridge_t *b, kb_pipeline_t *p) {
                  bs->sink->name, kb_err_str(err));
         return;
     }
-    /* {"seq":N,"rv":"…"} — written by kb_eos_records above. */
-    const char *sp = strstr(value, "\"seq\":"), *rp = strstr(value, "\"rv\":\"");
-    if (!sp || !rp) {
-        KB_ERROR("bridge", "informer=%s checkpoint in sink=%s does not parse: %.200s", kb_informer_conf(p->inf)->name,
-                 bs->sink->name, value);
-        return;
-    }
-    uint64_t seq = strtoull(sp + 6, NULL, 10);
-    rp += 6;
-    const char *end = strchr(rp, '"');
-    char rvs[1024];
-    snprintf(rvs, sizeof(rvs), "%.*s", end ? (int)(end - rp) : 0, rp);
-    const char *ap = strstr(value, "\"also\":\"");
-    kb_buf_t also = KB_BUF_INIT;
-    if (ap) {
-        ap += 8;
-        const char *aend = strchr(ap, '"');
-        kb_buf_append(&also, ap, aend ? (size_t)(aend - ap) : 0);
-    }
-    kb_informer_apply_checkpoint(p->inf, seq, rvs, also.data ? also.data : "");
-    kb_buf_fini(&also);
+    char why[512];
+    if (kb_informer_apply_cut(p->inf, value, strlen(value), why, sizeof(why)) != KB_OK)
+        KB_ERROR("bridge", "informer=%s checkpoint in sink=%s not used: %s; resuming from state_dir",
+                 kb_informer_conf(p->inf)->name, bs->sink->name, why);
 }
 
 /* ---- heartbeats --------------------------------------------------------- */
@@ -619,6 +781,7 @@ static void kb_pipeline_destroy(kb_pipeline_t *p) {
     kb_noops_destroy(p->noops, p->router ? p->router->n : 0);
     kb_router_destroy(p->router);
     free(p->bsinks);
+    free(p->lidx);
     kb_informer_destroy(p->inf);
     pthread_rwlock_destroy(&p->route_lock);
     free(p);
@@ -648,6 +811,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         if (!b->sinks[i])
             goto fail;
     }
+    kb_bsinks_link_dead_letters(b->sinks, cfg);
     b->pipes = kb_calloc(cfg->n_informers ? cfg->n_informers : 1, sizeof(*b->pipes));
     for (size_t i = 0; i < cfg->n_informers; i++) {
         kb_pipeline_t *p = kb_pipeline_new(b, cfg, &cfg->informers[i], errstr, errstr_size);
@@ -658,6 +822,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         p->router = kb_pipeline_router(p, cfg, b->sinks, errstr, errstr_size);
         if (!p->router)
             goto fail;
+        p->lidx = kb_pipeline_lidx(p, p->router, cfg, NULL, NULL);
         p->noops = kb_noops_new(p->router);
         p->hbs = kb_hbs_new(p, p->router, cfg);
         atomic_store(&p->eos, kb_router_eos(p->router, b->sinks));
@@ -707,6 +872,24 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
         result = KB_ERR_TIMEDOUT;
     }
     return result;
+}
+
+uint64_t kb_bridge_unacknowledged(kb_bridge_t *b) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < b->n_pipes; i++) {
+        kb_informer_stats_t st;
+        kb_informer_stats(b->pipes[i]->inf, &st);
+        n += st.seq > st.ack_seq ? st.seq - st.ack_seq : 0;
+    }
+    return n;
+}
+
+void kb_bridge_reopen_sinks(kb_bridge_t *b) {
+    for (size_t i = 0; i < b->cfg->n_sinks; i++) {
+        kb_sink_t *sink = b->sinks[i]->sink;
+        if (sink && sink->ops->reopen)
+            sink->ops->reopen(sink->state);
+    }
 }
 
 void kb_bridge_log_stats(kb_bridge_t *b) {
@@ -940,12 +1123,15 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
         kb_router_t *old_router;
         kb_bsink_t **old_bsinks;
         kb_noop_t **old_noops, **noops = kb_noops_new(routers[i]);
+        int *old_lidx, *lidx = kb_pipeline_lidx(p, routers[i], ncfg, p->lidx, ocfg);
         pthread_rwlock_wrlock(&p->route_lock);
         old_router = p->router;
         old_bsinks = p->bsinks;
         old_noops = p->noops;
+        old_lidx = p->lidx;
         p->router = routers[i];
         p->bsinks = kb_bsinks_copy(nsinks, nn);
+        p->lidx = lidx;
         p->noops = noops;
         atomic_store(&p->eos, kb_router_eos(routers[i], nsinks));
         pthread_rwlock_unlock(&p->route_lock);
@@ -958,6 +1144,7 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
         kb_noops_destroy(old_noops, old_router ? old_router->n : 0);
         kb_router_destroy(old_router);
         free(old_bsinks);
+        free(old_lidx);
     }
 
     /* 4. Publish the new set, retire the old objects, start the new informers. */
@@ -1016,6 +1203,92 @@ out:
 
 /* ---- introspection (HTTP API) ------------------------------------------ */
 
+/* ---- a stopped sink, tried again -------------------------------------------- */
+
+size_t kb_bridge_stopped_sinks(kb_bridge_t *b, char ***names) {
+    pthread_rwlock_rdlock(&b->lock);
+    size_t n = 0;
+    *names = NULL;
+    for (size_t i = 0; i < b->cfg->n_sinks; i++)
+        if (atomic_load(&b->sinks[i]->stopped))
+            KB_PUSH(*names, n, kb_strdup(b->cfg->sinks[i].name));
+    pthread_rwlock_unlock(&b->lock);
+    return n;
+}
+
+/* Does p route to a sink named in names? Caller holds b->lock. */
+static bool kb_pipeline_routes_to(const kb_pipeline_t *p, char *const *names, size_t n) {
+    for (size_t r = 0; r < p->router->n; r++)
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(p->router->routes[r].conf->sink, names[i]))
+                return true;
+    return false;
+}
+
+/* p's informer opened again on its state_dir, with routes, ready to start.
+ * Caller holds b->lock for writing; p's state is closed. */
+static kb_pipeline_t *kb_pipeline_reopen(kb_bridge_t *b, const kb_pipeline_t *p, char *errstr, size_t errstr_size) {
+    const kb_config_t *cfg = b->cfg;
+    kb_pipeline_t *np = kb_pipeline_new(b, cfg, kb_informer_conf(p->inf), errstr, errstr_size);
+    if (!np)
+        return NULL;
+    np->bsinks = kb_bsinks_copy(b->sinks, cfg->n_sinks);
+    np->router = kb_pipeline_router(np, cfg, b->sinks, errstr, errstr_size);
+    if (!np->router) {
+        kb_pipeline_destroy(np);
+        return NULL;
+    }
+    np->lidx = kb_pipeline_lidx(np, np->router, cfg, NULL, NULL);
+    np->noops = kb_noops_new(np->router);
+    np->hbs = kb_hbs_new(np, np->router, cfg);
+    atomic_store(&np->eos, kb_router_eos(np->router, b->sinks));
+    kb_eos_read_back(b, np);
+    return np;
+}
+
+size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n) {
+    if (!n)
+        return 0;
+    pthread_rwlock_wrlock(&b->lock);
+    const kb_config_t *cfg = b->cfg;
+    int64_t deadline = kb_now_mono_ns() + (int64_t)cfg->shutdown_timeout * KB_NS_PER_MS * 1000;
+    kb_pipeline_t **reopened = kb_calloc(b->n_pipes ? b->n_pipes : 1, sizeof(*reopened));
+    /* Drain first (the stopped sinks are still skipped, so nothing reaches them
+     * out of order), then let them take messages again, then reopen. */
+    for (size_t k = 0; k < b->n_pipes; k++) {
+        kb_pipeline_t *p = b->pipes[k];
+        if (!p->started || !kb_pipeline_routes_to(p, names, n))
+            continue;
+        kb_pipeline_drain(p, deadline, &b->hard_stop);
+        kb_informer_close_state(p->inf);
+        reopened[k] = p;
+    }
+    atomic_store(&b->hard_stop, false);
+    for (size_t i = 0; i < cfg->n_sinks; i++)
+        for (size_t j = 0; j < n; j++)
+            if (!strcmp(cfg->sinks[i].name, names[j]) && atomic_exchange(&b->sinks[i]->stopped, false))
+                KB_INFO("bridge", "sink=%s: trying it again (it stopped after it %s)", names[j], b->sinks[i]->why);
+    size_t count = 0;
+    for (size_t k = 0; k < b->n_pipes; k++) {
+        if (!reopened[k])
+            continue;
+        char errstr[1024];
+        kb_pipeline_t *np = kb_pipeline_reopen(b, reopened[k], errstr, sizeof(errstr));
+        if (!np) {
+            KB_ERROR("bridge", "informer=%s cannot be opened again after a stopped sink: %s; restart kbridge",
+                     kb_informer_conf(reopened[k]->inf)->name, errstr);
+            continue;
+        }
+        KB_PUSH(b->retired_pipes, b->n_retired_pipes, reopened[k]);
+        b->pipes[k] = np;
+        kb_pipeline_start(np);
+        count++;
+    }
+    free(reopened);
+    pthread_rwlock_unlock(&b->lock);
+    return count;
+}
+
 void kb_bridge_rdlock(kb_bridge_t *b) {
     pthread_rwlock_rdlock(&b->lock);
 }
@@ -1053,6 +1326,7 @@ void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t i, kb_pipeline_stats_t *st)
     st->routed = atomic_load(&p->routed);
     st->unrouted = atomic_load(&p->unrouted);
     st->inflight = atomic_load(&p->inflight);
+    st->last_change_real_ns = atomic_load(&p->last_change_real_ns);
 }
 
 const kb_histogram_t *kb_bridge_handle_histogram(kb_bridge_t *b, size_t i, int type) {
@@ -1084,6 +1358,27 @@ kb_sink_t *kb_bridge_sink(kb_bridge_t *b, size_t i) {
 
 const kb_histogram_t *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t i) {
     return i < b->cfg->n_sinks ? &b->sinks[i]->delivery : NULL;
+}
+
+bool kb_bridge_sink_refusals(kb_bridge_t *b, size_t i, kb_sink_refusals_t *out) {
+    memset(out, 0, sizeof(*out));
+    if (i >= b->cfg->n_sinks)
+        return false;
+    kb_bsink_t *bs = b->sinks[i];
+    out->dead_letters = atomic_load(&bs->dead_letters);
+    for (size_t r = 0; r < KB_REFUSAL_REASONS; r++) {
+        const char *reason = atomic_load(&bs->refused[r].reason);
+        if (reason && out->n < KB_ARRAY_LEN(out->reason)) {
+            out->reason[out->n] = reason;
+            out->count[out->n++] = atomic_load(&bs->refused[r].n);
+        }
+    }
+    pthread_mutex_lock(&bs->why_mtx);
+    out->stopped = atomic_load(&bs->stopped);
+    if (out->stopped)
+        snprintf(out->why, sizeof(out->why), "%s", bs->why);
+    pthread_mutex_unlock(&bs->why_mtx);
+    return out->stopped;
 }
 
 void kb_bridge_sink_counts(kb_bridge_t *b, size_t i, uint64_t *acked, uint64_t *failed) {
@@ -1131,7 +1426,7 @@ kb_err_t kb_bridge_publish_snapshot(kb_bridge_t *b, const char *informer, const 
     }
     kb_event_list_t all;
     kb_event_list_init(&all);
-    char rv[64];
+    char rv[KB_RV_MAX];
     kb_informer_snapshot(p->inf, NULL, &all, rv, sizeof(rv));
     kb_snap_ack_t *sa = kb_calloc(1, sizeof(*sa));
     atomic_init(&sa->pending, 1);

@@ -30,6 +30,12 @@ kb_err_t kb_bridge_start(kb_bridge_t *b);
  * undelivered (it is logged). */
 kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms);
 void kb_bridge_destroy(kb_bridge_t *b);
+/* Changes accepted from the server that not every sink has acknowledged yet
+ * (over all informers). Thread: any; takes each informer's stats lock. */
+uint64_t kb_bridge_unacknowledged(kb_bridge_t *b);
+/* SIGHUP: ask every running sink that can to reopen its output (the file
+ * sink's path after logrotate). Never blocks. Thread: main only. */
+void kb_bridge_reopen_sinks(kb_bridge_t *b);
 /* One log line per informer and sink with the counters. */
 void kb_bridge_log_stats(kb_bridge_t *b);
 
@@ -47,6 +53,16 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *cfg, char *errstr, size_t
  * read lock (kb_bridge_rdlock … kb_bridge_unlock) for as long as the result is
  * used: a reload swaps informers and sinks under the write lock. Objects a
  * reload replaced stay allocated until kb_bridge_destroy. */
+/* The names of the sinks that stopped after refusing a message (on_refused =
+ * "stop"), malloc'd (free each and the array). Thread: main. */
+size_t kb_bridge_stopped_sinks(kb_bridge_t *b, char ***names);
+/* Try the named sinks again (SIGHUP, after a reload): every informer that
+ * routes to one is drained, closed and opened again on its state_dir, so the
+ * journal's tail goes again to the sinks whose watermark is below it — the
+ * stopped ones — and the sinks take messages again. Returns the informers
+ * reopened. Thread: main. Locks: b->lock (write). */
+size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n);
+
 void kb_bridge_rdlock(kb_bridge_t *b);
 void kb_bridge_unlock(kb_bridge_t *b);
 struct kb_informer;
@@ -61,6 +77,7 @@ const kb_config_t *kb_bridge_config(const kb_bridge_t *b);
 typedef struct kb_pipeline_stats {
     uint64_t delivered, failed, routed, unrouted;
     int64_t inflight;
+    int64_t last_change_real_ns; /* wall time of the newest ADDED/MODIFIED/DELETED routed (0: none yet) */
 } kb_pipeline_stats_t;
 void kb_bridge_pipeline_stats(kb_bridge_t *b, size_t informer, kb_pipeline_stats_t *st);
 /* Time a shard worker spends per event (routing + handing to sinks), by event type. */
@@ -75,6 +92,19 @@ struct kb_sink *kb_bridge_sink(kb_bridge_t *b, size_t i);             /* in cfg-
 /* Watch read → sink acknowledgement, per sink. */
 const struct kb_histogram *kb_bridge_delivery_histogram(kb_bridge_t *b, size_t sink);
 void kb_bridge_sink_counts(kb_bridge_t *b, size_t sink, uint64_t *acked, uint64_t *failed);
+
+/* What a sink refused for good (on_refused), by reason (kb_err_name: "TOOBIG",
+ * "DELIVERY", …), and whether it is stopped now, with what stopped it. */
+typedef struct kb_sink_refusals {
+    bool stopped;
+    char why[512];            /* "refused ns/name rv=R: reason" while stopped */
+    uint64_t dead_letters;    /* refused messages handed to its dead-letter sink */
+    size_t n;
+    const char *reason[8];    /* static strings */
+    uint64_t count[8];
+} kb_sink_refusals_t;
+/* Fills *out; returns out->stopped. Caller holds kb_bridge_rdlock. Thread: any. */
+bool kb_bridge_sink_refusals(kb_bridge_t *b, size_t sink, kb_sink_refusals_t *out);
 
 /* Publish every cached object of informer that route matches (namespaces,
  * label_selector: kb_route_match, as live delivery) as SNAPSHOT to the

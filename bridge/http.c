@@ -57,6 +57,7 @@
 #include "common/time.h"
 #include "informer/indexer.h"
 #include "informer/informer.h"
+#include "informer/ledger.h"
 #include "sinks/sink.h"
 
 #include <microhttpd.h>
@@ -797,10 +798,14 @@ static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb
     kb_buf_t body = KB_BUF_INIT;
     for (size_t i = 0; i < kb_bridge_informer_count(h->b); i++) {
         kb_informer_t *x = kb_bridge_informer(h->b, i);
-        if (kb_informer_synced(x))
-            continue;
         kb_informer_stats_t st;
         kb_informer_stats(x, &st);
+        if (st.paused)
+            kb_buf_appendf(&body, "informer %s: reading paused: %llu change(s) not acknowledged by every sink "
+                           "(the oldest at seq %llu; see the sinks below)\n", kb_informer_conf(x)->name,
+                           (unsigned long long)st.window, (unsigned long long)st.ack_seq + 1);
+        if (kb_informer_synced(x))
+            continue;
         kb_buf_appendf(&body, "informer %s: not synced (first list not finished)%s%s\n", kb_informer_conf(x)->name,
                        st.last_error[0] ? "; last error: " : "", st.last_error);
     }
@@ -813,6 +818,10 @@ static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb
         sink->ops->stats(sink->state, &st);
         if (!st.connected)
             kb_buf_appendf(&body, "sink %s: not connected to its destination\n", cfg->sinks[i].name);
+        kb_sink_refusals_t rf;
+        if (kb_bridge_sink_refusals(h->b, i, &rf))
+            kb_buf_appendf(&body, "sink %s: stopped: %s (on_refused = \"stop\"; fix the cause, then SIGHUP)\n",
+                           cfg->sinks[i].name, rf.why);
     }
     if (body.len)
         return kb_http_send(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", &body);
@@ -887,6 +896,15 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
                        (unsigned long long)st.ack_seq);
         kb_http_json_field(&o, "resourceVersion", st.checkpoint_rv);
         kb_buf_append_char(&o, '}');
+        kb_ledger_sink_t sinks[KB_LEDGER_MAX_SINKS];
+        size_t n_sinks = kb_ledger_sinks(kb_informer_ledger(inf), sinks, KB_ARRAY_LEN(sinks));
+        kb_buf_append_str(&o, ",\"sinks\":[");
+        for (size_t k = 0; k < n_sinks; k++) {
+            kb_buf_append_str(&o, k ? ",{\"name\":" : "{\"name\":");
+            kb_buf_append_json_str(&o, sinks[k].name, strlen(sinks[k].name));
+            kb_buf_appendf(&o, ",\"watermark\":%llu}", (unsigned long long)sinks[k].watermark);
+        }
+        kb_buf_append_char(&o, ']');
         kb_http_json_field(&o, "lastError", st.last_error);
         kb_buf_append_char(&o, '}');
     }
@@ -1093,8 +1111,11 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
         {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
         {MHD_OPTION_END, 0, NULL},
     };
-    return MHD_start_daemon(flags, 0, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER, kb_http_log,
-                            NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
+    /* The port asked for, also passed apart from the address: libmicrohttpd's bind error names this one. */
+    uint16_t want_port = ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                                                         : ((const struct sockaddr_in *)ss)->sin_port);
+    return MHD_start_daemon(flags, want_port, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER,
+                            kb_http_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
                             KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,

@@ -1,4 +1,4 @@
-/* bridge/http.h — the HTTP API: health, readiness, Prometheus
+/* bridge/http.h — the HTTP API (docs/http.md): health, readiness, Prometheus
  * metrics, informer status, snapshot (a Kubernetes List from the cache) and
  * replay (the journal as watch events, then live). docs/http.md is the user
  * reference.

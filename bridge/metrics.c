@@ -9,6 +9,13 @@
  * on everything an informer owns, sink="…" on what a sink owns; the replica
  * shard of a sharded deployment is a label of kbridge_info (one process is
  * one shard).
+ *
+ * The process_* families follow the Prometheus client libraries: read from
+ * /proc/self at scrape time (stat for CPU, RSS, start time; the fd directory
+ * for open descriptors; getrlimit for the limit), so they cost nothing
+ * between scrapes and agree with what `ps` and `ls /proc/PID/fd` say.
+ * API-server requests are counted where they are made (informer/apiclient.c)
+ * and only read here.
  */
 #include "bridge/http_int.h"
 
@@ -16,12 +23,21 @@
 #include "common/event.h"
 #include "common/histogram.h"
 #include "common/time.h"
+#include "informer/apiclient.h"
 #include "informer/informer.h"
 #include "sinks/sink.h"
 
+#include <dirent.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#ifndef KB_BUILD_TYPE
+#define KB_BUILD_TYPE "unknown"
+#endif
 
 /* What one scrape knows about one informer. */
 typedef struct kb_m_inf {
@@ -29,6 +45,7 @@ typedef struct kb_m_inf {
     kb_informer_stats_t st;
     kb_pipeline_stats_t ps;
     double lag_seconds; /* checkpoint lag, see kb_m_lag */
+    double last_change_seconds; /* unix time of the newest change routed, 0: none yet */
 } kb_m_inf_t;
 
 typedef enum { KB_MV_U64, KB_MV_SIZE, KB_MV_I64, KB_MV_BOOL, KB_MV_DOUBLE } kb_mv_kind_t;
@@ -66,6 +83,9 @@ static const kb_m_row_t kb_m_informer_rows[] = {
     {"kbridge_checkpoint_lag_seconds", "gauge",
      "While changes wait for acknowledgement: seconds since the newest acknowledgement; 0 when nothing waits.",
      KB_M(lag_seconds), KB_MV_DOUBLE},
+    {"kbridge_informer_last_change_timestamp_seconds", "gauge",
+     "Unix time of the newest ADDED, MODIFIED or DELETED change the informer handed to routing; 0 before the first.",
+     KB_M(last_change_seconds), KB_MV_DOUBLE},
     {"kbridge_events_routed_total", "counter", "Changes that matched at least one route.", KB_M(ps.routed),
      KB_MV_U64},
     {"kbridge_events_unrouted_total", "counter", "Changes that matched no route.", KB_M(ps.unrouted), KB_MV_U64},
@@ -189,6 +209,34 @@ static void kb_m_sinks(kb_buf_t *o, kb_bridge_t *b, const kb_config_t *cfg) {
         kb_m_label(o, "sink", cfg->sinks[i].name);
         kb_buf_appendf(o, ",result=\"failed\"} %llu\n", (unsigned long long)st[i].failed);
     }
+    kb_sink_refusals_t *rf = kb_calloc(n ? n : 1, sizeof(*rf));
+    for (size_t i = 0; i < n; i++)
+        kb_bridge_sink_refusals(b, i, &rf[i]);
+    kb_m_head(o, "kbridge_sink_refused_total", "counter",
+              "Messages the sink refused for good (they follow its on_refused), by reason.");
+    for (size_t i = 0; i < n; i++)
+        for (size_t r = 0; r < rf[i].n; r++) {
+            kb_buf_append_str(o, "kbridge_sink_refused_total{");
+            kb_m_label(o, "sink", cfg->sinks[i].name);
+            kb_buf_append_char(o, ',');
+            kb_m_label(o, "reason", rf[i].reason[r]);
+            kb_buf_appendf(o, "} %llu\n", (unsigned long long)rf[i].count[r]);
+        }
+    kb_m_head(o, "kbridge_dead_letters_total", "counter",
+              "Refused messages the sink handed to its dead-letter sink (on_refused = \"dead_letter\").");
+    for (size_t i = 0; i < n; i++) {
+        kb_buf_append_str(o, "kbridge_dead_letters_total{");
+        kb_m_label(o, "sink", cfg->sinks[i].name);
+        kb_buf_appendf(o, "} %llu\n", (unsigned long long)rf[i].dead_letters);
+    }
+    kb_m_head(o, "kbridge_sink_stopped", "gauge",
+              "1 while the sink is stopped after refusing a message (on_refused = \"stop\"): SIGHUP tries it again.");
+    for (size_t i = 0; i < n; i++) {
+        kb_buf_append_str(o, "kbridge_sink_stopped{");
+        kb_m_label(o, "sink", cfg->sinks[i].name);
+        kb_buf_appendf(o, "} %d\n", rf[i].stopped ? 1 : 0);
+    }
+    free(rf);
     static const struct {
         const char *name, *type, *help;
         size_t off;
@@ -232,6 +280,166 @@ static void kb_m_sinks(kb_buf_t *o, kb_bridge_t *b, const kb_config_t *cfg) {
     free(st);
 }
 
+/* ---- process_* as the Prometheus client libraries export them ---------- */
+
+typedef struct kb_m_proc {
+    double cpu_seconds, start_time_seconds;
+    double rss_bytes, vsize_bytes;
+    long open_fds;        /* -1: unknown */
+    double max_fds;       /* soft RLIMIT_NOFILE; -1: unknown */
+    bool stat_ok;
+} kb_m_proc_t;
+
+/* Boot time (unix seconds) from /proc/stat's btime; 0 if unreadable. */
+static long long kb_m_boot_time(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    long long bt = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "btime %lld", &bt) == 1)
+            break;
+    fclose(f);
+    return bt;
+}
+
+/* /proc/self/stat: fields after the parenthesised command (which may hold spaces). */
+static bool kb_m_read_stat(kb_m_proc_t *pr) {
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (!p)
+        return false;
+    unsigned long utime, stime, vsize;
+    unsigned long long start;
+    long rss;
+    /* state(3) … utime(14) stime(15) … starttime(22) vsize(23) rss(24) */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d %llu %lu %ld",
+               &utime, &stime, &start, &vsize, &rss) != 5)
+        return false;
+    double tck = (double)sysconf(_SC_CLK_TCK);
+    if (tck <= 0)
+        return false;
+    pr->cpu_seconds = (double)(utime + stime) / tck;
+    pr->start_time_seconds = (double)kb_m_boot_time() + (double)start / tck;
+    pr->vsize_bytes = (double)vsize;
+    pr->rss_bytes = (double)rss * (double)sysconf(_SC_PAGESIZE);
+    return true;
+}
+
+static long kb_m_open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+static void kb_m_process(kb_buf_t *o) {
+    kb_m_proc_t pr = {.open_fds = -1, .max_fds = -1};
+    pr.stat_ok = kb_m_read_stat(&pr);
+    pr.open_fds = kb_m_open_fds();
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        pr.max_fds = rl.rlim_cur == RLIM_INFINITY ? -1 : (double)rl.rlim_cur;
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+        bool needs_stat;
+    } rows[] = {
+        {"process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
+         offsetof(kb_m_proc_t, cpu_seconds), true},
+        {"process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+         offsetof(kb_m_proc_t, rss_bytes), true},
+        {"process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
+         offsetof(kb_m_proc_t, vsize_bytes), true},
+        {"process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
+         offsetof(kb_m_proc_t, start_time_seconds), true},
+        {"process_max_fds", "gauge", "Maximum number of open file descriptors.", offsetof(kb_m_proc_t, max_fds),
+         false},
+    };
+    for (size_t r = 0; r < KB_ARRAY_LEN(rows); r++) {
+        double v;
+        memcpy(&v, (const char *)&pr + rows[r].off, sizeof(v));
+        if ((rows[r].needs_stat && !pr.stat_ok) || v < 0)
+            continue;
+        kb_m_head(o, rows[r].name, rows[r].type, rows[r].help);
+        kb_buf_appendf(o, "%s %.15g\n", rows[r].name, v);
+    }
+    if (pr.open_fds >= 0) {
+        kb_m_head(o, "process_open_fds", "gauge", "Number of open file descriptors.");
+        kb_buf_appendf(o, "process_open_fds %ld\n", pr.open_fds);
+    }
+}
+
+/* ---- API-server requests (counted in informer/apiclient.c) -------------- */
+
+static void kb_m_apiserver(kb_buf_t *o) {
+    kb_api_request_stats_t rows[64];
+    size_t n = kb_apiclient_request_stats(rows, KB_ARRAY_LEN(rows));
+    if (n > KB_ARRAY_LEN(rows))
+        n = KB_ARRAY_LEN(rows);
+    kb_buf_t lab = KB_BUF_INIT;
+    kb_m_head(o, "kbridge_apiserver_requests_total", "counter",
+              "Requests sent to the Kubernetes API server, by verb, resource and HTTP status (code=\"error\": no response).");
+    for (size_t i = 0; i < n; i++) {
+        kb_buf_reset(&lab);
+        kb_m_label(&lab, "verb", rows[i].verb);
+        kb_buf_append_char(&lab, ',');
+        kb_m_label(&lab, "resource", rows[i].resource);
+        for (size_t c = 0; c < rows[i].n_codes; c++) {
+            char code[16];
+            int k = rows[i].code[c];
+            snprintf(code, sizeof(code), "%d", k);
+            kb_buf_appendf(o, "kbridge_apiserver_requests_total{%s,code=\"%s\"} %llu\n", lab.data,
+                           k == 0 ? "error" : k < 0 ? "other" : code, (unsigned long long)rows[i].count[c]);
+        }
+    }
+    kb_m_head(o, "kbridge_apiserver_request_duration_seconds", "histogram",
+              "Time of one request to the API server (lists and gets; watches last until the server ends them).");
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].duration)
+            continue;
+        kb_buf_reset(&lab);
+        kb_m_label(&lab, "verb", rows[i].verb);
+        kb_buf_append_char(&lab, ',');
+        kb_m_label(&lab, "resource", rows[i].resource);
+        kb_m_histogram(o, "kbridge_apiserver_request_duration_seconds", lab.data, rows[i].duration);
+    }
+    kb_buf_fini(&lab);
+}
+
+static void kb_m_build_info(kb_buf_t *o, const kb_config_t *cfg) {
+    kb_m_head(o, "kbridge_build_info", "gauge", "Always 1; labels: version, build type and compiler of this binary.");
+    kb_buf_append_str(o, "kbridge_build_info{");
+    kb_m_label(o, "version", KB_VERSION);
+    kb_buf_append_char(o, ',');
+    kb_m_label(o, "build_type", KB_BUILD_TYPE);
+    kb_buf_append_char(o, ',');
+#if defined(__clang__)
+    kb_m_label(o, "compiler", "clang " __clang_version__);
+#elif defined(__GNUC__)
+    kb_m_label(o, "compiler", "gcc " __VERSION__);
+#else
+    kb_m_label(o, "compiler", "unknown");
+#endif
+    kb_buf_append_str(o, "} 1\n");
+    kb_m_head(o, "kbridge_info", "gauge", "Always 1; labels: version, cluster, replica shard (index/replicas).");
+    kb_buf_append_str(o, "kbridge_info{version=\"" KB_VERSION "\",");
+    kb_m_label(o, "cluster", cfg->cluster.name ? cfg->cluster.name : "");
+    kb_buf_appendf(o, ",shard=\"%d/%d\"} 1\n", cfg->sharding_index, cfg->sharding_replicas);
+}
+
 /* Called under kb_bridge_rdlock (bridge/http.c holds it for every answer). */
 void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
     const kb_config_t *cfg = kb_bridge_config(b);
@@ -244,11 +452,11 @@ void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
         kb_informer_stats(inf, &infs[i].st);
         kb_bridge_pipeline_stats(b, i, &infs[i].ps);
         infs[i].lag_seconds = kb_m_lag(&infs[i].st, now, since_real_ns);
+        infs[i].last_change_seconds = (double)infs[i].ps.last_change_real_ns / 1e9;
     }
-    kb_m_head(out, "kbridge_info", "gauge", "Always 1; labels: version, cluster, replica shard (index/replicas).");
-    kb_buf_append_str(out, "kbridge_info{version=\"" KB_VERSION "\",");
-    kb_m_label(out, "cluster", cfg->cluster.name ? cfg->cluster.name : "");
-    kb_buf_appendf(out, ",shard=\"%d/%d\"} 1\n", cfg->sharding_index, cfg->sharding_replicas);
+    kb_m_process(out);
+    kb_m_build_info(out, cfg);
+    kb_m_apiserver(out);
     kb_m_informers(out, b, infs, n);
     kb_m_head(out, "kbridge_noop_suppressed_total", "counter",
               "Changes a route with suppress_noop skipped as identical to what it last delivered for the key.");

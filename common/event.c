@@ -170,6 +170,7 @@ kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool fin
     };
     kb_event_t *copy = kb_event_new(&in);
     copy->seq = ev->seq;
+    copy->redelivery = ev->redelivery;
     return copy;
 }
 
@@ -188,6 +189,7 @@ kb_event_t *kb_event_thin(const kb_event_t *ev) {
     };
     kb_event_t *copy = kb_event_new(&in);
     copy->seq = ev->seq;
+    copy->redelivery = ev->redelivery;
     return copy;
 }
 

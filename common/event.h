@@ -23,6 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The longest resourceVersion kbridge keeps, NUL included. Kubernetes RVs are
+ * decimal etcd revisions (at most 20 digits); a server whose RVs are longer
+ * than this has its objects refused with an error, never truncated. */
+#define KB_RV_MAX 256
+
 typedef enum {
     KB_EV_ADDED = 0,
     KB_EV_MODIFIED = 1,
@@ -65,6 +70,12 @@ typedef struct kb_event {
     _Atomic unsigned refcnt;
     kb_event_type_t type;
     bool final_state_unknown; /* DELETED synthesized by a relist/restart diff */
+    /* Queued again from the journal's unacknowledged tail after a restart: a
+     * sink may have delivered it before the crash, so compaction must never
+     * make it vanish (an ADDED so marked that meets its DELETED leaves the
+     * DELETED). Kept by retype and thin copies and by LATEST merges. Set
+     * before the event is shared. */
+    bool redelivery;
     kb_resource_t *res;       /* reference held */
     const char *key;          /* "namespace/name", or "name" when cluster-scoped */
     const char *ns;           /* "" when cluster-scoped */

@@ -1,9 +1,15 @@
 /* common/log.h — one line per event to stderr.
  *
- * Text:  2026-11-30T08:00:00.123456Z INFO  kb:refl/pods reflector: watch opened rv=123
- * JSON:  {"ts":"…","level":"info","thread":"kb:refl/pods","module":"reflector","msg":"watch opened rv=123"}
+ * Text:  2026-11-30T08:00:00.123456Z INFO  kb:refl/pods reflector: informer=pods watch opened rv=123
+ * JSON:  {"ts":"…","level":"info","thread":"kb:refl/pods","module":"reflector","informer":"pods","rv":"123",
+ *         "msg":"watch opened"}
  *
- * Messages carry key=value fields in the text. The level check is a relaxed
+ * Messages carry key=value fields in the text. In JSON every such field —
+ * a whitespace-separated token key=value with key [a-z][a-z0-9_]*, value up
+ * to the next blank (or a "double-quoted" value), trailing , ; ) left in the
+ * message — becomes a JSON string member and leaves msg; a key that would
+ * repeat or shadow ts/level/thread/module/msg stays in msg. So call sites
+ * keep writing one format string and both formats stay readable. The level check is a relaxed
  * atomic load, so a disabled level costs one compare. Secrets are never
  * passed to the logger (callers' duty). kb_log_setup() may be called at any
  * time (a reload changes the level); every other function is thread-safe.
@@ -24,6 +30,11 @@ void kb_log_setup(kb_log_level_t level, bool json);
 int kb_log_level_parse(const char *s);
 void kb_log_write(kb_log_level_t level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The line kb_log_write writes (newline included) for an already formatted
+ * message, appended to out; ts is the RFC 3339 time. Pure (tests use it). */
+struct kb_buf;
+void kb_log_format(struct kb_buf *out, bool json, const char *ts, kb_log_level_t level, const char *thread,
+                   const char *module, const char *msg);
 
 #define kb_log(level, module, ...)                                                        \
     do {                                                                                 \

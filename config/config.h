@@ -23,6 +23,7 @@ typedef enum { KB_COMPACTION_NONE = 0, KB_COMPACTION_LATEST = 1 } kb_compaction_
 typedef enum { KB_SINK_FILE = 0, KB_SINK_KAFKA = 1, KB_SINK_MQTT = 2 } kb_sink_type_t;
 typedef enum { KB_FORMAT_JSON = 0, KB_FORMAT_CE_STRUCTURED = 1, KB_FORMAT_CE_BINARY = 2 } kb_format_t;
 typedef enum { KB_MODE_EVENTS = 0, KB_MODE_STATE = 1 } kb_mode_t;
+typedef enum { KB_REFUSED_STOP = 0, KB_REFUSED_DEAD_LETTER = 1 } kb_refused_t;
 
 typedef struct kb_strlist {
     char **v;   /* n strings, owned */
@@ -76,8 +77,13 @@ typedef struct kb_config_sink {
     char *name;
     kb_sink_type_t type;
     int line;
+    kb_refused_t on_refused; /* what a message the sink can never deliver does */
+    char *dead_letter;   /* on_refused = dead_letter: the sink that gets it ("" otherwise) */
     /* file */
     char *path;          /* "-" = stdout */
+    bool follow_symlinks; /* false: a symlink at path is refused (O_NOFOLLOW) */
+    char *file_mode;     /* "0600": octal permission bits of a file the sink creates */
+    unsigned file_mode_bits; /* file_mode parsed (finish_sink) */
     /* kafka */
     char *brokers;
     kb_kv_t *properties; size_t n_properties; /* passed to librdkafka as-is */

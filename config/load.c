@@ -9,6 +9,12 @@
  * that is present is an error. Section hooks do the few checks that span
  * keys (route references, computed defaults, the $HOSTNAME ordinal).
  *
+ * String values are expanded first (kb_expand): ${NAME} and ${NAME:-default}
+ * from the environment, $$ for a literal $, so credentials and names can
+ * come from a pod's environment without a templating step. An unset
+ * variable without a default is an error naming the key's line, because a
+ * silently empty server, topic or password is worse than not starting.
+ *
  * The first error stops the load: the message is one line, "FILE:LINE: …",
  * and the partial struct is freed by kb_config_free(), which copes with any
  * field still NULL. libconfig 1.5 cannot read quoted setting names and
@@ -164,6 +170,56 @@ static bool kb_listen_valid(const char *s) {
     return atoi(colon + 1) <= 65535;
 }
 
+/* ---- ${ENV} expansion ---------------------------------------------------- */
+
+static bool kb_env_name_char(char c, bool first) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || (!first && c >= '0' && c <= '9');
+}
+
+/* v with ${NAME}, ${NAME:-default} and $$ expanded, into out (reset first).
+ * A '$' before anything else stays as it is. Defaults are literal text up to
+ * the first '}'. False (after kb_config__fail) on an unset variable without
+ * a default, a bad name or a missing '}'. */
+static bool kb_expand(kb_loader_t *ld, const config_setting_t *s, const char *path, const char *v, kb_buf_t *out) {
+    kb_buf_reset(out);
+    kb_buf_append_str(out, "");
+    for (const char *p = v; *p;) {
+        if (p[0] != '$' || (p[1] != '$' && p[1] != '{')) {
+            kb_buf_append_char(out, *p++);
+            continue;
+        }
+        if (p[1] == '$') {
+            kb_buf_append_char(out, '$');
+            p += 2;
+            continue;
+        }
+        const char *name = p + 2, *e = name;
+        while (kb_env_name_char(*e, e == name))
+            e++;
+        int n = (int)(e - name);
+        const char *def = NULL, *end = e;
+        if (e[0] == ':' && e[1] == '-') {
+            def = e + 2;
+            end = strchr(def, '}');
+        }
+        if (!n || !end || *end != '}')
+            return kb_config__fail(ld, s, "%s: bad ${…} in \"%s\" (write ${NAME} or ${NAME:-default}; $$ is a $)",
+                                   path, v);
+        char var[256];
+        snprintf(var, sizeof(var), "%.*s", n, name);
+        const char *val = getenv(var);
+        if (def && (!val || !*val))
+            kb_buf_append(out, def, (size_t)(end - def));
+        else if (val)
+            kb_buf_append_str(out, val);
+        else
+            return kb_config__fail(ld, s, "%s: environment variable %s is not set (write ${%s:-default} for a default)",
+                                   path, var, var);
+        p = end + 1;
+    }
+    return true;
+}
+
 /* Checks on one string value of a row (also each element of a list). */
 static bool kb_check_string(kb_loader_t *ld, const kb_ckey_t *k, const config_setting_t *s, const char *path,
                             const char *v) {
@@ -257,12 +313,16 @@ static bool kb_load_strlist(kb_loader_t *ld, const kb_ckey_t *k, const config_se
         const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
         char epath[KB_PATH_MAX + 16];
         snprintf(epath, sizeof(epath), "%s[%d]", path, i);
-        const char *v = config_setting_get_string(e);
-        if (!v)
+        const char *raw = config_setting_get_string(e);
+        if (!raw)
             return kb_config__fail(ld, e, "%s: expected a string", epath);
-        if (!kb_check_string(ld, k, e, epath, v))
+        kb_buf_t v = KB_BUF_INIT;
+        bool ok = kb_expand(ld, e, epath, raw, &v) && kb_check_string(ld, k, e, epath, v.data);
+        if (ok)
+            kb_strlist_push(l, v.data, v.len);
+        kb_buf_fini(&v);
+        if (!ok)
             return false;
-        kb_strlist_push(l, v, strlen(v));
     }
     return true;
 }
@@ -302,10 +362,18 @@ static bool kb_load_props(kb_loader_t *ld, const config_setting_t *s, const char
         char name[KB_PATH_MAX], text[64];
         kb_config__name_decode(config_setting_name(e), name, sizeof(name));
         const char *v = text;
+        kb_buf_t ex = KB_BUF_INIT;
         switch (config_setting_type(e)) {
-        case CONFIG_TYPE_STRING:
-            v = config_setting_get_string(e);
+        case CONFIG_TYPE_STRING: {
+            char epath[KB_PATH_MAX * 2];
+            snprintf(epath, sizeof(epath), "%s.%s", path, name);
+            if (!kb_expand(ld, e, epath, config_setting_get_string(e), &ex)) {
+                kb_buf_fini(&ex);
+                return false;
+            }
+            v = ex.data;
             break;
+        }
         case CONFIG_TYPE_INT:
         case CONFIG_TYPE_INT64:
             snprintf(text, sizeof(text), "%lld", config_setting_get_int64(e));
@@ -319,10 +387,13 @@ static bool kb_load_props(kb_loader_t *ld, const config_setting_t *s, const char
         default:
             return kb_config__fail(ld, e, "%s.%s: expected a string, number or boolean", path, name);
         }
-        if (!*name)
+        if (!*name) {
+            kb_buf_fini(&ex);
             return kb_config__fail(ld, e, "%s: empty property name", path);
+        }
         (*kv)[*n_kv].key = kb_strdup(name);
         (*kv)[*n_kv].value = kb_strdup(v);
+        kb_buf_fini(&ex);
         (*kv)[*n_kv].line = config_setting_source_line(e);
         (*n_kv)++;
     }
@@ -389,21 +460,26 @@ static bool kb_load_value(kb_loader_t *ld, const kb_ckey_t *k, const config_sett
     case KB_CT_STRING:
     case KB_CT_ENUM:
     case KB_CT_CHOICE: {
-        const char *v = config_setting_get_string(s);
-        if (!v)
+        const char *raw = config_setting_get_string(s);
+        if (!raw)
             return kb_config__fail(ld, s, "%s: expected a string", path);
-        if (k->type == KB_CT_STRING) {
+        kb_buf_t ex = KB_BUF_INIT;
+        bool ok = kb_expand(ld, s, path, raw, &ex);
+        const char *v = ex.data;
+        if (ok && k->type == KB_CT_STRING) {
             *(char **)p = kb_file_name(ld, k, v);
-            return kb_check_string(ld, k, s, path, v);
+            ok = kb_check_string(ld, k, s, path, v);
+        } else if (ok) {
+            int i = kb_value_index(k->values, v);
+            if (i < 0)
+                ok = kb_fail_values(ld, s, path, v, k->values);
+            else if (k->type == KB_CT_ENUM)
+                *(int *)p = i;
+            else
+                *(char **)p = kb_strdup(v);
         }
-        int i = kb_value_index(k->values, v);
-        if (i < 0)
-            return kb_fail_values(ld, s, path, v, k->values);
-        if (k->type == KB_CT_ENUM)
-            *(int *)p = i;
-        else
-            *(char **)p = kb_strdup(v);
-        return true;
+        kb_buf_fini(&ex);
+        return ok;
     }
     case KB_CT_INT:
     case KB_CT_INT64: {
@@ -497,9 +573,16 @@ static bool kb_load_section(kb_loader_t *ld, const kb_csection_t *sec, const con
 bool kb_config__finish_sink(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                             const char *prefix) {
     KB_UNUSED(index);
-    KB_UNUSED(grp);
-    KB_UNUSED(prefix);
     kb_config_sink_t *sink = base;
+    if (sink->type == KB_SINK_FILE) {
+        char *end = NULL;
+        long mode = strtol(sink->file_mode, &end, 8);
+        if (!sink->file_mode[0] || *end || mode < 0 || mode > 0777)
+            return kb_config__fail(ld, config_setting_get_member(grp, "file_mode"),
+                                   "%s.file_mode: \"%s\" is not an octal permission mode such as \"0600\"", prefix,
+                                   sink->file_mode);
+        sink->file_mode_bits = (unsigned)mode;
+    }
     if (!sink->client_id) {
         size_t n = strlen(ld->cfg->cluster.name) + sizeof("kbridge-");
         sink->client_id = kb_malloc(n);
@@ -567,11 +650,46 @@ static bool kb_finish_cluster(kb_loader_t *ld, const kb_config_t *cfg, const con
                            c->server);
 }
 
+/* on_refused = "dead_letter" names a sink that exists, is not the sink
+ * itself, and does not lead back to it through other dead-letter sinks. */
+static bool kb_check_dead_letters(kb_loader_t *ld, kb_config_t *cfg, const config_setting_t *grp) {
+    const config_setting_t *list = config_setting_get_member(grp, "sinks");
+    for (size_t i = 0; i < cfg->n_sinks; i++) {
+        const kb_config_sink_t *s = &cfg->sinks[i];
+        const config_setting_t *at = list ? config_setting_get_elem(list, (unsigned)i) : NULL;
+        const config_setting_t *key = at ? config_setting_get_member(at, "dead_letter") : NULL;
+        if (s->on_refused != KB_REFUSED_DEAD_LETTER) {
+            if (s->dead_letter[0])
+                return kb_config__fail(ld, key, "sinks.%s.dead_letter: used only with on_refused = \"dead_letter\"",
+                                       s->name);
+            continue;
+        }
+        if (!s->dead_letter[0])
+            return kb_config__fail(ld, at, "sinks.%s: on_refused = \"dead_letter\" needs dead_letter = \"<sink>\"",
+                                   s->name);
+        const kb_config_sink_t *d = s;
+        for (size_t hops = 0; d && d->on_refused == KB_REFUSED_DEAD_LETTER; hops++) {
+            const kb_config_sink_t *next = kb_config_find_sink(cfg, d->dead_letter);
+            if (!next)
+                return kb_config__fail(ld, key, "sinks.%s.dead_letter: no sink named \"%s\"", d->name,
+                                       d->dead_letter);
+            if (next == s || hops > cfg->n_sinks)
+                return kb_config__fail(ld, key, "sinks.%s.dead_letter: \"%s\" leads back to \"%s\" (a sink cannot "
+                                       "dead-letter to itself, directly or through others)", s->name, s->dead_letter,
+                                       s->name);
+            d = next;
+        }
+    }
+    return true;
+}
+
 bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                             const char *prefix) {
     KB_UNUSED(index);
     KB_UNUSED(prefix);
     kb_config_t *cfg = base;
+    if (!kb_check_dead_letters(ld, cfg, grp))
+        return false;
     const config_setting_t *sharding = config_setting_get_member(grp, "sharding");
     const config_setting_t *at = sharding ? config_setting_get_member(sharding, "index") : NULL;
     if (cfg->sharding_index == -1) {
@@ -600,6 +718,8 @@ bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const con
 /* include_dir NULL: @include is refused (text from memory has no directory). */
 static kb_config_t *kb_config_load_text(const char *text, const char *path, const char *include_dir,
                                         char *errstr, size_t errstr_size) {
+    if (!strncmp(text, "\xEF\xBB\xBF", 3))
+        text += 3; /* a UTF-8 byte order mark, as some Windows editors write */
     char *prepared = kb_config__prepare(text, path, include_dir != NULL, errstr, errstr_size);
     if (!prepared)
         return NULL;

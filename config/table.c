@@ -28,6 +28,7 @@ static const char *const kb_v_sink_type[] = {"file", "kafka", "mqtt", NULL};
 static const char *const kb_v_format[] = {"json", "cloudevents-structured", "cloudevents-binary", NULL};
 static const char *const kb_v_mode[] = {"events", "state", NULL};
 static const char *const kb_v_mqtt_version[] = {"3", "5", NULL};
+static const char *const kb_v_refused[] = {"stop", "dead_letter", NULL};
 
 #define FILE_ONLY (1u << KB_SINK_FILE)
 #define KAFKA_ONLY (1u << KB_SINK_KAFKA)
@@ -84,7 +85,8 @@ static const kb_ckey_t kb_keys_log[] = {
     {.name = "level", .type = KB_CT_CHOICE, .off = TOP(log_level), .def = "info", .values = kb_v_log_level,
      .doc = "Lowest level written to stderr."},
     {.name = "format", .type = KB_CT_CHOICE, .off = TOP(log_format), .def = "text", .values = kb_v_log_format,
-     .doc = "One line per event: plain text, or a JSON object per line."},
+     .doc = "One line per event: plain text with key=value fields, or one JSON object per line in which "
+             "every key=value field (informer, sink, key, rv, …) is a string member of its own and msg keeps the prose."},
 };
 static const kb_csection_t kb_sec_log = {
     .title = "log", .doc = "Logging to stderr.", .line_off = SIZE_MAX,
@@ -252,8 +254,26 @@ static const kb_ckey_t kb_keys_sink[] = {
      .doc = "Unique name; routes refer to it."},
     {.name = "type", .type = KB_CT_ENUM, .off = SNK(type), .values = kb_v_sink_type, .flags = KB_CF_REQUIRED,
      .doc = "Kind of sink; the keys below marked with a type are valid only for it."},
+    {.name = "on_refused", .type = KB_CT_ENUM, .off = SNK(on_refused), .def = "stop", .values = kb_v_refused,
+     .doc = "A message the sink can never deliver (too large, invalid topic, not authorized, rejected for good): "
+            "\"stop\" stops this sink loudly (ERROR log naming the object, /readyz 503, "
+            "kbridge_sink_refused_total) while the other sinks go on, and holds its watermark there so nothing is "
+            "dropped — SIGHUP or a restart tries it again; \"dead_letter\" sends it to the sink named by "
+            "dead_letter, with the reason, and goes on."},
+    {.name = "dead_letter", .type = KB_CT_STRING, .off = SNK(dead_letter), .def = "",
+     .doc = "With on_refused = \"dead_letter\": the sink (any type) that receives refused messages, as the "
+            "normal envelope plus \"deadLetter\": {sink, reason, at}. If it refuses one too, this sink stops."},
     {.name = "path", .type = KB_CT_STRING, .off = SNK(path), .def = "-", .only = FILE_ONLY,
-     .flags = KB_CF_NONEMPTY | KB_CF_FILE, .doc = "File to append JSON Lines to; \"-\" = stdout."},
+     .flags = KB_CF_NONEMPTY | KB_CF_FILE,
+     .doc = "File to append JSON Lines to; \"-\" = stdout. Reopened on SIGHUP and when the path no longer "
+            "names the open file (after logrotate's rename + create, or rm)."},
+    {.name = "follow_symlinks", .type = KB_CT_BOOL, .off = SNK(follow_symlinks), .def = "false", .only = FILE_ONLY,
+     .doc = "false: a symbolic link at path is refused (the sink would otherwise write to, and cut the torn "
+            "tail of, whatever file the link points at); true: follow it."},
+    {.name = "file_mode", .type = KB_CT_STRING, .off = SNK(file_mode), .def = "0600", .only = FILE_ONLY,
+     .flags = KB_CF_NONEMPTY,
+     .doc = "Permission bits (octal) of an output file the sink creates, whatever the umask; an existing "
+            "file keeps its mode."},
     {.name = "brokers", .type = KB_CT_STRING, .off = SNK(brokers), .def = "", .only = KAFKA_ONLY,
      .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY, .doc = "Bootstrap brokers, \"host:port,host:port\"."},
     {.name = "properties", .type = KB_CT_PROPS, .off = SNK(properties), .off2 = SNK(n_properties),
@@ -508,7 +528,16 @@ void kb_config_print_reference(FILE *out, bool md) {
               "`kbridge --help-config` prints this reference as text.\n\n"
               "A setting name may be quoted, which librdkafka properties need:\n"
               "`properties = { \"compression.type\" = \"lz4\"; };`. Integers wider than 32 bits\n"
-              "need no `L` suffix.\n\n"
+              "need no `L` suffix. A UTF-8 byte order mark at the start of the file is ignored.\n\n"
+              "Environment variables: in every string value (lists and `properties` included),\n"
+              "`${NAME}` is replaced by the variable's value and `${NAME:-default}` by the value, or by\n"
+              "`default` when the variable is unset or empty; `$$` is a literal `$` (so `$${X}` is the\n"
+              "text `${X}`), and a `$` before anything else stays as it is. An unset variable without a\n"
+              "default is an error, `FILE:LINE: key: environment variable NAME is not set`. Values are\n"
+              "expanded at every load (start and SIGHUP reload) and then checked like literal ones:\n\n"
+              "    cluster = { name = \"${CLUSTER_NAME:-prod}\"; };\n"
+              "    sinks = ( { name = \"k\"; type = \"kafka\"; brokers = \"${KAFKA_BROKERS}\";\n"
+              "                properties = { \"sasl.username\" = \"${KAFKA_USER}\"; }; } );\n\n"
               "A minimal configuration:\n\n"
               "    cluster = { name = \"prod\"; kubeconfig = \"/etc/kbridge/kubeconfig\"; };\n"
               "    informers = ( { name = \"pods\"; resource = \"pods\"; } );\n"

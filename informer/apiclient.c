@@ -14,10 +14,21 @@
  * change. A request remembers the generation it used; after a 401 it asks
  * for a refresh "newer than generation g", so N reflectors failing on the
  * same expired token cause one re-read or one plugin run, not N.
+ *
+ * Request metrics: every attempt is counted in a static table of rows keyed
+ * by (verb, resource), each with a fixed array of (code, count) slots. The
+ * hot path takes no lock: rows published so far are scanned under an acquire
+ * load of their count, a code slot is claimed with one compare-and-swap, and
+ * counters are relaxed atomics. Only the first request of a new (verb,
+ * resource) takes kb_api_rows_mtx to append a row. The keys are bounded by
+ * the configured informers, so the table never fills in practice; if it
+ * does, the last row collects the rest under verb and resource "other".
  */
 #include "informer/apiclient.h"
+#include "informer/kstatus.h"
 
 #include "common/alloc.h"
+#include "common/histogram.h"
 #include "common/log.h"
 #include "common/secret.h"
 #include "common/time.h"
@@ -65,6 +76,19 @@ struct kb_apiclient {
     double tokens;               /* rate_mtx */
     int64_t tokens_ns;           /* when tokens was computed; rate_mtx */
 };
+
+#define KB_API_ROWS 128
+typedef struct kb_api_row {
+    char verb[8];
+    char resource[96];
+    _Atomic int code_plus1[KB_API_STAT_CODES]; /* 0: free slot; else HTTP status + 1 (1: transport error) */
+    _Atomic uint64_t count[KB_API_STAT_CODES + 1]; /* last: codes past the slots */
+    kb_histogram_t duration;                   /* unused for watches */
+} kb_api_row_t;
+
+static kb_api_row_t kb_api_rows[KB_API_ROWS];   /* [0, kb_api_n_rows) are published */
+static _Atomic size_t kb_api_n_rows;
+static pthread_mutex_t kb_api_rows_mtx = PTHREAD_MUTEX_INITIALIZER; /* appends only; leaf */
 
 static pthread_once_t kb_curl_once = PTHREAD_ONCE_INIT;
 static void kb_curl_init(void) {
@@ -449,6 +473,124 @@ static bool kb_api_is_watch(const char *path_and_query) {
            strstr(path_and_query, "?watch=1") || strstr(path_and_query, "&watch=1");
 }
 
+/* Path segment i (0-based) of path_and_query, without the query: *len bytes at the result; NULL past the end. */
+static const char *kb_api_segment(const char *path, int i, size_t *len) {
+    const char *p = path;
+    for (int k = 0;; k++) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/?#");
+        if (!n)
+            return NULL;
+        if (k == i) {
+            *len = n;
+            return p;
+        }
+        p += n;
+        if (*p != '/')
+            return NULL;
+    }
+}
+
+void kb_api_path_classify(const char *path_and_query, const char **verb, char *resource, size_t resource_size) {
+    size_t n0 = 0, n1 = 0;
+    const char *s0 = kb_api_segment(path_and_query, 0, &n0);
+    int first = -1; /* index of the segment after the group/version */
+    const char *group = NULL;
+    if (s0 && n0 == 3 && !strncmp(s0, "api", 3))
+        first = 2;
+    else if (s0 && n0 == 4 && !strncmp(s0, "apis", 4) && (group = kb_api_segment(path_and_query, 1, &n1)))
+        first = 3;
+    size_t nr = 0, nn = 0, nsub = 0;
+    const char *res = first < 0 ? NULL : kb_api_segment(path_and_query, first, &nr);
+    const char *name = res ? kb_api_segment(path_and_query, first + 1, &nn) : NULL;
+    if (res && nr == 10 && !strncmp(res, "namespaces", 10) && name &&
+        kb_api_segment(path_and_query, first + 2, &nsub)) {
+        first += 2; /* namespaces/<ns>/<resource>… */
+        res = kb_api_segment(path_and_query, first, &nr);
+        name = kb_api_segment(path_and_query, first + 1, &nn);
+    }
+    const char *sub = name ? kb_api_segment(path_and_query, first + 2, &nsub) : NULL;
+    *verb = kb_api_is_watch(path_and_query) ? "watch" : name ? "get" : "list";
+    if (!res) {
+        *verb = kb_api_is_watch(path_and_query) ? "watch" : "get";
+        snprintf(resource, resource_size, "%s", "");
+        return;
+    }
+    snprintf(resource, resource_size, "%.*s%s%.*s%s%.*s", (int)nr, res, sub ? "/" : "", sub ? (int)nsub : 0,
+             sub ? sub : "", group ? "." : "", group ? (int)n1 : 0, group ? group : "");
+}
+
+/* The row of (verb, resource), appended if new. Locks: kb_api_rows_mtx, only to append. */
+static kb_api_row_t *kb_api_row(const char *verb, const char *resource) {
+    size_t n = atomic_load_explicit(&kb_api_n_rows, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(kb_api_rows[i].verb, verb) && !strcmp(kb_api_rows[i].resource, resource))
+            return &kb_api_rows[i];
+    pthread_mutex_lock(&kb_api_rows_mtx);
+    size_t m = atomic_load_explicit(&kb_api_n_rows, memory_order_relaxed);
+    kb_api_row_t *row = NULL;
+    for (size_t i = n; i < m && !row; i++)
+        if (!strcmp(kb_api_rows[i].verb, verb) && !strcmp(kb_api_rows[i].resource, resource))
+            row = &kb_api_rows[i];
+    if (!row && m < KB_API_ROWS) {
+        row = &kb_api_rows[m];
+        bool full = m == KB_API_ROWS - 1;
+        snprintf(row->verb, sizeof(row->verb), "%s", full ? "other" : verb);
+        snprintf(row->resource, sizeof(row->resource), "%s", full ? "other" : resource);
+        atomic_store_explicit(&kb_api_n_rows, m + 1, memory_order_release);
+    }
+    if (!row)
+        row = &kb_api_rows[KB_API_ROWS - 1];
+    pthread_mutex_unlock(&kb_api_rows_mtx);
+    return row;
+}
+
+/* Count one response by its status (0: none, a transport error). */
+static void kb_api_count_code(kb_api_row_t *row, long status) {
+    int want = (int)(status > 0 && status < 1000 ? status : 0) + 1;
+    size_t slot = KB_API_STAT_CODES;
+    for (size_t i = 0; i < KB_API_STAT_CODES; i++) {
+        int have = atomic_load_explicit(&row->code_plus1[i], memory_order_acquire);
+        if (!have && atomic_compare_exchange_strong(&row->code_plus1[i], &have, want))
+            have = want;
+        if (have == want) {
+            slot = i;
+            break;
+        }
+    }
+    atomic_fetch_add_explicit(&row->count[slot], 1, memory_order_relaxed);
+}
+
+static kb_api_row_t *kb_api_row_of(const char *path_and_query) {
+    const char *verb;
+    char resource[96];
+    kb_api_path_classify(path_and_query, &verb, resource, sizeof(resource));
+    return kb_api_row(verb, resource);
+}
+
+size_t kb_apiclient_request_stats(kb_api_request_stats_t *out, size_t max) {
+    size_t n = atomic_load_explicit(&kb_api_n_rows, memory_order_acquire);
+    for (size_t i = 0; i < n && i < max; i++) {
+        kb_api_row_t *row = &kb_api_rows[i];
+        kb_api_request_stats_t *o = &out[i];
+        o->verb = row->verb;
+        o->resource = row->resource;
+        o->n_codes = 0;
+        for (size_t c = 0; c <= KB_API_STAT_CODES; c++) {
+            int code = c < KB_API_STAT_CODES ? atomic_load_explicit(&row->code_plus1[c], memory_order_acquire) - 1
+                                             : -1;
+            uint64_t v = atomic_load_explicit(&row->count[c], memory_order_relaxed);
+            if ((c < KB_API_STAT_CODES && code < 0) || (c == KB_API_STAT_CODES && !v))
+                continue;
+            o->code[o->n_codes] = code;
+            o->count[o->n_codes++] = v;
+        }
+        o->duration = strcmp(row->verb, "watch") != 0 ? &row->duration : NULL;
+    }
+    return n;
+}
+
 typedef struct kb_api_xfer {
     CURL *curl;
     kb_api_body_fn body_fn;
@@ -459,6 +601,8 @@ typedef struct kb_api_xfer {
     kb_api_response_t *resp;
     bool status_known;
     bool too_big;
+    kb_api_row_t *row;  /* request metrics */
+    bool counted;       /* the response's status is counted (at the end of its headers) */
 } kb_api_xfer_t;
 
 static bool kb_api_is_2xx(kb_api_xfer_t *x) {
@@ -502,6 +646,16 @@ static size_t kb_api_header_cb(char *data, size_t size, size_t nmemb, void *user
     /* A new status line (redirect, 100-continue) resets what we learned. */
     if (n >= 5 && !strncmp(data, "HTTP/", 5))
         x->status_known = false;
+    /* The end of a final response's headers: count it now, so an open watch
+     * is counted while it streams, not only when it ends. */
+    if (!x->counted && (n == 2 || n == 1) && (data[0] == '\r' || data[0] == '\n')) {
+        long status = 0;
+        curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &status);
+        if (status >= 200) {
+            kb_api_count_code(x->row, status);
+            x->counted = true;
+        }
+    }
     return n;
 }
 
@@ -533,7 +687,7 @@ static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query,
     if (auth.len)
         headers = curl_slist_append(headers, auth.data);
     kb_api_xfer_t x = {.curl = curl, .body_fn = body_fn, .opaque = opaque, .body = body, .max_body = max_body,
-                       .stop = stop, .resp = resp};
+                       .stop = stop, .resp = resp, .row = kb_api_row_of(path_and_query)};
     curl_easy_setopt(curl, CURLOPT_URL, url.data);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "kbridge/" KB_VERSION);
@@ -579,8 +733,16 @@ static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query,
     char curl_err[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, curl_err);
 
+    int64_t t0 = kb_now_mono_ns();
     CURLcode rc = curl_easy_perform(curl);
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &resp->status);
+    if (!x.counted)
+        kb_api_count_code(x.row, resp->status);
+    if (strcmp(x.row->verb, "watch") != 0)
+        kb_histogram_observe_ns(&x.row->duration, kb_now_mono_ns() - t0);
+    const char *ctype = NULL;
+    if (curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &ctype) == CURLE_OK && ctype)
+        snprintf(resp->content_type, sizeof(resp->content_type), "%s", ctype);
     switch (rc) {
     case CURLE_OK: resp->err = KB_OK; break;
     case CURLE_COULDNT_CONNECT:
@@ -625,16 +787,20 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
 }
 
 kb_err_t kb_api_status_err(long status) {
-    if (status >= 200 && status < 300)
-        return KB_OK;
-    switch (status) {
-    case 401: return KB_ERR_UNAUTHORIZED;
-    case 403: return KB_ERR_FORBIDDEN;
-    case 404: return KB_ERR_NOTFOUND;
-    case 410: return KB_ERR_GONE;
-    case 429: return KB_ERR_THROTTLED;
-    default: return status >= 500 ? KB_ERR_UNAVAILABLE : KB_ERR_HTTP;
+    return kb_kstatus_classify(status, NULL, NULL).err;
+}
+
+void kb_api_body_excerpt(const char *body, size_t len, size_t max, char *out, size_t out_size) {
+    size_t n = 0, i = 0;
+    for (; i < len && i < max && n + 4 < out_size; i++) {
+        unsigned char c = (unsigned char)body[i];
+        out[n++] = c < 0x20 || c == 0x7f || c == '"' || c == '\\' ? ' ' : (char)c;
     }
+    if (i < len && n + 4 < out_size) {
+        memcpy(out + n, "\xe2\x80\xa6", 3); /* … */
+        n += 3;
+    }
+    out[n < out_size ? n : out_size - 1] = '\0';
 }
 
 void kb_api_query_add(kb_buf_t *q, const char *name, const char *value) {

@@ -58,6 +58,7 @@ typedef struct kb_api_response {
     kb_err_t err;         /* transport result: KB_OK, KB_ERR_CONNECT, KB_ERR_TIMEDOUT, KB_ERR_STOPPED, KB_ERR_IO */
     char errmsg[256];     /* curl's words for a transport error */
     bool aborted;         /* the body callback returned false */
+    char content_type[64];/* the response's Content-Type, "" if none (for error texts) */
 } kb_api_response_t;
 
 /* GET path_and_query. When body_fn is NULL the body is appended to *body (up
@@ -69,8 +70,35 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
                       kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
                       kb_api_response_t *resp);
 
-/* Map an HTTP status to an error class (410 → GONE, 429 → THROTTLED, 5xx → UNAVAILABLE, …). */
+/* Request metrics, process-wide (a process talks to one cluster): one row
+ * per (verb, resource), verb "list", "get" or "watch" and resource the
+ * path's plural ("pods", "deployments.apps" outside the core group, "" for a
+ * path that names none). Each row counts attempts by response code (0: no
+ * response, a transport error) and, except for watches (their length is the
+ * server's timeout), a duration histogram of every attempt.
+ * Rows are never removed: the strings and the histogram stay valid for the
+ * process lifetime. Counters are relaxed atomics; a new row takes a mutex once.
+ * Thread: any. */
+#define KB_API_STAT_CODES 12
+typedef struct kb_api_request_stats {
+    const char *verb, *resource;
+    size_t n_codes;
+    int code[KB_API_STAT_CODES + 1];           /* last slot: -1, every code past the first 12 */
+    uint64_t count[KB_API_STAT_CODES + 1];
+    const struct kb_histogram *duration;       /* NULL for watches */
+} kb_api_request_stats_t;
+/* Copy up to max rows into out; returns how many rows exist (may exceed max). */
+size_t kb_apiclient_request_stats(kb_api_request_stats_t *out, size_t max);
+/* The verb and resource a request path is counted under (exposed for tests). */
+void kb_api_path_classify(const char *path_and_query, const char **verb, char *resource, size_t resource_size);
+
+/* Map an HTTP status to an error class (410 → GONE, 429 → THROTTLED, 5xx → UNAVAILABLE, …), by the one
+ * table of informer/kstatus.h. */
 kb_err_t kb_api_status_err(long status);
+
+/* "first bytes" of an answer for an error text: up to max bytes of body, control
+ * characters and quotes replaced, "…" when cut. Into out (NUL-terminated). */
+void kb_api_body_excerpt(const char *body, size_t len, size_t max, char *out, size_t out_size);
 
 /* Append "&name=<url-encoded value>" to q. */
 void kb_api_query_add(kb_buf_t *q, const char *name, const char *value);

@@ -133,11 +133,16 @@ static void kb_df_drop_last(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
     kb_df_discard(fifo, ev);
 }
 
-/* Replace the last delta with ev retyped as type (consumes ev). */
+/* Replace the last delta with ev retyped as type (consumes ev). The result
+ * stays marked as a redelivery if the delta it replaces was one: it may
+ * stand for a message a sink already has. ev may be shared (the cache), so a
+ * change of type or mark is made on a copy. */
 static void kb_df_replace_last(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev, kb_event_type_t type) {
+    bool redelivery = node->deltas.ev[node->deltas.n - 1]->redelivery;
     kb_df_drop_last(fifo, node);
-    if (ev->type != type) {
+    if (ev->type != type || (redelivery && !ev->redelivery)) {
         kb_event_t *copy = kb_event_retype(ev, type, ev->final_state_unknown);
+        copy->redelivery = copy->redelivery || redelivery;
         kb_event_unref(ev);
         ev = copy;
     }
@@ -188,7 +193,7 @@ static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev)
             }
             break;
         case KB_EV_DELETED:
-            if (last->type == KB_EV_ADDED) {
+            if (last->type == KB_EV_ADDED && !last->redelivery) {
                 /* Never delivered, now gone: both vanish. Anything older that
                  * is not itself a delete still needs this Deleted. */
                 kb_df_drop_last(fifo, node);
@@ -197,10 +202,16 @@ static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev)
                 kb_df_discard(fifo, ev);
                 return;
             }
-            if (last->type == KB_EV_MODIFIED) {
+            if (last->type == KB_EV_MODIFIED || last->type == KB_EV_ADDED) {
+                /* The change is superseded, but not the delete: a redelivered
+                 * ADDED may already be at a sink, which must then hear of
+                 * the delete. */
                 kb_df_drop_last(fifo, node);
                 continue;
             }
+            /* Deletes of two incarnations of the name are two deletes. */
+            if (!kb_same_uid(last, ev))
+                break;
             /* Deleted + Deleted → one; a real delete beats a relist tombstone. */
             if (ev->final_state_unknown && !last->final_state_unknown)
                 kb_df_discard(fifo, ev);

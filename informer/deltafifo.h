@@ -6,7 +6,7 @@
  * so one key is never processed by two pops at the same time and per-key
  * order holds by construction.
  *
- * Compaction (SPEC §6), applied on push to the deltas still queued:
+ * Compaction (informers[].compaction), applied on push to the deltas still queued:
  *   NONE:   every event is kept.
  *   LATEST: Added + Modified…   → Added(latest)
  *           Modified + Modified → Modified(latest)
@@ -14,6 +14,12 @@
  *           …+ Deleted          → Deleted (latest object); an Added still
  *                                 queued and then Deleted vanishes entirely
  *                                 (the key leaves the queue if nothing remains)
+ *                                 — unless the Added is a redelivery from the
+ *                                 journal (ev->redelivery): a sink may have it,
+ *                                 so the Deleted stays
+ *           merges keep the redelivery mark of what they replace
+ *           Deleted + Deleted   → one if the same uid; deletes of two
+ *                                 incarnations of the name are both kept
  *           Deleted + Added     → both kept (a new uid is a new object)
  *
  * Bounded in bytes (kb_event_size): push blocks while the queue holds more

@@ -19,7 +19,7 @@
  * for equality), so a resumed watch that replays a change cannot make a key
  * go back.
  *
- * Errors follow client-go's table (research/clientgo-semantics.md §1.5) with
+ * Errors follow client-go's reflector (docs/informer.md has the table) with
  * two deliberate differences, both in the direction of not losing or
  * re-sending: a watch that ends with nothing received is re-opened after a
  * backoff step rather than turned into a relist, and a malformed frame
@@ -28,6 +28,7 @@
  * always paged and never holds more than one page.
  */
 #include "informer/informer.h"
+#include "informer/kstatus.h"
 
 #include "common/alloc.h"
 #include "common/buf.h"
@@ -36,6 +37,8 @@
 #include "common/strmap.h"
 #include "common/time.h"
 #include "informer/decode.h"
+#include "informer/ingest.h"
+#include "informer/ledger.h"
 #include "informer/state.h"
 
 #include <pthread.h>
@@ -46,6 +49,10 @@
 
 #define KB_LIST_MAX_BODY (512u << 20) /* one list page */
 #define KB_WATCH_MAX_FRAME (64u << 20)
+/* Changes tracked and not acknowledged by every sink, at most: beyond, the
+ * reflectors stop reading until the sinks catch up (with state_dir, the bytes
+ * of the journal's unacknowledged tail are bounded by journal.max_bytes too). */
+#define KB_INF_MAX_WINDOW ((size_t)1 << 20)
 #define KB_BACKOFF_INITIAL_MS 800
 #define KB_BACKOFF_CAP_MS 30000
 #define KB_BACKOFF_RESET_MS 120000
@@ -83,7 +90,7 @@ typedef struct kb_inf_staged {
     kb_event_t *ev;        /* NULL for a resume-point marker */
     uint64_t seq;
     int refl;              /* reflector whose resume point rv_after is, -1 for none */
-    char rv_after[64];     /* "" = the resume point does not move */
+    char rv_after[KB_RV_MAX]; /* "" = the resume point does not move */
 } kb_inf_staged_t;
 
 typedef struct kb_inf_undo {
@@ -91,14 +98,8 @@ typedef struct kb_inf_undo {
     size_t key_len;
     uint64_t hash;
     kb_event_t *old;       /* the entry before the batch; NULL = absent */
+    uint64_t grave_before; /* the ledger's grave of key before the change */
 } kb_inf_undo_t;
-
-typedef struct kb_ack_slot {
-    bool done;
-    bool produced;         /* inside an open Kafka transaction (exactly-once): done once it commits */
-    int refl;
-    char rv_after[64];
-} kb_ack_slot_t;
 
 typedef struct kb_reflector {
     struct kb_informer *inf;
@@ -106,7 +107,7 @@ typedef struct kb_reflector {
     char *path;            /* "/api/v1/pods", "/apis/apps/v1/namespaces/x/deployments" */
     pthread_t thread;
     bool running;          /* thread started and not yet joined (main thread only) */
-    char rv[64];           /* resume point: last list RV, event RV or bookmark RV */
+    char rv[KB_RV_MAX];    /* resume point: last list RV, event RV or bookmark RV */
     pthread_mutex_t rv_mtx;/* guards rv for readers on other threads */
     kb_backoff_t backoff;
     bool listed;           /* first list done */
@@ -114,8 +115,15 @@ typedef struct kb_reflector {
     kb_buf_t stream;       /* bytes not yet parsed */
     uint64_t frames;       /* frames received in this watch */
     kb_err_t watch_err;    /* why the stream was aborted from inside */
+    bool watch_error_event;/* … by an ERROR event (status, cls) */
     kb_status_t status;    /* the ERROR event's Status */
     kb_strmap_t *seen;     /* during a list: keys listed */
+    char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
+    size_t list_items, list_pages; /* during a list */
+    int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
+    kb_kclass_t cls;       /* class of the last failed answer (informer/kstatus.h), if has_cls */
+    bool has_cls;          /* the last request failed with an answer from the server */
+    int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
 } kb_reflector_t;
 
 struct kb_informer {
@@ -131,7 +139,7 @@ struct kb_informer {
     size_t n_refl;
     pthread_mutex_t ingest_mtx;    /* cache check + enqueue + cache update, as one step */
     kb_buf_t scratch;              /* decode output; ingest_mtx */
-    uint64_t seq;                  /* ingest_mtx */
+    kb_ledger_t *ledger;           /* seqs, gate, acknowledgements, checkpoint (informer/ledger.h) */
     pthread_t resync_thread;
     bool resync_running;
     _Atomic bool stop;
@@ -154,26 +162,12 @@ struct kb_informer {
     bool batch_open, batch_failed;
     char batch_err[256];
 
-    /* Acknowledgement tracking → checkpoint (ack_mtx, a leaf lock). */
-    pthread_mutex_t ack_mtx;
-    kb_ack_slot_t *ring;           /* in-flight seqs from ack_base, ring_len of them */
-    size_t ring_cap, ring_head, ring_len;
-    uint64_t ack_base;             /* seq of ring[ring_head] */
-    uint64_t ack_seq;              /* everything <= ack_seq is acknowledged */
-    char (*ack_rv)[64];            /* per reflector: resume RV at ack_seq */
-    uint64_t saved_seq;            /* the checkpoint last written to state (checkpointer) */
-    int64_t ack_time_ns;           /* realtime of the newest acknowledged event */
+    /* The checkpointer: writes the ledger's watermark every 200 ms. */
     pthread_t ckpt_thread;
     bool ckpt_running;
     _Atomic bool ckpt_stop;
-    kb_inf_staged_t *replay;       /* the journal's unacknowledged tail, queued again at start */
-    size_t n_replay, cap_replay;
-    /* Deleted keys → the deletion's RV (ingest_mtx). The per-key gate needs
-     * them: after a restart the server replays changes from the checkpoint,
-     * and a change older than a delete we already delivered must not bring
-     * the key back. Kept until the checkpoint has passed the deletion. */
-    kb_strmap_t *graves;
-    unsigned grave_prune_tick;
+    _Atomic bool paused;           /* a reflector waits for the sinks (the ledger's window is full) */
+    bool crashed;                  /* kb_ingest_crash: close without a last checkpoint */
     /* Live subscribers (the HTTP replay API); sub_mtx, taken inside ingest_mtx. */
     pthread_mutex_t sub_mtx;
     struct { kb_informer_sub_fn fn; void *opaque; } subs[64];
@@ -194,8 +188,11 @@ static void kb_inf_error(kb_informer_t *inf, kb_watch_err_t kind, const char *fm
 }
 
 static void kb_refl_set_rv(kb_reflector_t *r, const char *rv, size_t len) {
-    if (len >= sizeof(r->rv))
-        len = sizeof(r->rv) - 1;
+    if (len >= sizeof(r->rv)) { /* never a truncated resume point: keep the last good one */
+        KB_ERROR("reflector", "informer=%s resourceVersion of %zu bytes ignored (at most %d supported)",
+                 r->inf->conf->name, len, KB_RV_MAX - 1);
+        return;
+    }
     pthread_mutex_lock(&r->rv_mtx);
     memcpy(r->rv, rv, len);
     r->rv[len] = '\0';
@@ -209,147 +206,27 @@ static bool kb_inf_ours(const kb_informer_t *inf, uint64_t hash) {
     return n <= 1 || hash % (uint64_t)n == (uint64_t)inf->cfg->sharding_index;
 }
 
-/* ---- acknowledgement tracking ---------------------------------------- */
-
-/* A new in-flight seq (seqs arrive in order; a gap is counted as done). */
-static void kb_ack_add(kb_informer_t *inf, uint64_t seq, int refl, const char *rv_after, bool done) {
-    pthread_mutex_lock(&inf->ack_mtx);
-    if (inf->ring_len == 0 && seq > inf->ack_base)
-        inf->ack_base = seq; /* nothing in flight: start here */
-    while (inf->ack_base + inf->ring_len <= seq) {
-        if (inf->ring_len == inf->ring_cap) {
-            size_t cap = inf->ring_cap ? inf->ring_cap * 2 : 1024;
-            kb_ack_slot_t *ring = kb_calloc(cap, sizeof(*ring));
-            for (size_t i = 0; i < inf->ring_len; i++)
-                ring[i] = inf->ring[(inf->ring_head + i) % inf->ring_cap];
-            free(inf->ring);
-            inf->ring = ring;
-            inf->ring_cap = cap;
-            inf->ring_head = 0;
-        }
-        kb_ack_slot_t *slot = &inf->ring[(inf->ring_head + inf->ring_len) % inf->ring_cap];
-        bool this = inf->ack_base + inf->ring_len == seq;
-        slot->done = this ? done : true;
-        slot->produced = false;
-        slot->refl = this ? refl : -1;
-        snprintf(slot->rv_after, sizeof(slot->rv_after), "%s", this && rv_after ? rv_after : "");
-        inf->ring_len++;
-    }
-    pthread_mutex_unlock(&inf->ack_mtx);
-}
-
-/* Advance the watermark over the done prefix. Caller holds ack_mtx. */
-static void kb_ack_advance(kb_informer_t *inf) {
-    while (inf->ring_len && inf->ring[inf->ring_head].done) {
-        kb_ack_slot_t *slot = &inf->ring[inf->ring_head];
-        if (slot->refl >= 0 && slot->rv_after[0])
-            memcpy(inf->ack_rv[slot->refl], slot->rv_after, sizeof(slot->rv_after));
-        inf->ack_seq = inf->ack_base;
-        inf->ack_base++;
-        inf->ring_head = (inf->ring_head + 1) % inf->ring_cap;
-        inf->ring_len--;
-    }
-}
+/* ---- acknowledgements: the ledger's ---------------------------------- */
 
 void kb_informer_done(kb_informer_t *inf, uint64_t seq) {
-    pthread_mutex_lock(&inf->ack_mtx);
-    if (seq >= inf->ack_base && seq < inf->ack_base + inf->ring_len) {
-        inf->ring[(inf->ring_head + (seq - inf->ack_base)) % inf->ring_cap].done = true;
-        inf->ack_time_ns = kb_now_real_ns();
-        kb_ack_advance(inf);
-    }
-    pthread_mutex_unlock(&inf->ack_mtx);
+    kb_ledger_done(inf->ledger, seq);
 }
 
 void kb_informer_mark_produced(kb_informer_t *inf, uint64_t seq) {
-    pthread_mutex_lock(&inf->ack_mtx);
-    if (seq >= inf->ack_base && seq < inf->ack_base + inf->ring_len)
-        inf->ring[(inf->ring_head + (seq - inf->ack_base)) % inf->ring_cap].produced = true;
-    pthread_mutex_unlock(&inf->ack_mtx);
+    kb_ledger_produced(inf->ledger, seq);
 }
 
-/* The tagged resume points of rvs (one per reflector) as one string. */
-static void kb_inf_format_rvs(const kb_informer_t *inf, char (*rvs)[64], char *out, size_t size);
-
-void kb_informer_txn_checkpoint(kb_informer_t *inf, uint64_t *seq, char *rvs_out, size_t rvs_size, kb_buf_t *also) {
-    char(*rvs)[64] = kb_calloc(inf->n_refl, sizeof(*rvs));
-    pthread_mutex_lock(&inf->ack_mtx);
-    memcpy(rvs, inf->ack_rv, inf->n_refl * sizeof(*rvs));
-    uint64_t s = inf->ack_seq;
-    size_t i = 0;
-    for (; i < inf->ring_len; i++) {
-        kb_ack_slot_t *slot = &inf->ring[(inf->ring_head + i) % inf->ring_cap];
-        if (!slot->done && !slot->produced)
-            break;
-        if (slot->refl >= 0 && slot->rv_after[0])
-            memcpy(rvs[slot->refl], slot->rv_after, sizeof(slot->rv_after));
-        s = inf->ack_base + i;
-    }
-    /* Past the first gap, what is delivered or in the transaction anyway, as
-     * "a-b" ranges: a restart must not deliver those again. */
-    uint64_t run = 0;
-    for (; i <= inf->ring_len; i++) {
-        kb_ack_slot_t *slot = i < inf->ring_len ? &inf->ring[(inf->ring_head + i) % inf->ring_cap] : NULL;
-        uint64_t cur = inf->ack_base + i;
-        bool in = slot && (slot->done || slot->produced);
-        if (in && !run)
-            run = cur;
-        if (!in && run) {
-            kb_buf_appendf(also, "%s%llu-%llu", also->len ? "," : "", (unsigned long long)run,
-                           (unsigned long long)(cur - 1));
-            run = 0;
-        }
-    }
-    pthread_mutex_unlock(&inf->ack_mtx);
-    *seq = s;
-    kb_inf_format_rvs(inf, rvs, rvs_out, rvs_size);
-    free(rvs);
+kb_ledger_t *kb_informer_ledger(kb_informer_t *inf) {
+    return inf->ledger;
 }
 
-/* Is seq inside one of the "a-b,c-d" ranges? */
-static bool kb_inf_in_ranges(const char *ranges, uint64_t seq) {
-    for (const char *p = ranges; p && *p;) {
-        char *end;
-        uint64_t a = strtoull(p, &end, 10), b = a;
-        if (*end == '-')
-            b = strtoull(end + 1, &end, 10);
-        if (seq >= a && seq <= b)
-            return true;
-        p = *end == ',' ? end + 1 : NULL;
-    }
-    return false;
+void kb_informer_txn_cut(kb_informer_t *inf, kb_buf_t *json) {
+    kb_ledger_txn_cut(inf->ledger, json);
 }
 
 /* A queued event that compaction made unnecessary counts as delivered. */
 static void kb_inf_dropped(void *opaque, const kb_event_t *ev) {
     kb_informer_done(opaque, ev->seq);
-}
-
-/* The resume point as the journal and checkpoint store it: "rv" for a
- * cluster-wide reflector, "namespace/rv" for a per-namespace one. */
-static void kb_inf_rv_tag(const kb_informer_t *inf, int refl, const char *rv, char *out, size_t size) {
-    if (refl < 0 || !rv[0])
-        snprintf(out, size, "%s", rv && refl >= 0 ? rv : "");
-    else if (inf->refl[refl].ns)
-        snprintf(out, size, "%s/%s", inf->refl[refl].ns, rv);
-    else
-        snprintf(out, size, "%s", rv);
-}
-
-/* The reverse: which reflector a tagged RV belongs to (-1: none of ours). */
-static int kb_inf_rv_untag(const kb_informer_t *inf, const char *tagged, const char **rv) {
-    const char *slash = strchr(tagged, '/');
-    *rv = slash ? slash + 1 : tagged;
-    if (!tagged[0])
-        return -1;
-    for (size_t i = 0; i < inf->n_refl; i++) {
-        const char *ns = inf->refl[i].ns;
-        if (!slash && !ns)
-            return (int)i;
-        if (slash && ns && strlen(ns) == (size_t)(slash - tagged) && !memcmp(ns, tagged, (size_t)(slash - tagged)))
-            return (int)i;
-    }
-    return -1;
 }
 
 /* A cache entry with its object: itself, or (when the cache keeps only
@@ -400,48 +277,13 @@ static kb_event_t *kb_inf_retype_full(kb_informer_t *inf, kb_event_t *cached, kb
     return ev;
 }
 
-/* ---- deleted keys --------------------------------------------------- */
-
-/* Remember a delete (or forget one when the key comes back). Caller holds ingest_mtx. */
-static void kb_inf_grave_note(kb_informer_t *inf, const kb_event_t *ev) {
-    if (ev->type == KB_EV_DELETED && ev->rv_num)
-        kb_strmap_put(inf->graves, ev->key, ev->key_len, ev->key_hash, (void *)(uintptr_t)ev->rv_num);
-    else if (ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED)
-        kb_strmap_del(inf->graves, ev->key, ev->key_len, ev->key_hash);
-}
-
-/* Forget deletes every reflector's checkpoint has passed: no resume can
- * replay anything older. Caller holds ingest_mtx. */
-static void kb_inf_graves_prune(kb_informer_t *inf) {
-    if (!kb_strmap_count(inf->graves))
-        return;
-    uint64_t floor = UINT64_MAX;
-    pthread_mutex_lock(&inf->ack_mtx);
-    for (size_t i = 0; i < inf->n_refl; i++) {
-        uint64_t v = kb_rv_parse(inf->ack_rv[i], strlen(inf->ack_rv[i]));
-        floor = v < floor ? v : floor;
-    }
-    pthread_mutex_unlock(&inf->ack_mtx);
-    if (floor == 0 || floor == UINT64_MAX)
-        return;
-    kb_strmap_t *keep = kb_strmap_new(64);
-    size_t pos = 0, len;
-    const char *key;
-    void *v;
-    while (kb_strmap_next(inf->graves, &pos, &key, &len, &v))
-        if ((uintptr_t)v > floor)
-            kb_strmap_put(keep, key, len, kb_fnv1a64(key, len), v);
-    kb_strmap_destroy(inf->graves);
-    inf->graves = keep;
-}
-
 /* ---- ingestion batches ------------------------------------------------ */
 
 static void kb_inf_batch_begin(kb_informer_t *inf) {
     KB_ASSERT(!inf->batch_open);
     inf->batch_open = true;
     inf->batch_failed = false;
-    inf->batch_seq0 = inf->seq;
+    inf->batch_seq0 = kb_ledger_seq(inf->ledger);
 }
 
 static void kb_inf_batch_fail(kb_informer_t *inf, const char *what) {
@@ -475,11 +317,12 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
  * Caller holds ingest_mtx inside an open batch. */
 static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const char *rv_after) {
     kb_inf_batch_txn(inf);
-    ev->seq = ++inf->seq;
-    char tag[160];
-    kb_inf_rv_tag(inf, refl, rv_after, tag, sizeof(tag));
-    if (inf->state && !inf->batch_failed && kb_state_put_event(inf->state, ev, tag) != KB_OK)
+    ev->seq = kb_ledger_next_seq(inf->ledger);
+    kb_buf_t tag = KB_BUF_INIT;
+    kb_ledger_tag(inf->ledger, refl, rv_after, &tag);
+    if (inf->state && !inf->batch_failed && kb_state_put_event(inf->state, ev, tag.data ? tag.data : "") != KB_OK)
         kb_inf_batch_fail(inf, "state_dir write");
+    kb_buf_fini(&tag);
     if (ev->type != KB_EV_SYNC) {
         if (inf->n_undo == inf->cap_undo) {
             inf->cap_undo = inf->cap_undo ? inf->cap_undo * 2 : 64;
@@ -490,6 +333,7 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
         u->key_len = ev->key_len;
         u->hash = ev->key_hash;
         u->old = NULL;
+        u->grave_before = kb_ledger_accept(inf->ledger, ev);
         if (ev->type == KB_EV_DELETED) {
             kb_indexer_delete(inf->idx, ev->key, ev->key_len, ev->key_hash, &u->old);
         } else if (inf->state) {
@@ -506,11 +350,12 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
 /* Stage a resume-point marker (a bookmark, a finished list). */
 static void kb_inf_stage_mark(kb_informer_t *inf, int refl, const char *rv) {
     kb_inf_batch_txn(inf);
-    uint64_t seq = ++inf->seq;
-    char tag[160];
-    kb_inf_rv_tag(inf, refl, rv, tag, sizeof(tag));
-    if (inf->state && !inf->batch_failed && kb_state_put_mark(inf->state, seq, tag) != KB_OK)
+    uint64_t seq = kb_ledger_next_seq(inf->ledger);
+    kb_buf_t tag = KB_BUF_INIT;
+    kb_ledger_tag(inf->ledger, refl, rv, &tag);
+    if (inf->state && !inf->batch_failed && kb_state_put_mark(inf->state, seq, tag.data ? tag.data : "") != KB_OK)
         kb_inf_batch_fail(inf, "state_dir write");
+    kb_buf_fini(&tag);
     kb_inf_push_staged(inf, NULL, seq, refl, rv);
 }
 
@@ -528,6 +373,7 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
             kb_state_abort(inf->state);
         for (size_t i = inf->n_undo; i-- > 0;) {
             kb_inf_undo_t *u = &inf->undo[i];
+            kb_ledger_unaccept(inf->ledger, u->key, u->key_len, u->hash, u->grave_before);
             if (u->old)
                 kb_indexer_put(inf->idx, u->old, NULL);
             else
@@ -535,7 +381,7 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         }
         for (size_t i = 0; i < inf->n_out; i++)
             kb_event_unref(inf->out[i].ev);
-        inf->seq = inf->batch_seq0;
+        kb_ledger_rewind(inf->ledger, inf->batch_seq0);
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
         if (kb_ratelimit_allow(&rl, 10000, &sup))
@@ -548,16 +394,15 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         for (size_t i = 0; i < inf->n_out; i++) {
             if (!inf->out[i].ev)
                 continue;
-            kb_inf_grave_note(inf, inf->out[i].ev);
             for (size_t j = 0; j < inf->n_subs; j++)
                 inf->subs[j].fn(inf->subs[j].opaque, inf->out[i].ev);
         }
         pthread_mutex_unlock(&inf->sub_mtx);
-        if (++inf->grave_prune_tick % 256 == 0)
-            kb_inf_graves_prune(inf);
+        kb_ledger_batch_committed(inf->ledger);
         for (size_t i = 0; i < inf->n_out; i++) {
             kb_inf_staged_t *o = &inf->out[i];
-            kb_ack_add(inf, o->seq, o->refl, o->rv_after, o->ev == NULL);
+            kb_ledger_track_sized(inf->ledger, o->seq, o->refl, o->rv_after, o->ev == NULL,
+                                  o->ev ? kb_event_size(o->ev) : 0);
             if (!o->ev)
                 continue;
             kb_event_type_t type = o->ev->type;
@@ -568,11 +413,6 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
                 atomic_fetch_add(&inf->st_events[type], 1);
             else
                 err = KB_ERR_STOPPED; /* closed (the push released it) */
-        }
-        if (inf->n_out) {
-            pthread_mutex_lock(&inf->ack_mtx);
-            kb_ack_advance(inf);
-            pthread_mutex_unlock(&inf->ack_mtx);
         }
     }
     for (size_t i = 0; i < inf->n_undo; i++) {
@@ -619,13 +459,23 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
             kb_refl_set_rv(r, obj + rv.off, rv.len);
         return KB_INGEST_BAD;
     }
+    if (m.rv.len >= KB_RV_MAX) {
+        /* Truncating it would make a wrong resume point and a wrong gate. */
+        kb_inf_error(inf, KB_WATCH_ERR_DECODE, "object skipped: resourceVersion of %zu bytes (at most %d supported)",
+                     m.rv.len, KB_RV_MAX - 1);
+        static kb_ratelimit_t rl;
+        if (kb_ratelimit_allow(&rl, 10000, NULL))
+            KB_ERROR("informer", "informer=%s object skipped: its resourceVersion has %zu bytes, more than the %d "
+                     "kbridge supports", inf->conf->name, m.rv.len, KB_RV_MAX - 1);
+        return KB_INGEST_BAD;
+    }
     if (!kind[0] && m.kind.len)
         kb_resource_set_kind(inf->res, out->data + m.kind.off, m.kind.len);
     if (src == KB_SRC_WATCH) /* every accepted frame moves the resume point, whatever it leads to */
         kb_refl_set_rv(r, out->data + m.rv.off, m.rv.len);
     /* A watch event completes a resume point; list items do not (the list does, when it ends). */
     int refl = src == KB_SRC_WATCH ? kb_refl_index(r) : -1;
-    char rv_after[64] = "";
+    char rv_after[KB_RV_MAX] = "";
     if (src == KB_SRC_WATCH)
         snprintf(rv_after, sizeof(rv_after), "%.*s", (int)m.rv.len, out->data + m.rv.off);
 
@@ -665,35 +515,26 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     kb_event_t *old = kb_indexer_get(inf->idx, key, key_len, hash);
     bool same_uid = old && old->uid_len == in.uid_len && !memcmp(old->uid, in.uid, in.uid_len);
     bool same_rv = old && old->rv_len == in.rv_len && !memcmp(old->rv, in.rv, in.rv_len);
-    uint64_t new_rv = kb_rv_parse(in.rv, in.rv_len);
 
-    uintptr_t grave = !old && src == KB_SRC_WATCH ? (uintptr_t)kb_strmap_get(inf->graves, key, key_len, hash) : 0;
-    if (grave && new_rv && new_rv <= grave) {
+    /* The gate: a watch change not newer than what the key last had — live
+     * or deleted, whatever its uid — is a replay (a resumed watch, a restart
+     * from the checkpoint) and must not make the key go back. */
+    if (src == KB_SRC_WATCH && kb_ledger_stale(inf->ledger, old, key, key_len, hash, in.rv, in.rv_len)) {
         atomic_fetch_add(&inf->st_gated, 1);
-        KB_DEBUG("informer", "informer=%s key=%s rv=%.*s is older than its delete at rv=%llu: skipped", inf->conf->name,
-                 key, (int)in.rv_len, in.rv, (unsigned long long)grave);
-        goto done;
-    }
-    if (src == KB_SRC_WATCH && old && same_uid && (same_rv || (new_rv && old->rv_num && new_rv < old->rv_num))) {
-        atomic_fetch_add(&inf->st_gated, 1);
-        KB_DEBUG("informer", "informer=%s key=%s rv=%.*s not newer than cached rv=%s: skipped", inf->conf->name,
-                 key, (int)in.rv_len, in.rv, old->rv);
-        goto done;
-    }
-    if (server_type == KB_WATCH_DELETED) {
-        in.type = KB_EV_DELETED;
-        kb_inf_stage(inf, kb_event_new(&in), refl, rv_after);
+        KB_DEBUG("informer", "informer=%s key=%s rv=%.*s is not newer than what the key had: skipped",
+                 inf->conf->name, key, (int)in.rv_len, in.rv);
         goto done;
     }
     if (src == KB_SRC_LIST && same_uid && same_rv)
         goto done; /* unchanged since we last said anything about it */
     if (old && !same_uid) {
-        /* The name was deleted and re-created while we did not watch. */
+        /* The name was deleted and re-created while we did not watch (or the
+         * watch deletes an incarnation we never saw): the one we had is gone. */
         kb_inf_stage(inf, kb_inf_retype_full(inf, old, KB_EV_DELETED, true), -1, "");
         kb_event_unref(old);
         old = NULL;
     }
-    in.type = old ? KB_EV_MODIFIED : KB_EV_ADDED;
+    in.type = server_type == KB_WATCH_DELETED ? KB_EV_DELETED : old ? KB_EV_MODIFIED : KB_EV_ADDED;
     kb_inf_stage(inf, kb_event_new(&in), refl, rv_after);
 done:
     kb_event_unref(old);
@@ -732,138 +573,171 @@ static void kb_refl_query_common(const kb_reflector_t *r, kb_buf_t *q) {
         kb_api_query_add(q, "fieldSelector", c->field_selector);
 }
 
-/* Turn a failed response into an error class, logging what the server said. */
-static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const kb_api_response_t *resp,
-                               const kb_buf_t *body, kb_status_t *st) {
+/* "GET https://host/path?query" of a request, for error texts. */
+static void kb_refl_request_text(const kb_reflector_t *r, const char *path_and_query, char *out, size_t size) {
+    snprintf(out, size, "GET %s%s", kb_apiclient_server(r->inf->api), path_and_query);
+}
+
+/* Turn a failed response into an error class (informer/kstatus.h), logging
+ * what was asked and what came back: the server's Status when the body is
+ * one, else the content type and the first bytes (a proxy's or another web
+ * server's page says more than "HTTP 404"). */
+static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const char *path_and_query,
+                               const kb_api_response_t *resp, const kb_buf_t *body, kb_status_t *st) {
     kb_informer_t *inf = r->inf;
+    char req[768];
+    kb_refl_request_text(r, path_and_query, req, sizeof(req));
     memset(st, 0, sizeof(*st));
     if (resp->err != KB_OK) {
-        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s%s: %s", what, kb_apiclient_server(inf->api), r->path,
-                     resp->errmsg);
+        kb_inf_error(inf, KB_WATCH_ERR_CONNECT, "%s %s: %s", what, req, resp->errmsg);
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
         if (kb_ratelimit_allow(&rl, 5000, &sup))
-            KB_WARN("reflector", "informer=%s %s %s%s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
-                    what, kb_apiclient_server(inf->api), r->path, resp->errmsg, (unsigned long long)sup);
+            KB_WARN("reflector", "informer=%s %s: %s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
+                    what, req, resp->errmsg, (unsigned long long)sup);
         return resp->err == KB_ERR_STOPPED ? KB_ERR_STOPPED : KB_ERR_CONNECT;
     }
-    if (body && body->len)
-        kb_decode_status(body->data, body->len, st);
-    kb_err_t err = kb_api_status_err(resp->status);
-    if (resp->status == 504 && !strcmp(st->cause_reason, "ResourceVersionTooLarge"))
-        err = KB_ERR_TOO_LARGE_RV;
-    kb_watch_err_t kind = err == KB_ERR_GONE          ? KB_WATCH_ERR_GONE
-                          : err == KB_ERR_THROTTLED   ? KB_WATCH_ERR_THROTTLED
-                          : err == KB_ERR_UNAVAILABLE ? KB_WATCH_ERR_SERVER
-                                                      : KB_WATCH_ERR_HTTP;
-    kb_inf_error(inf, kind, "%s: HTTP %ld %s %s", what, resp->status, st->reason, st->message);
-    if (err == KB_ERR_GONE)
-        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s: %s", inf->conf->name, what, st->reason, st->message);
+    bool is_status = body && body->len && kb_decode_status(body->data, body->len, st) == KB_OK &&
+                     (st->code || st->reason[0] || st->message[0]);
+    r->cls = kb_kstatus_classify(resp->status, st->reason, st->cause_reason);
+    r->has_cls = true;
+    char said[768];
+    if (is_status) {
+        snprintf(said, sizeof(said), "%s%s%s", st->reason, st->reason[0] ? ": " : "", st->message);
+    } else {
+        char first[160];
+        kb_api_body_excerpt(body ? body->data : "", body ? body->len : 0, 120, first, sizeof(first));
+        snprintf(said, sizeof(said), "not a Kubernetes Status (Content-Type \"%s\", %zu bytes%s%s%s) — is this "
+                 "an API server?", resp->content_type, body ? body->len : 0, first[0] ? ": \"" : "", first,
+                 first[0] ? "\"" : "");
+    }
+    kb_inf_error(inf, r->cls.kind, "%s %s: HTTP %ld %s", what, req, resp->status, said);
+    if (r->cls.err == KB_ERR_GONE)
+        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s", inf->conf->name, what, said);
     else
-        KB_WARN("reflector", "informer=%s %s %s: HTTP %ld %s: %s%s", inf->conf->name, what, r->path,
-                resp->status, st->reason[0] ? st->reason : "", st->message,
+        KB_WARN("reflector", "informer=%s %s: %s: HTTP %ld %s%s", inf->conf->name, what, req, resp->status, said,
                 resp->retry_after >= 0 ? " (Retry-After given)" : "");
-    return err;
+    return r->cls.err;
 }
 
-/* One complete paged list, diffed against the cache. */
-static kb_err_t kb_refl_list(kb_reflector_t *r, int *retry_after) {
+/* The most one list page may take: KB_LIST_MAX_BODY, or less under the test
+ * suite's KB_TEST_LIST_MAX_BODY (bytes), so splitting can be tested without
+ * half a GiB of objects. */
+static size_t kb_refl_max_body(void) {
+    const char *env = getenv("KB_TEST_LIST_MAX_BODY");
+    unsigned long long v = env && *env ? strtoull(env, NULL, 10) : 0;
+    return v >= 4096 && v < KB_LIST_MAX_BODY ? (size_t)v : KB_LIST_MAX_BODY;
+}
+
+/* A list page came back larger than max_body (page_size objects of ~1 MiB,
+ * Helm release Secrets, make 500 MiB): ask for half as many per page from
+ * now on. false when a single object is already too large. */
+static bool kb_refl_split_page(kb_reflector_t *r, size_t max_body) {
     kb_informer_t *inf = r->inf;
-    kb_buf_t q = KB_BUF_INIT, body = KB_BUF_INIT, path = KB_BUF_INIT, cont = KB_BUF_INIT;
-    kb_err_t err = KB_OK;
-    int restarts = 0;
-    size_t items = 0, pages = 0;
-    char list_rv[64] = "";
-    *retry_after = -1;
-restart:
+    if (r->page_limit <= 1) {
+        kb_inf_error(inf, KB_WATCH_ERR_HTTP, "one object is larger than a list page may be (%zu bytes)", max_body);
+        KB_ERROR("reflector", "informer=%s a list page of one object is over %zu bytes; cannot list", inf->conf->name,
+                 max_body);
+        return false;
+    }
+    int was = r->page_limit;
+    r->page_limit = (r->page_limit + 1) / 2;
+    KB_WARN("reflector", "informer=%s list page of %d object(s) is over %zu bytes; asking for %d per page from now "
+            "on (page_size = %d is too large for these objects)", inf->conf->name, was, max_body, r->page_limit,
+            inf->conf->page_size);
+    return true;
+}
+
+/* Before a batch: wait while the ledger's window is full (a sink stopped or
+ * stalls), so reading stops instead of the window and the journal growing.
+ * False when the informer stops. Called with no lock held. */
+static bool kb_refl_wait_room(kb_reflector_t *r) {
+    kb_informer_t *inf = r->inf;
+    kb_ledger_window_t w;
+    if (kb_ledger_wait_room(inf->ledger, 0, &w))
+        return true;
+    atomic_store(&inf->paused, true);
+    KB_WARN("reflector", "informer=%s paused reading: %zu change(s), %llu bytes, from seq %llu on, are not "
+            "acknowledged by every sink (a stopped or stalled sink holds them; see /readyz)", inf->conf->name,
+            w.slots, (unsigned long long)w.bytes, (unsigned long long)w.oldest);
+    while (!atomic_load(&inf->stop) && !kb_ledger_wait_room(inf->ledger, 200, NULL))
+        ;
+    atomic_store(&inf->paused, false);
+    if (!atomic_load(&inf->stop))
+        KB_INFO("reflector", "informer=%s reading again: the sinks caught up", inf->conf->name);
+    return !atomic_load(&inf->stop);
+}
+
+/* ---- a list, step by step (the HTTP loop below and the simulation) ------- */
+
+static void kb_refl_list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = kb_strmap_new(1024);
-    kb_buf_reset(&cont);
-    items = pages = 0;
-    for (;;) {
-        kb_buf_reset(&q);
-        kb_buf_reset(&body);
-        kb_buf_reset(&path);
-        char limit[16];
-        snprintf(limit, sizeof(limit), "%d", inf->conf->page_size);
-        kb_api_query_add(&q, "limit", limit);
-        if (cont.len)
-            kb_api_query_add(&q, "continue", cont.data);
-        kb_refl_query_common(r, &q);
-        kb_buf_append_str(&path, r->path);
-        kb_buf_append(&path, q.data, q.len);
-        kb_api_response_t resp;
-        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, KB_LIST_MAX_BODY, 120, &inf->stop, &resp);
-        if (atomic_load(&inf->stop)) {
-            err = KB_ERR_STOPPED;
-            goto out;
-        }
-        if (resp.err == KB_ERR_TOOBIG) {
-            kb_inf_error(inf, KB_WATCH_ERR_HTTP, "list page larger than %u bytes", KB_LIST_MAX_BODY);
-            KB_ERROR("reflector", "informer=%s list page over %u MiB; lower page_size", inf->conf->name,
-                     KB_LIST_MAX_BODY >> 20);
-            err = KB_ERR_TOOBIG;
-            goto out;
-        }
-        if (resp.err != KB_OK || resp.status != 200) {
-            kb_status_t st;
-            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", &resp, &body, &st);
-            *retry_after = resp.retry_after >= 0 ? resp.retry_after : st.retry_after > 0 ? st.retry_after : -1;
-            if (err == KB_ERR_GONE && cont.len && restarts++ < KB_LIST_RESTARTS) {
-                KB_INFO("reflector", "informer=%s continue token expired after %zu page(s); restarting the list",
-                        inf->conf->name, pages);
-                err = KB_OK;
-                goto restart;
-            }
-            goto out;
-        }
-        kb_list_page_t page;
-        memset(&page, 0, sizeof(page));
-        char why[256];
-        if (kb_decode_list(body.data, body.len, &page, why, sizeof(why)) != KB_OK) {
-            kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response: %s", why);
-            KB_ERROR("reflector", "informer=%s list response does not parse: %s", inf->conf->name, why);
-            kb_list_page_fini(&page);
-            err = KB_ERR_PARSE;
-            goto out;
-        }
-        if (page.kind.len > 4 && !memcmp(body.data + page.kind.off + page.kind.len - 4, "List", 4))
-            kb_resource_set_kind(inf->res, body.data + page.kind.off, page.kind.len - 4);
-        if (pages == 0) {
-            size_t n = page.rv.len < sizeof(list_rv) ? page.rv.len : sizeof(list_rv) - 1;
-            memcpy(list_rv, body.data + page.rv.off, n);
-            list_rv[n] = '\0';
-        }
-        int64_t now = kb_now_mono_ns();
-        pthread_mutex_lock(&inf->ingest_mtx);
-        kb_inf_batch_begin(inf);
-        for (size_t i = 0; i < page.n_items && !inf->batch_failed; i++)
-            kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, body.data + page.items[i].off, page.items[i].len, now,
-                          false);
-        kb_err_t berr = kb_inf_batch_end(inf);
-        pthread_mutex_unlock(&inf->ingest_mtx);
-        items += page.n_items;
-        pages++;
-        atomic_fetch_add(&inf->st_pages, 1);
-        kb_buf_reset(&cont);
-        if (page.cont.len)
-            kb_buf_append(&cont, body.data + page.cont.off, page.cont.len);
-        kb_list_page_fini(&page);
-        if (berr != KB_OK) {
-            err = berr;
-            goto out;
-        }
-        if (!cont.len)
-            break;
+    r->list_rv[0] = '\0';
+    r->list_items = r->list_pages = 0;
+}
+
+/* One page of the list (the response body; src names the request for error
+ * texts): its items are ingested as one batch; cont gets its continue token
+ * ("" on the last page). KB_ERR_PARSE,
+ * KB_ERR_IO (state_dir) or KB_ERR_STOPPED end the list. */
+static kb_err_t kb_refl_list_page(kb_reflector_t *r, const char *src, const char *data, size_t len, kb_buf_t *cont) {
+    kb_informer_t *inf = r->inf;
+    kb_list_page_t page;
+    memset(&page, 0, sizeof(page));
+    char why[256];
+    if (!kb_refl_wait_room(r))
+        return KB_ERR_STOPPED;
+    kb_err_t derr = kb_decode_list(data, len, &page, why, sizeof(why));
+    if (derr == KB_OK && r->list_pages == 0 && page.rv.len >= sizeof(r->list_rv)) {
+        snprintf(why, sizeof(why), "metadata.resourceVersion of %zu bytes (at most %d supported)", page.rv.len,
+                 KB_RV_MAX - 1);
+        derr = KB_ERR_PARSE;
     }
+    if (derr != KB_OK) {
+        char first[160];
+        kb_api_body_excerpt(data, len, 120, first, sizeof(first));
+        kb_inf_error(inf, KB_WATCH_ERR_MALFORMED, "list response of %s: %s", src, why);
+        KB_ERROR("reflector", "informer=%s list response of %s does not parse: %s (%zu bytes: \"%s\")",
+                 inf->conf->name, src, why, len, first);
+        kb_list_page_fini(&page);
+        return KB_ERR_PARSE;
+    }
+    if (page.kind.len > 4 && !memcmp(data + page.kind.off + page.kind.len - 4, "List", 4))
+        kb_resource_set_kind(inf->res, data + page.kind.off, page.kind.len - 4);
+    if (r->list_pages == 0) {
+        memcpy(r->list_rv, data + page.rv.off, page.rv.len);
+        r->list_rv[page.rv.len] = '\0';
+    }
+    int64_t now = kb_now_mono_ns();
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_inf_batch_begin(inf);
+    for (size_t i = 0; i < page.n_items && !inf->batch_failed; i++)
+        kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, data + page.items[i].off, page.items[i].len, now, false);
+    kb_err_t berr = kb_inf_batch_end(inf);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    r->list_items += page.n_items;
+    r->list_pages++;
+    atomic_fetch_add(&inf->st_pages, 1);
+    kb_buf_reset(cont);
+    if (page.cont.len)
+        kb_buf_append(cont, data + page.cont.off, page.cont.len);
+    kb_list_page_fini(&page);
+    return berr;
+}
+
+/* The list is complete: what it did not contain was deleted while we did not
+ * watch; the reflector resumes at the list's RV. */
+static kb_err_t kb_refl_list_end(kb_reflector_t *r) {
+    kb_informer_t *inf = r->inf;
+    const char *list_rv = r->list_rv;
     /* A list below where we were: the server's history went back (etcd restored). */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
     if (prev && now_rv && now_rv < prev) {
         atomic_fetch_add(&inf->st_rv_regressions, 1);
         /* Forget the deletes we remember: their RVs belong to the old history. */
         pthread_mutex_lock(&inf->ingest_mtx);
-        kb_strmap_destroy(inf->graves);
-        inf->graves = kb_strmap_new(64);
+        kb_ledger_forget_graves(inf->ledger);
         pthread_mutex_unlock(&inf->ingest_mtx);
         KB_WARN("reflector",
                 "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
@@ -874,14 +748,77 @@ restart:
     kb_inf_batch_begin(inf);
     kb_inf_delete_unseen(r);
     kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
-    err = kb_inf_batch_end(inf);
+    kb_err_t err = kb_inf_batch_end(inf);
     pthread_mutex_unlock(&inf->ingest_mtx);
     if (err != KB_OK)
-        goto out;
+        return err;
     kb_refl_set_rv(r, list_rv, strlen(list_rv));
     atomic_fetch_add(&inf->st_lists, 1);
     KB_INFO("reflector", "informer=%s%s%s listed items=%zu pages=%zu rv=%s", inf->conf->name, r->ns ? " namespace=" : "",
-            r->ns ? r->ns : "", items, pages, list_rv);
+            r->ns ? r->ns : "", r->list_items, r->list_pages, list_rv);
+    return KB_OK;
+}
+
+/* One complete paged list, diffed against the cache. */
+static kb_err_t kb_refl_list(kb_reflector_t *r, int *retry_after) {
+    kb_informer_t *inf = r->inf;
+    const size_t max_body = kb_refl_max_body();
+    if (r->page_limit <= 0)
+        r->page_limit = inf->conf->page_size;
+    kb_buf_t q = KB_BUF_INIT, body = KB_BUF_INIT, path = KB_BUF_INIT, cont = KB_BUF_INIT;
+    kb_err_t err = KB_OK;
+    int restarts = 0;
+    *retry_after = -1;
+restart:
+    kb_refl_list_begin(r);
+    kb_buf_reset(&cont);
+    for (;;) {
+        kb_buf_reset(&q);
+        kb_buf_reset(&body);
+        kb_buf_reset(&path);
+        char limit[16];
+        snprintf(limit, sizeof(limit), "%d", r->page_limit);
+        kb_api_query_add(&q, "limit", limit);
+        if (cont.len)
+            kb_api_query_add(&q, "continue", cont.data);
+        kb_refl_query_common(r, &q);
+        kb_buf_append_str(&path, r->path);
+        kb_buf_append(&path, q.data, q.len);
+        kb_api_response_t resp;
+        r->has_cls = false;
+        kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, max_body, 120, &inf->stop, &resp);
+        if (atomic_load(&inf->stop)) {
+            err = KB_ERR_STOPPED;
+            goto out;
+        }
+        if (resp.err == KB_ERR_TOOBIG) {
+            if (kb_refl_split_page(r, max_body))
+                continue; /* the same page (same continue token), fewer objects */
+            err = KB_ERR_TOOBIG;
+            goto out;
+        }
+        if (resp.err != KB_OK || resp.status != 200) {
+            kb_status_t st;
+            err = kb_refl_failed(r, cont.len ? "list (continue)" : "list", path.data, &resp, &body, &st);
+            *retry_after = resp.retry_after >= 0 ? resp.retry_after : st.retry_after > 0 ? st.retry_after : -1;
+            if (err == KB_ERR_GONE && cont.len && restarts++ < KB_LIST_RESTARTS) {
+                KB_INFO("reflector", "informer=%s continue token expired after %zu page(s); restarting the list",
+                        inf->conf->name, r->list_pages);
+                err = KB_OK;
+                goto restart;
+            }
+            goto out;
+        }
+        char src[1024], req[768];
+        kb_refl_request_text(r, path.data, req, sizeof(req));
+        snprintf(src, sizeof(src), "%s (HTTP %ld, Content-Type \"%s\")", req, resp.status, resp.content_type);
+        err = kb_refl_list_page(r, src, body.data, body.len, &cont);
+        if (err != KB_OK)
+            goto out;
+        if (!cont.len)
+            break;
+    }
+    err = kb_refl_list_end(r);
 out:
     kb_strmap_destroy(r->seen);
     r->seen = NULL;
@@ -919,6 +856,22 @@ static bool kb_refl_fast_frame(const char *f, size_t len, kb_watch_type_t *type,
     return false;
 }
 
+/* A bookmark only ever moves the resume point forward: one below it (a
+ * lagging cache replica, a proxy replaying an old frame) would make the next
+ * watch ask for history already delivered. Numbers only refuse going back;
+ * an RV that is not a number is taken as it is. */
+static bool kb_refl_bookmark_forward(kb_reflector_t *r, const char *rv, size_t len) {
+    uint64_t to = kb_rv_parse(rv, len), from = kb_rv_parse(r->rv, strlen(r->rv));
+    if (!to || !from || to >= from)
+        return true;
+    static kb_ratelimit_t rl;
+    uint64_t sup = 0;
+    if (kb_ratelimit_allow(&rl, 10000, &sup))
+        KB_WARN("reflector", "informer=%s BOOKMARK rv=%.*s is below the resume point rv=%s: ignored (suppressed=%llu)",
+                r->inf->conf->name, (int)len, rv, r->rv, (unsigned long long)sup);
+    return false;
+}
+
 /* Handle one watch frame. KB_INGEST_BAD if the bytes are not one valid
  * frame (nothing was counted or queued); KB_INGEST_STOPPED aborts the
  * stream (r->watch_err says why). */
@@ -941,17 +894,16 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     switch (f.type) {
     case KB_WATCH_ERROR:
         kb_decode_status(obj, f.object.len, &r->status);
-        r->watch_err = r->status.code == 410                                          ? KB_ERR_GONE
-                       : r->status.code == 429                                        ? KB_ERR_THROTTLED
-                       : !strcmp(r->status.cause_reason, "ResourceVersionTooLarge")   ? KB_ERR_TOO_LARGE_RV
-                       : r->status.code >= 500                                        ? KB_ERR_UNAVAILABLE
-                                                                                      : KB_ERR_HTTP;
+        r->cls = kb_kstatus_classify(r->status.code, r->status.reason, r->status.cause_reason);
+        r->has_cls = true;
+        r->watch_err = r->cls.err == KB_OK ? KB_ERR_HTTP : r->cls.err; /* an ERROR event is never a success */
+        r->watch_error_event = true;
         res = KB_INGEST_STOPPED;
         goto counted;
     case KB_WATCH_BOOKMARK: {
         kb_span_t rv;
         atomic_fetch_add(&inf->st_bookmarks, 1);
-        if (kb_decode_object_rv(obj, f.object.len, &rv))
+        if (kb_decode_object_rv(obj, f.object.len, &rv) && kb_refl_bookmark_forward(r, obj + rv.off, rv.len))
             kb_refl_set_rv(r, obj + rv.off, rv.len);
         res = KB_INGEST_OK;
         goto counted;
@@ -1024,6 +976,10 @@ static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
     if (!memchr(data, '\n', len) && r->stream.len < KB_WATCH_MAX_FRAME)
         return true;
     size_t had = r->stream.len - len;
+    if (!kb_refl_wait_room(r)) {
+        r->watch_err = KB_ERR_STOPPED;
+        return false;
+    }
     char rv0[sizeof(r->rv)];
     memcpy(rv0, r->rv, sizeof(rv0));
     pthread_mutex_lock(&inf->ingest_mtx);
@@ -1067,7 +1023,7 @@ static bool kb_refl_stream(void *opaque, const char *data, size_t len) {
 static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
     kb_informer_t *inf = r->inf;
     kb_buf_t q = KB_BUF_INIT, path = KB_BUF_INIT, body = KB_BUF_INIT;
-    char rv[64];
+    char rv[KB_RV_MAX];
     pthread_mutex_lock(&r->rv_mtx);
     memcpy(rv, r->rv, sizeof(rv));
     pthread_mutex_unlock(&r->rv_mtx);
@@ -1085,6 +1041,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
     kb_buf_reset(&r->stream);
     r->frames = 0;
     r->watch_err = KB_OK;
+    r->watch_error_event = false;
+    r->has_cls = false;
     memset(&r->status, 0, sizeof(r->status));
     atomic_fetch_add(&inf->st_watches, 1);
     KB_DEBUG("reflector", "informer=%s watch rv=%s timeout=%ds", inf->conf->name, rv, timeout);
@@ -1096,13 +1054,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
         err = KB_ERR_STOPPED;
     } else if (resp.aborted) {
         err = r->watch_err;
-        if (err == KB_ERR_GONE || err == KB_ERR_THROTTLED || err == KB_ERR_UNAVAILABLE || err == KB_ERR_HTTP ||
-            err == KB_ERR_TOO_LARGE_RV) {
-            kb_watch_err_t kind = err == KB_ERR_GONE        ? KB_WATCH_ERR_GONE
-                                  : err == KB_ERR_THROTTLED ? KB_WATCH_ERR_THROTTLED
-                                  : err == KB_ERR_HTTP      ? KB_WATCH_ERR_HTTP
-                                                            : KB_WATCH_ERR_SERVER;
-            kb_inf_error(inf, kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
+        if (r->watch_error_event) {
+            kb_inf_error(inf, r->cls.kind, "watch ERROR event: %d %s %s", r->status.code, r->status.reason,
                          r->status.message);
             KB_INFO("reflector", "informer=%s watch ERROR event code=%d reason=%s: %s", inf->conf->name,
                     r->status.code, r->status.reason, r->status.message);
@@ -1116,7 +1069,7 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
         err = KB_OK;
     } else if (resp.err != KB_OK || resp.status != 200) {
         kb_status_t st;
-        err = kb_refl_failed(r, "watch", &resp, &body, &st);
+        err = kb_refl_failed(r, "watch", path.data, &resp, &body, &st);
         if (*retry_after < 0 && st.retry_after > 0)
             *retry_after = st.retry_after;
         if (err == KB_ERR_CONNECT && resp.status == 200)
@@ -1134,17 +1087,23 @@ static void kb_refl_sleep(kb_reflector_t *r, int64_t ms) {
     kb_sleep_ms_interruptible(ms, &r->inf->stop);
 }
 
-/* The delay before retrying after a throttle or server error: Retry-After
- * when given (with up to 20 % jitter so replicas do not return together),
- * never less than the next backoff step. */
+/* The delay before retrying after a failed request: the server's
+ * Retry-After as given where the class honours it, within the budget of
+ * informer/kstatus.h; else the next backoff step. */
 static int64_t kb_refl_retry_delay(kb_reflector_t *r, int retry_after) {
-    int64_t b = kb_backoff_next(&r->backoff);
-    if (retry_after > 0) {
-        int64_t ra = (int64_t)retry_after * 1000;
-        ra += (int64_t)(kb_random_unit() * 0.2 * (double)ra);
-        return ra > b ? ra : b;
+    if (r->has_cls && kb_kstatus_honour_retry_after(&r->cls, retry_after, r->ra_in_row)) {
+        r->ra_in_row++;
+        KB_DEBUG("reflector", "informer=%s waiting %d s as the server asked (Retry-After %d of %d in a row)",
+                 r->inf->conf->name, retry_after, r->ra_in_row, KB_KSTATUS_RETRY_AFTER_BUDGET);
+        return (int64_t)retry_after * 1000;
     }
-    return b;
+    return kb_backoff_next(&r->backoff);
+}
+
+/* The server answered in full: back off from scratch next time. */
+static void kb_refl_healthy(kb_reflector_t *r) {
+    r->backoff.base_ms = 0;
+    r->ra_in_row = 0;
 }
 
 static void *kb_refl_main(void *arg) {
@@ -1171,7 +1130,7 @@ static void *kb_refl_main(void *arg) {
                 kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
                 continue;
             }
-            r->backoff.base_ms = 0; /* the server answered in full: start backing off from scratch */
+            kb_refl_healthy(r);
             if (r->listed)
                 atomic_fetch_add(&inf->st_relists, 1);
             if (!r->listed) {
@@ -1184,7 +1143,7 @@ static void *kb_refl_main(void *arg) {
         if (err != KB_ERR_PARSE)
             malformed_in_row = 0;
         if (r->frames > 0 && err != KB_ERR_PARSE)
-            r->backoff.base_ms = 0; /* the watch made progress: the server is healthy */
+            kb_refl_healthy(r); /* the watch made progress */
         switch (err) {
         case KB_OK:
             break; /* a normal end: resume at once from the last RV */
@@ -1195,22 +1154,18 @@ static void *kb_refl_main(void *arg) {
             if (malformed_in_row++ > 0)
                 kb_refl_sleep(r, kb_backoff_next(&r->backoff));
             break;
-        case KB_ERR_GONE:
-        case KB_ERR_TOO_LARGE_RV:
-        case KB_ERR_HTTP:
-        case KB_ERR_UNAUTHORIZED:
-        case KB_ERR_FORBIDDEN:
-        case KB_ERR_NOTFOUND:
+        default:
+            if (!r->has_cls) { /* connection trouble or an empty watch: same RV after a backoff step */
+                kb_refl_sleep(r, kb_backoff_next(&r->backoff));
+                break;
+            }
+            if (r->cls.action == KB_KACT_RETRY) { /* the same watch, same RV */
+                kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
+                break;
+            }
             if (err == KB_ERR_GONE)
                 KB_INFO("reflector", "informer=%s history expired at rv=%s; relisting", inf->conf->name, r->rv);
             need_list = true;
-            kb_refl_sleep(r, kb_backoff_next(&r->backoff));
-            break;
-        case KB_ERR_THROTTLED:
-        case KB_ERR_UNAVAILABLE:
-            kb_refl_sleep(r, kb_refl_retry_delay(r, retry_after));
-            break;
-        default: /* connection trouble or an empty watch: same RV after a backoff step */
             kb_refl_sleep(r, kb_backoff_next(&r->backoff));
             break;
         }
@@ -1281,39 +1236,27 @@ static void kb_inf_load_index_cb(void *opaque, uint64_t seq, kb_event_t *ev, con
     kb_event_unref(ev);
 }
 
-static void kb_inf_load_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
-    kb_informer_t *inf = opaque;
-    if (inf->n_replay == inf->cap_replay) {
-        inf->cap_replay = inf->cap_replay ? inf->cap_replay * 2 : 256;
-        inf->replay = kb_realloc(inf->replay, inf->cap_replay * sizeof(*inf->replay));
-    }
-    kb_inf_staged_t *o = &inf->replay[inf->n_replay++];
-    const char *rv;
-    if (ev)
-        kb_inf_grave_note(inf, ev); /* deletes not yet checkpointed still gate replays */
-    o->ev = ev;
-    o->seq = seq;
-    o->refl = kb_inf_rv_untag(inf, rv_after, &rv);
-    snprintf(o->rv_after, sizeof(o->rv_after), "%s", o->refl >= 0 ? rv : "");
+static kb_ledger_t *kb_inf_ledger_new(kb_informer_t *inf) {
+    const char **ns = kb_calloc(inf->n_refl, sizeof(*ns));
+    for (size_t i = 0; i < inf->n_refl; i++)
+        ns[i] = inf->refl[i].ns;
+    kb_ledger_t *l = kb_ledger_new(ns, inf->n_refl, inf->state);
+    free(ns);
+    /* KB_TEST_MAX_WINDOW lowers the bound for tests; never set in production. */
+    const char *test = getenv("KB_TEST_MAX_WINDOW");
+    size_t slots = test && atol(test) > 0 ? (size_t)atol(test) : KB_INF_MAX_WINDOW;
+    kb_ledger_set_bounds(l, slots, inf->state ? (uint64_t)inf->cfg->journal_max_bytes : 0);
+    return l;
 }
 
-/* Set the checkpoint's resume points ("rv", or "ns/rv,ns/rv" per namespace)
- * as the acknowledged RVs and the reflectors' starting RVs. Before start only. */
-static void kb_inf_set_resume_points(kb_informer_t *inf, const char *rvs) {
-    char *list = kb_strdup(rvs), *save = NULL;
-    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const char *rv;
-        int i = kb_inf_rv_untag(inf, tok, &rv);
-        if (i >= 0) {
-            snprintf(inf->ack_rv[i], sizeof(inf->ack_rv[i]), "%s", rv);
-            snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", rv);
-        }
-    }
-    free(list);
+/* The reflectors start where the ledger's checkpoint resumes. Before start only. */
+static void kb_inf_set_resume_points(kb_informer_t *inf) {
+    for (size_t i = 0; i < inf->n_refl; i++)
+        snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", kb_ledger_resume_rv(inf->ledger, i));
 }
 
 /* Open state_dir/<informer>[.replica-<i>-of-<n>], load the cache, the
- * checkpoint and the journal's unacknowledged tail. */
+ * checkpoint and the journal's unacknowledged tail (into the ledger). */
 static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errstr_size) {
     const kb_config_t *cfg = inf->cfg;
     char dir[4096], why[512];
@@ -1330,54 +1273,19 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
         snprintf(errstr, errstr_size, "%s: %s", cfg->path, why);
         return KB_ERR_IO;
     }
-    kb_state_checkpoint_t cp;
-    if (kb_state_read_checkpoint(inf->state, &cp) != KB_OK ||
-        kb_state_load_index(inf->state, inf->res, true, kb_inf_load_index_cb, inf) != KB_OK ||
-        kb_state_load_journal(inf->state, cp.seq, 0, inf->res, kb_inf_load_tail_cb, inf) != KB_OK) {
+    inf->ledger = kb_inf_ledger_new(inf);
+    if (kb_state_load_index(inf->state, inf->res, true, kb_inf_load_index_cb, inf) != KB_OK ||
+        kb_ledger_load(inf->ledger, inf->res, why, sizeof(why)) != KB_OK) {
         snprintf(errstr, errstr_size, "%s: state_dir \"%s\": %s", cfg->path, dir, kb_state_error(inf->state));
         return KB_ERR_IO;
     }
-    inf->seq = cp.last_seq;
-    inf->ack_seq = inf->saved_seq = cp.seq;
-    inf->ack_base = cp.seq + 1;
-    kb_inf_set_resume_points(inf, cp.rv);
+    kb_inf_set_resume_points(inf);
+    kb_ledger_stats_t ls;
+    kb_ledger_stats(inf->ledger, &ls);
     KB_INFO("informer", "informer=%s state_dir=%s: %zu cached object(s), checkpoint seq=%llu rv=%s, %zu change(s) to "
-            "deliver again", inf->conf->name, dir, kb_indexer_count(inf->idx), (unsigned long long)cp.seq,
-            cp.rv[0] ? cp.rv : "(none: list first)", inf->n_replay);
+            "deliver again", inf->conf->name, dir, kb_indexer_count(inf->idx), (unsigned long long)ls.acked,
+            ls.resume_rv[0] ? ls.resume_rv : "(none: list first)", kb_ledger_tail_len(inf->ledger));
     return KB_OK;
-}
-
-static void kb_inf_format_rvs(const kb_informer_t *inf, char (*rvs)[64], char *out, size_t size) {
-    size_t n = 0;
-    out[0] = '\0';
-    for (size_t i = 0; i < inf->n_refl; i++) {
-        char tag[160];
-        if (!rvs[i][0])
-            continue;
-        kb_inf_rv_tag(inf, (int)i, rvs[i], tag, sizeof(tag));
-        n += (size_t)snprintf(out + n, n < size ? size - n : 0, "%s%s", n ? "," : "", tag);
-    }
-}
-
-/* Write the checkpoint if it moved. Thread: checkpointer, or main at shutdown. */
-static void kb_inf_write_checkpoint(kb_informer_t *inf) {
-    if (!inf->state)
-        return;
-    char rvs[1024] = "";
-    pthread_mutex_lock(&inf->ack_mtx);
-    uint64_t seq = inf->ack_seq;
-    kb_inf_format_rvs(inf, inf->ack_rv, rvs, sizeof(rvs));
-    pthread_mutex_unlock(&inf->ack_mtx);
-    if (seq == inf->saved_seq)
-        return;
-    if (kb_state_set_checkpoint(inf->state, seq, rvs) == KB_OK) {
-        inf->saved_seq = seq;
-    } else {
-        static kb_ratelimit_t rl;
-        if (kb_ratelimit_allow(&rl, 10000, NULL))
-            KB_ERROR("informer", "informer=%s cannot write the checkpoint: %s", inf->conf->name,
-                     kb_state_error(inf->state));
-    }
 }
 
 static void *kb_ckpt_main(void *arg) {
@@ -1386,43 +1294,24 @@ static void *kb_ckpt_main(void *arg) {
     snprintf(tname, sizeof(tname), "kb:ckpt/%s", inf->conf->name);
     kb_thread_set_name(tname);
     while (!kb_sleep_ms_interruptible(200, &inf->ckpt_stop))
-        kb_inf_write_checkpoint(inf);
+        kb_ledger_checkpoint(inf->ledger);
     return NULL;
 }
 
-kb_err_t kb_informer_apply_checkpoint(kb_informer_t *inf, uint64_t seq, const char *rvs, const char *also) {
-    if (seq <= inf->ack_seq && (!also || !*also))
-        return KB_OK;
-    if (seq > inf->seq) {
-        KB_WARN("informer", "informer=%s the sink's checkpoint (seq %llu) is ahead of this state_dir (seq %llu); "
-                "ignoring it", inf->conf->name, (unsigned long long)seq, (unsigned long long)inf->seq);
-        return KB_ERR_INVAL;
-    }
-    size_t dropped = 0, keep = 0;
-    for (size_t i = 0; i < inf->n_replay; i++) {
-        kb_inf_staged_t *o = &inf->replay[i];
-        if (o->seq <= seq || (o->ev && kb_inf_in_ranges(also, o->seq))) {
-            kb_event_unref(o->ev);
-            dropped++;
-        } else {
-            inf->replay[keep++] = *o;
-        }
-    }
-    inf->n_replay = keep;
-    kb_inf_set_resume_points(inf, rvs);
-    if (seq > inf->ack_seq) {
-        inf->ack_seq = seq;
-        inf->ack_base = seq + 1;
-    }
-    KB_INFO("informer", "informer=%s the sink's committed checkpoint is seq=%llu rv=%s: %zu change(s) of the journal "
-            "were already committed there and are not delivered again", inf->conf->name, (unsigned long long)seq, rvs,
-            dropped);
-    kb_inf_write_checkpoint(inf);
+kb_err_t kb_informer_apply_cut(kb_informer_t *inf, const char *json, size_t len, char *errstr, size_t errstr_size) {
+    size_t before = kb_ledger_tail_len(inf->ledger);
+    kb_err_t err = kb_ledger_apply_cut(inf->ledger, json, len, errstr, errstr_size);
+    if (err != KB_OK)
+        return err;
+    kb_inf_set_resume_points(inf);
+    KB_INFO("informer", "informer=%s the sink's committed checkpoint: %zu change(s) of the journal were already "
+            "committed there and are not delivered again", inf->conf->name, before - kb_ledger_tail_len(inf->ledger));
+    kb_ledger_checkpoint(inf->ledger);
     return KB_OK;
 }
 
 void kb_informer_save_checkpoint(kb_informer_t *inf) {
-    kb_inf_write_checkpoint(inf);
+    kb_ledger_checkpoint(inf->ledger);
 }
 
 void kb_informer_close_state(kb_informer_t *inf) {
@@ -1430,7 +1319,8 @@ void kb_informer_close_state(kb_informer_t *inf) {
     if (inf->ckpt_running)
         pthread_join(inf->ckpt_thread, NULL);
     inf->ckpt_running = false;
-    kb_inf_write_checkpoint(inf);
+    if (inf->ledger && !inf->crashed)
+        kb_ledger_checkpoint(inf->ledger);
     kb_state_close(inf->state);
     inf->state = NULL;
 }
@@ -1469,42 +1359,41 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
         r->path = kb_inf_path(conf, r->ns);
         pthread_mutex_init(&r->rv_mtx, NULL);
     }
-    pthread_mutex_init(&inf->ack_mtx, NULL);
     pthread_mutex_init(&inf->sub_mtx, NULL);
-    inf->graves = kb_strmap_new(64);
-    inf->ack_rv = kb_calloc(inf->n_refl, sizeof(*inf->ack_rv));
-    inf->ack_base = 1;
     for (size_t i = 0; i < inf->n_shards; i++)
         kb_deltafifo_set_drop(inf->fifos[i], kb_inf_dropped, inf);
     if (conf->secrets_unredacted)
         KB_WARN("informer", "informer=%s watches secrets with redact_fields = []: Secret values are sent in clear",
                 conf->name);
-    if (cfg->state_dir && cfg->state_dir[0] && kb_inf_open_state(inf, errstr, errstr_size) != KB_OK) {
-        kb_informer_destroy(inf);
-        return NULL;
+    if (cfg->state_dir && cfg->state_dir[0]) {
+        if (kb_inf_open_state(inf, errstr, errstr_size) != KB_OK) {
+            kb_informer_destroy(inf);
+            return NULL;
+        }
+    } else {
+        inf->ledger = kb_inf_ledger_new(inf);
     }
     return inf;
 }
 
-kb_err_t kb_informer_start(kb_informer_t *inf) {
-    if (inf->n_replay) {
+/* One change of the journal's unacknowledged tail, queued again. */
+static void kb_inf_requeue(void *opaque, kb_event_t *ev) {
+    kb_informer_t *inf = opaque;
+    kb_event_type_t type = ev->type; /* the push hands the event to a worker */
+    if (kb_deltafifo_push(inf->fifos[ev->key_hash % inf->n_shards], ev, -1) == KB_OK)
+        atomic_fetch_add(&inf->st_events[type], 1);
+}
+
+void kb_informer_requeue_tail(kb_informer_t *inf) {
+    size_t n = kb_ledger_tail_len(inf->ledger);
+    if (n)
         KB_INFO("informer", "informer=%s delivering %zu unacknowledged change(s) from the journal again",
-                inf->conf->name, inf->n_replay);
-        for (size_t i = 0; i < inf->n_replay; i++) {
-            kb_inf_staged_t *o = &inf->replay[i];
-            kb_ack_add(inf, o->seq, o->refl, o->rv_after, o->ev == NULL);
-            if (o->ev) {
-                kb_event_type_t type = o->ev->type; /* the push hands the event to a worker */
-                if (kb_deltafifo_push(inf->fifos[o->ev->key_hash % inf->n_shards], o->ev, -1) == KB_OK)
-                    atomic_fetch_add(&inf->st_events[type], 1);
-            }
-            o->ev = NULL;
-        }
-        pthread_mutex_lock(&inf->ack_mtx);
-        kb_ack_advance(inf);
-        pthread_mutex_unlock(&inf->ack_mtx);
-        inf->n_replay = 0;
-    }
+                inf->conf->name, n);
+    kb_ledger_requeue_tail(inf->ledger, kb_inf_requeue, inf);
+}
+
+kb_err_t kb_informer_start(kb_informer_t *inf) {
+    kb_informer_requeue_tail(inf);
     if (inf->state) {
         if (pthread_create(&inf->ckpt_thread, NULL, kb_ckpt_main, inf) != 0)
             KB_FATAL("cannot start the checkpoint thread");
@@ -1545,15 +1434,9 @@ void kb_informer_destroy(kb_informer_t *inf) {
     if (!inf)
         return;
     kb_informer_close_state(inf);
-    for (size_t i = 0; i < inf->n_replay; i++)
-        kb_event_unref(inf->replay[i].ev);
-    free(inf->replay);
-    kb_strmap_destroy(inf->graves);
-    free(inf->ring);
-    free(inf->ack_rv);
+    kb_ledger_destroy(inf->ledger);
     free(inf->out);
     free(inf->undo);
-    pthread_mutex_destroy(&inf->ack_mtx);
     pthread_mutex_destroy(&inf->sub_mtx);
     for (size_t i = 0; i < inf->n_refl; i++) {
         kb_reflector_t *r = &inf->refl[i];
@@ -1680,12 +1563,12 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     st->watches = atomic_load(&inf->st_watches);
     st->rv_regressions = atomic_load(&inf->st_rv_regressions);
     st->persistent = inf->state != NULL;
-    pthread_mutex_lock(&inf->ack_mtx);
-    st->ack_seq = inf->ack_seq;
-    st->seq = inf->ack_base + inf->ring_len - 1;
-    st->ack_time_ns = inf->ack_time_ns;
-    memcpy(st->checkpoint_rv, inf->ack_rv[0], sizeof(st->checkpoint_rv));
-    pthread_mutex_unlock(&inf->ack_mtx);
+    kb_ledger_stats_t ls;
+    kb_ledger_stats(inf->ledger, &ls);
+    st->ack_seq = ls.acked;
+    st->seq = ls.seq;
+    st->ack_time_ns = ls.ack_time_ns;
+    memcpy(st->checkpoint_rv, ls.resume_rv, sizeof(st->checkpoint_rv));
     st->objects = kb_indexer_count(inf->idx);
     st->cache_bytes = kb_indexer_bytes(inf->idx);
     for (size_t i = 0; i < inf->n_shards; i++) {
@@ -1695,6 +1578,8 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
         st->pending_bytes += fs.bytes;
     }
     st->synced = kb_informer_synced(inf);
+    st->paused = atomic_load(&inf->paused);
+    st->window = ls.in_flight;
     pthread_mutex_lock(&inf->refl[0].rv_mtx);
     memcpy(st->last_rv, inf->refl[0].rv, sizeof(st->last_rv));
     pthread_mutex_unlock(&inf->refl[0].rv_mtx);
@@ -1709,7 +1594,7 @@ void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, c
                      uint64_t *seq) {
     pthread_mutex_lock(&inf->ingest_mtx);
     if (seq)
-        *seq = inf->seq;
+        *seq = kb_ledger_seq(inf->ledger);
     size_t first = out ? out->n : 0;
     if (out)
         kb_indexer_list(inf->idx, ns, out);
@@ -1742,4 +1627,48 @@ kb_event_t *kb_informer_get(kb_informer_t *inf, const char *key, size_t len) {
     kb_event_t *full = kb_inf_full(inf, ev);
     kb_event_unref(ev);
     return full;
+}
+
+/* ---- ingest.h: the reflector's steps for the simulation ------------------- */
+
+void kb_ingest_list_begin(kb_informer_t *inf, size_t refl) {
+    KB_ASSERT(refl < inf->n_refl);
+    kb_refl_list_begin(&inf->refl[refl]);
+}
+
+kb_err_t kb_ingest_list_page(kb_informer_t *inf, size_t refl, const char *body, size_t len, kb_buf_t *cont) {
+    KB_ASSERT(refl < inf->n_refl && inf->refl[refl].seen);
+    return kb_refl_list_page(&inf->refl[refl], "a page handed in by kb_ingest_list_page", body, len, cont);
+}
+
+kb_err_t kb_ingest_list_end(kb_informer_t *inf, size_t refl) {
+    kb_reflector_t *r = &inf->refl[refl];
+    kb_err_t err = kb_refl_list_end(r);
+    kb_strmap_destroy(r->seen);
+    r->seen = NULL;
+    if (err == KB_OK && !r->listed) {
+        r->listed = true;
+        atomic_fetch_add(&inf->synced_refl, 1);
+    }
+    return err;
+}
+
+void kb_ingest_watch_begin(kb_informer_t *inf, size_t refl, char *rv, size_t rv_size) {
+    kb_reflector_t *r = &inf->refl[refl];
+    kb_buf_reset(&r->stream);
+    r->frames = 0;
+    r->watch_err = KB_OK;
+    snprintf(rv, rv_size, "%s", r->rv);
+}
+
+kb_err_t kb_ingest_watch_bytes(kb_informer_t *inf, size_t refl, const char *data, size_t len) {
+    kb_reflector_t *r = &inf->refl[refl];
+    if (kb_refl_stream(r, data, len))
+        return KB_OK;
+    return r->watch_err != KB_OK ? r->watch_err : KB_ERR_PARSE;
+}
+
+void kb_ingest_crash(kb_informer_t *inf) {
+    inf->crashed = true;
+    kb_informer_destroy(inf);
 }

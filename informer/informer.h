@@ -68,17 +68,19 @@ typedef struct kb_informer_stats {
     uint64_t list_pages;
     uint64_t gated;                    /* watch events refused as not newer than the cache */
     uint64_t watches;                  /* watch requests opened */
-    uint64_t rv_regressions;           /* lists below the previous resume point (SPEC §7) */
+    uint64_t rv_regressions;           /* lists below the previous resume point */
     uint64_t seq;                      /* the newest event or marker accepted */
     uint64_t ack_seq;                  /* everything up to here is acknowledged by every sink */
     int64_t ack_time_ns;               /* realtime of the newest acknowledgement (0: none) */
-    char checkpoint_rv[64];            /* resume RV at ack_seq (of the first reflector) */
+    char checkpoint_rv[KB_RV_MAX];            /* resume RV at ack_seq (of the first reflector) */
     bool persistent;                   /* state_dir is in use */
     size_t objects;                    /* keys in the indexer */
     size_t cache_bytes;
     size_t pending_deltas, pending_bytes;
     bool synced;                       /* every reflector finished its first list */
-    char last_rv[64];                  /* of the cluster-wide (or first) reflector */
+    bool paused;                       /* reading waits: the window of unacknowledged changes is full */
+    uint64_t window;                   /* changes not acknowledged by every sink */
+    char last_rv[KB_RV_MAX];                  /* of the cluster-wide (or first) reflector */
     char last_error[256];              /* the latest error, "" if none since start */
 } kb_informer_stats_t;
 
@@ -96,20 +98,25 @@ void kb_informer_destroy(kb_informer_t *inf); /* after stop; NULL is a no-op */
  * went nowhere). Thread: any (sink ack callbacks). Locks: the ack lock (leaf). */
 void kb_informer_done(kb_informer_t *inf, uint64_t seq);
 
+/* The informer's ledger (informer/ledger.h): sinks acknowledge into it.
+ * Valid for the informer's life. Thread: any. */
+struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
+
 /* Exactly-once with a transactional sink: seq's messages are all inside the
  * sink's open transaction (they count as delivered once it commits).
  * Thread: any (the sink's enqueued hook). Locks: the ack lock. */
 void kb_informer_mark_produced(kb_informer_t *inf, uint64_t seq);
-/* The checkpoint a commit of that transaction makes true: every seq up to
- * *seq is acknowledged or inside it; rvs gets the resume RVs in the stored
- * form ("rv" or "ns/rv,…"); also gets "a-b,c-d" ranges of later seqs that are
- * delivered or inside it too. Thread: any. Locks: the ack lock. */
-void kb_informer_txn_checkpoint(kb_informer_t *inf, uint64_t *seq, char *rvs, size_t rvs_size, kb_buf_t *also);
-/* Before start: a checkpoint read back from a transactional sink. Journal
- * entries up to seq, and those in the also ranges, were committed there and
- * are not delivered again; the watch resumes at rvs. A seq at or below the state_dir checkpoint changes
- * nothing. Thread: main, before kb_informer_start. */
-kb_err_t kb_informer_apply_checkpoint(kb_informer_t *inf, uint64_t seq, const char *rvs, const char *also);
+/* The exactly-once cut for the transaction about to commit, as JSON appended
+ * to json (kb_ledger_txn_cut). Thread: any. Locks: the ledger's. */
+void kb_informer_txn_cut(kb_informer_t *inf, kb_buf_t *json);
+/* Before start: a cut read back from a transactional sink (its JSON). Journal
+ * entries it covers were committed there and are not delivered again; the
+ * watch resumes at its RVs. KB_ERR_INVAL (errstr) if it does not parse or is
+ * ahead of state_dir. Thread: main, before kb_informer_start. */
+kb_err_t kb_informer_apply_cut(kb_informer_t *inf, const char *json, size_t len, char *errstr, size_t errstr_size);
+/* Queue the journal's unacknowledged tail again (kb_informer_start does it;
+ * exposed for the deterministic simulation, which runs no threads). */
+void kb_informer_requeue_tail(kb_informer_t *inf);
 
 /* Write the checkpoint now (after the sinks flushed at shutdown). */
 void kb_informer_save_checkpoint(kb_informer_t *inf);

@@ -1,6 +1,6 @@
 /* informer/json.h — a validating JSON scanner that works on raw bytes.
  *
- * The watch path never builds a tree (ARCHITECTURE.md, "Raw bytes"): it
+ * The watch path never builds a tree (docs/performance.md, "Decoding"): it
  * finds the extent of one JSON value, and the byte spans of the few members
  * it needs, in one pass. Strings are validated (escapes, control bytes) but
  * not decoded. Depth is limited to KB_JSON_MAX_DEPTH.

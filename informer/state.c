@@ -27,6 +27,7 @@
 #include "common/time.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <zstd.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #define KB_STATE_FORMAT 1
 #define KB_REC_MARK 0xff /* journal entry type of a resume-point marker */
@@ -103,6 +105,9 @@ static uint64_t kb_from_be64(const void *p) {
     return v;
 }
 
+/* mkdir -p with 0700: state holds Secret-derived data. A directory that
+ * exists keeps its mode, except the last one (the informer's own), which is
+ * made 0700 whatever the umask or an earlier version left. */
 static int kb_mkdirs(const char *path) {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s", path);
@@ -110,11 +115,91 @@ static int kb_mkdirs(const char *path) {
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
             return -1;
         *p = '/';
     }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return -1;
+    struct stat st;
+    if (stat(tmp, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return (st.st_mode & 0777) != 0700 ? chmod(tmp, 0700) : 0;
+}
+
+/* LMDB's file format (lmdb.h's MDB_page + MDB_meta, 64-bit builds): pages 0
+ * and 1 are meta pages; in each, after a 16-byte page header, the magic
+ * (u32), version (u32), address, map size, two 48-byte MDB_db records (the
+ * first's leading u32 is the page size), the last used page and the txn id.
+ * LMDB maps the file and reads the pages the newer meta names without
+ * checking the file is that long, so a truncated data.mdb kills the process
+ * with SIGBUS. Check the size against that meta before LMDB sees the file. */
+#define KB_LMDB_MAGIC 0xBEEFC0DEu
+#define KB_LMDB_META_MAGIC 16
+#define KB_LMDB_META_PSIZE 40
+#define KB_LMDB_META_LAST_PG 136
+#define KB_LMDB_META_TXNID 144
+
+static bool kb_lmdb_meta(int fd, off_t at, uint32_t *psize, uint64_t *last_pg, uint64_t *txnid) {
+    unsigned char m[KB_LMDB_META_TXNID + 8];
+    if (pread(fd, m, sizeof(m), at) != (ssize_t)sizeof(m))
+        return false;
+    uint32_t magic;
+    memcpy(&magic, m + KB_LMDB_META_MAGIC, 4);
+    memcpy(psize, m + KB_LMDB_META_PSIZE, 4);
+    memcpy(last_pg, m + KB_LMDB_META_LAST_PG, 8);
+    memcpy(txnid, m + KB_LMDB_META_TXNID, 8);
+    return magic == KB_LMDB_MAGIC && *psize >= 512 && (*psize & (*psize - 1)) == 0;
+}
+
+static bool kb_state_check_file(const char *dir, char *errstr, size_t errstr_size) {
+    if (sizeof(size_t) != 8)
+        return true; /* the offsets above are for 64-bit builds */
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/data.mdb", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return true; /* none yet: LMDB creates it */
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0;
+    const char *fix = "restore it from a backup, or remove the directory to start this informer afresh (it "
+                      "relists; deletes that happened while kbridge was down are then not reported)";
+    if (ok && st.st_size > 0) {
+        uint32_t ps0 = 0, ps1 = 0;
+        uint64_t last0 = 0, last1 = 0, txn0 = 0, txn1 = 0;
+        bool m0 = kb_lmdb_meta(fd, 0, &ps0, &last0, &txn0);
+        bool m1 = m0 && kb_lmdb_meta(fd, (off_t)ps0, &ps1, &last1, &txn1) && ps1 == ps0;
+        uint64_t last = m1 && txn1 > txn0 ? last1 : last0;
+        uint64_t need = (last + 1) * (uint64_t)ps0;
+        if (!m0) {
+            snprintf(errstr, errstr_size, "state_dir file %s is not a readable LMDB file (%lld bytes, no valid meta "
+                     "page); %s", path, (long long)st.st_size, fix);
+            ok = false;
+        } else if ((uint64_t)st.st_size < need || (uint64_t)st.st_size < 2u * ps0) {
+            snprintf(errstr, errstr_size, "state_dir file %s is truncated: %lld bytes, but its meta page says "
+                     "%llu pages of %u bytes (%llu bytes); %s", path, (long long)st.st_size,
+                     (unsigned long long)(last + 1), ps0, (unsigned long long)need, fix);
+            ok = false;
+        }
+    }
+    close(fd);
+    return ok;
+}
+
+/* data.mdb and lock.mdb 0600 whatever the umask or an earlier version left. */
+static void kb_state_private_files(const char *dir) {
+    static const char *const names[] = {"data.mdb", "lock.mdb"};
+    for (size_t i = 0; i < KB_ARRAY_LEN(names); i++) {
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        if (stat(path, &st) == 0 && (st.st_mode & 0777) != 0600 && chmod(path, 0600) != 0)
+            KB_WARN("state", "cannot make %s private (0600): %s", path, strerror(errno));
+    }
 }
 
 kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errstr_size) {
@@ -122,6 +207,8 @@ kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errs
         snprintf(errstr, errstr_size, "state_dir: cannot create \"%s\": %s", opts->dir, strerror(errno));
         return NULL;
     }
+    if (!kb_state_check_file(opts->dir, errstr, errstr_size))
+        return NULL;
     kb_state_t *st = kb_calloc(1, sizeof(*st));
     st->dir = kb_strdup(opts->dir);
     st->journal_max_bytes = opts->journal_max_bytes;
@@ -133,7 +220,9 @@ kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errs
     if (!rc)
         rc = mdb_env_set_mapsize(st->env, (size_t)opts->map_bytes);
     if (!rc)
-        rc = mdb_env_open(st->env, opts->dir, MDB_NOMETASYNC | MDB_NOTLS, 0644);
+        rc = mdb_env_open(st->env, opts->dir, MDB_NOMETASYNC | MDB_NOTLS, 0600);
+    if (!rc)
+        kb_state_private_files(opts->dir);
     MDB_txn *txn = NULL;
     if (!rc)
         rc = mdb_txn_begin(st->env, NULL, 0, &txn);
@@ -298,8 +387,14 @@ static int kb_meta_put(MDB_txn *txn, kb_state_t *st, const char *name, const voi
     return mdb_put(txn, st->meta, &k, &v, 0);
 }
 
+void kb_state_checkpoint_fini(kb_state_checkpoint_t *cp) {
+    free(cp->rv);
+    cp->rv = NULL;
+}
+
 kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp) {
     memset(cp, 0, sizeof(*cp));
+    cp->rv = kb_strdup("");
     MDB_txn *txn;
     int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
     if (rc)
@@ -307,9 +402,9 @@ kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp) {
     MDB_val v;
     if (!kb_meta_get(txn, st, "ack_seq", &v) && v.mv_size == 8)
         cp->seq = kb_from_be64(v.mv_data);
-    if (!kb_meta_get(txn, st, "ack_rv", &v) && v.mv_size < sizeof(cp->rv)) {
-        memcpy(cp->rv, v.mv_data, v.mv_size);
-        cp->rv[v.mv_size] = '\0';
+    if (!kb_meta_get(txn, st, "ack_rv", &v)) { /* every namespace's resume point: no fixed bound */
+        free(cp->rv);
+        cp->rv = kb_strndup(v.mv_data, v.mv_size);
     }
     MDB_cursor *cur;
     if (!mdb_cursor_open(txn, st->journal, &cur)) {
@@ -337,7 +432,7 @@ kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, bool identity_o
         return kb_st_fail(st, "load index", rc);
     }
     MDB_val k, v;
-    char rv_after[64];
+    char rv_after[KB_RV_MAX + 320]; /* "namespace/rv" */
     size_t bad = 0;
     bool first = true;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -389,7 +484,7 @@ kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, size_t limit,
     unsigned char kb[8];
     kb_be64(after_seq + 1, kb);
     MDB_val k = {8, kb}, v;
-    char rv_after[64];
+    char rv_after[KB_RV_MAX + 320]; /* "namespace/rv" */
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (k.mv_size != 8)
             continue;
@@ -558,7 +653,7 @@ static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
     if (rc)
         return rc;
     MDB_val k, v;
-    char last_rv[64] = "";
+    char last_rv[KB_RV_MAX] = "";
     size_t trimmed = 0;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         kb_rec_hdr_t h;
@@ -600,7 +695,30 @@ static void kb_state_fault_point(kb_state_t *st) {
     }
 }
 
-kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv) {
+/* The meta key of a sink's watermark. */
+static void kb_sink_key(const char *sink, char *out, size_t size) {
+    snprintf(out, size, "sink_seq/%s", sink);
+}
+
+kb_err_t kb_state_read_sink_seq(kb_state_t *st, const char *sink, uint64_t *seq) {
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kb_st_fail(st, "read sink watermark", rc);
+    char key[320];
+    kb_sink_key(sink, key, sizeof(key));
+    MDB_val v;
+    kb_err_t err = KB_ERR_NOTFOUND;
+    if (!kb_meta_get(txn, st, key, &v) && v.mv_size == 8) {
+        *seq = kb_from_be64(v.mv_data);
+        err = KB_OK;
+    }
+    mdb_txn_abort(txn);
+    return err;
+}
+
+kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv, const kb_state_sink_seq_t *sinks,
+                                 size_t n_sinks) {
     MDB_txn *txn;
     int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
     if (rc)
@@ -610,6 +728,12 @@ kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv) {
     rc = kb_meta_put(txn, st, "ack_seq", kb, 8);
     if (!rc)
         rc = kb_meta_put(txn, st, "ack_rv", rv, strlen(rv));
+    for (size_t i = 0; i < n_sinks && !rc; i++) {
+        char key[320];
+        kb_sink_key(sinks[i].sink, key, sizeof(key));
+        kb_be64(sinks[i].seq, kb);
+        rc = kb_meta_put(txn, st, key, kb, 8);
+    }
     if (!rc)
         rc = kb_state_trim(st, txn, seq);
     if (rc) {

@@ -46,11 +46,13 @@ const char *kb_state_dir(const kb_state_t *st);
 
 typedef struct kb_state_checkpoint {
     uint64_t seq;      /* everything up to and including seq is acknowledged (0: nothing yet) */
-    char rv[64];       /* resume the watch here; "" = list first */
+    char *rv;          /* resume the watches here ("rv" or "ns/rv,…"); "" = list first. Owned */
     uint64_t last_seq; /* the newest journal seq (0 when empty) */
 } kb_state_checkpoint_t;
 
+/* Fills *cp (release with kb_state_checkpoint_fini, also after an error). */
 kb_err_t kb_state_read_checkpoint(kb_state_t *st, kb_state_checkpoint_t *cp);
+void kb_state_checkpoint_fini(kb_state_checkpoint_t *cp);
 
 /* Called for each stored event (ev: a new reference the callee owns; NULL for a
  * journal marker) with the resume RV recorded with it ("" if none). */
@@ -85,10 +87,21 @@ void kb_state_abort(kb_state_t *st);
 /* Why the last call failed ("MDB_MAP_FULL: …", "No space left on device"). */
 const char *kb_state_error(const kb_state_t *st);
 
-/* Record the checkpoint and trim acknowledged journal entries over the bounds. */
-kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv);
+/* One sink's acknowledgement watermark: every change up to seq reached it. */
+typedef struct kb_state_sink_seq {
+    const char *sink;  /* the sink's name */
+    uint64_t seq;
+} kb_state_sink_seq_t;
 
-/* Forget everything (a server RV regression: SPEC §7). */
+/* Record the checkpoint (seq: the lowest watermark of all sinks; rv: where
+ * the watches resume with it) and each sink's own watermark, in one
+ * transaction, and trim acknowledged journal entries over the bounds. */
+kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv, const kb_state_sink_seq_t *sinks,
+                                 size_t n_sinks);
+/* The watermark last recorded for sink; KB_ERR_NOTFOUND if none was. */
+kb_err_t kb_state_read_sink_seq(kb_state_t *st, const char *sink, uint64_t *seq);
+
+/* Forget everything (a server RV regression: the server's history went back). */
 kb_err_t kb_state_reset(kb_state_t *st);
 
 typedef struct kb_state_stats {

@@ -54,6 +54,19 @@ static void kb_ce_source(const kb_event_t *ev, kb_buf_t *out) {
                    res->version, res->resource);
 }
 
+/* The CloudEvents id: "{uid}/{resourceVersion}", and "{uid}/{resourceVersion}/deleted"
+ * for a DELETED. A delete inferred by a relist (finalStateUnknown) carries the
+ * last known object, so its RV is that of the ADDED/MODIFIED the consumer
+ * already has: without the suffix a consumer that drops repeated ids would
+ * drop the delete. An exact repeat after a crash keeps its id. */
+static void kb_ce_id(const kb_event_t *ev, kb_buf_t *out) {
+    kb_buf_append(out, ev->uid, ev->uid_len);
+    kb_buf_append_char(out, '/');
+    kb_buf_append(out, ev->rv, ev->rv_len);
+    if (ev->type == KB_EV_DELETED)
+        kb_buf_append_str(out, "/deleted");
+}
+
 static void kb_ce_type(const kb_event_t *ev, kb_buf_t *out) {
     kb_buf_appendf(out, "io.k8s.%s.%s", ev->res->resource, kb_event_type_lower(ev->type));
 }
@@ -64,9 +77,7 @@ void kb_envelope_ce_structured(const kb_event_t *ev, const char *partition_key, 
     kb_format_rfc3339_us(ev->observed_ns, ts, sizeof(ts));
     kb_buf_reserve(out, ev->obj_len + 384);
     kb_buf_append_str(out, "{\"specversion\":\"1.0\",");
-    kb_buf_append(&tmp, ev->uid, ev->uid_len);
-    kb_buf_append_char(&tmp, '/');
-    kb_buf_append(&tmp, ev->rv, ev->rv_len);
+    kb_ce_id(ev, &tmp);
     kb_env_field(out, "id", tmp.data, tmp.len);
     kb_buf_reset(&tmp);
     kb_ce_source(ev, &tmp);
@@ -102,9 +113,8 @@ void kb_envelope_ce_attrs(const kb_event_t *ev, const char *partition_key, size_
     off[i++] = storage->len;
     kb_buf_append(storage, "1.0", 4);
     off[i++] = storage->len;
-    kb_buf_append(storage, ev->uid, ev->uid_len);
-    kb_buf_append_char(storage, '/');
-    kb_buf_append(storage, ev->rv, ev->rv_len + 1);
+    kb_ce_id(ev, storage);
+    kb_buf_append_char(storage, '\0');
     off[i++] = storage->len;
     kb_ce_source(ev, storage);
     kb_buf_append_char(storage, '\0');

@@ -1,4 +1,4 @@
-/* sinks/envelope.h — the bytes a message carries (SPEC §3).
+/* sinks/envelope.h — the bytes a message carries (docs/envelope.md).
  *
  * Every sink formats through here so the envelope is written once:
  *   JSON envelope            {"type":…,"cluster":…,…,"object":{…}}
@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-/* Append the SPEC §3 envelope for ev (no trailing newline). */
+/* Append the kbridge JSON envelope for ev (no trailing newline). */
 void kb_envelope_json(const kb_event_t *ev, kb_buf_t *out);
 /* Append a CloudEvents 1.0 structured-mode JSON event; partition_key = the route key. */
 void kb_envelope_ce_structured(const kb_event_t *ev, const char *partition_key, size_t pk_len, kb_buf_t *out);

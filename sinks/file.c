@@ -13,11 +13,27 @@
  * of an earlier run (bytes after the last '\n') is cut off, so the next line
  * starts clean. Nothing before the last newline is ever touched.
  *
+ * Stopping never waits on the reader: the descriptor is non-blocking (stdout
+ * too, its flags restored at the end), so a pipe or FIFO whose reader stopped
+ * reading makes write(2) say EAGAIN and the writer waits in poll(2), where
+ * the stop flag reaches it. Once stopping, a batch that cannot progress is
+ * given up (its messages acknowledged with an error, never as delivered),
+ * so shutdown ends within its deadline whatever the reader does.
+ *
+ * The path is reopened between batches — never inside one, so each file
+ * holds whole lines — on SIGHUP (kb_sink_ops_t.reopen) and when it no longer
+ * names the open file: one stat(2) per batch compares device and inode with
+ * the descriptor's, which catches logrotate's rename + create and an rm.
+ * A symbolic link at the path is refused (O_NOFOLLOW) unless follow_symlinks
+ * is set, so the torn-tail repair can never cut a file the link points at; a
+ * file the sink creates gets file_mode exactly (fchmod, umask or not).
+ *
  * An ack means write(2) accepted the bytes (they survive a crash of this
  * process; a power loss may still take the page cache with it).
  *
  * Locks: fs->mtx guards pending, acks and flags; it is never held while
- * writing or while calling an ack.
+ * writing or while calling an ack. fd, dev and ino belong to the writer
+ * thread once it runs.
  */
 #include "common/alloc.h"
 #include "common/buf.h"
@@ -28,6 +44,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,6 +54,7 @@
 #include <unistd.h>
 
 #define KB_FILE_MAX_PENDING (8u << 20) /* bytes of lines waiting for the writer */
+#define KB_FILE_POLL_MS 100            /* how often a blocked writer looks at the stop flag */
 
 typedef struct kb_file_ack {
     kb_ack_fn fn;
@@ -45,8 +63,13 @@ typedef struct kb_file_ack {
 
 typedef struct kb_file_sink {
     char *path;
-    int fd;
-    bool own_fd;               /* false for stdout */
+    bool is_stdout;            /* path "-" */
+    bool follow;               /* follow_symlinks */
+    unsigned mode;             /* file_mode_bits for a file we create */
+    int fd;                    /* writer thread */
+    dev_t dev;                 /* of fd; writer thread */
+    ino_t ino;
+    int saved_flags;           /* stdout's file status flags before O_NONBLOCK */
     pthread_t writer;
     pthread_mutex_t mtx;
     pthread_cond_t cond;       /* pending grew, space freed, writer idle, stop */
@@ -55,7 +78,9 @@ typedef struct kb_file_sink {
     size_t n_acks, cap_acks;   /* mtx */
     bool writing;              /* the writer holds a batch; mtx */
     bool stopping;             /* mtx */
-    uint64_t produced, acked, failed, retries; /* mtx */
+    _Atomic bool stop_now;     /* = stopping, readable without mtx by a writer waiting on the reader */
+    _Atomic bool reopen;       /* SIGHUP asked for a reopen before the next batch */
+    uint64_t produced, acked, failed, retries, reopens; /* mtx */
 } kb_file_sink_t;
 
 static kb_err_t kb_file_validate(const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr,
@@ -99,12 +124,83 @@ static void kb_file_repair_tail(int fd, const char *path) {
         KB_ERROR("file", "path=%s cannot cut torn line: %s", path, strerror(errno));
 }
 
-/* Write all of p[0..n), retrying errors with backoff until done or stopping
- * too long. Returns false only if the sink is stopping and the disk refuses. */
+/* Open (or create with exactly fs->mode) fs->path for appending, non-blocking,
+ * its torn tail repaired. Returns the descriptor, or -1 with why in errstr. */
+static int kb_file_open(const kb_file_sink_t *fs, char *errstr, size_t errstr_size) {
+    /* read access only to look at the tail (kb_file_repair_tail); O_RDWR also
+     * opens a FIFO without waiting for a reader */
+    int flags = O_RDWR | O_APPEND | O_CLOEXEC | O_NONBLOCK | (fs->follow ? 0 : O_NOFOLLOW);
+    int fd = -1;
+    for (int attempt = 0; attempt < 3 && fd < 0; attempt++) {
+        fd = open(fs->path, flags);
+        if (fd >= 0 || errno != ENOENT)
+            break;
+        fd = open(fs->path, flags | O_CREAT | O_EXCL, (mode_t)fs->mode);
+        if (fd >= 0 && fchmod(fd, (mode_t)fs->mode) != 0)
+            KB_WARN("file", "path=%s cannot set mode %03o: %s", fs->path, fs->mode, strerror(errno));
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP && !fs->follow)
+            snprintf(errstr, errstr_size, "\"%s\" is a symbolic link; it is not followed unless "
+                     "follow_symlinks = true", fs->path);
+        else
+            snprintf(errstr, errstr_size, "cannot open \"%s\": %s", fs->path, strerror(e));
+        return -1;
+    }
+    kb_file_repair_tail(fd, fs->path);
+    return fd;
+}
+
+/* Remember which file fd is, for kb_file_path_moved. */
+static void kb_file_note_identity(kb_file_sink_t *fs) {
+    struct stat st;
+    if (fstat(fs->fd, &st) == 0) {
+        fs->dev = st.st_dev;
+        fs->ino = st.st_ino;
+    }
+}
+
+/* Does the path still name the open file? One stat(2). */
+static bool kb_file_path_moved(const kb_file_sink_t *fs) {
+    struct stat st;
+    int rc = fs->follow ? stat(fs->path, &st) : lstat(fs->path, &st);
+    return rc != 0 || st.st_dev != fs->dev || st.st_ino != fs->ino;
+}
+
+/* Before a batch: reopen the path when asked (SIGHUP) or when it names
+ * another file or none. On failure the old descriptor stays in use. */
+static void kb_file_maybe_reopen(kb_file_sink_t *fs) {
+    if (fs->is_stdout)
+        return;
+    bool asked = atomic_exchange(&fs->reopen, false);
+    if (!asked && !kb_file_path_moved(fs))
+        return;
+    char why[512];
+    int fd = kb_file_open(fs, why, sizeof(why));
+    if (fd < 0) {
+        static kb_ratelimit_t rl;
+        if (kb_ratelimit_allow(&rl, 10000, NULL))
+            KB_ERROR("file", "path=%s cannot reopen (%s): %s; still writing to the file opened before", fs->path,
+                     asked ? "SIGHUP" : "the path names another file", why);
+        return;
+    }
+    KB_INFO("file", "path=%s reopened (%s)", fs->path, asked ? "SIGHUP" : "the path no longer names the open file");
+    close(fs->fd);
+    fs->fd = fd;
+    kb_file_note_identity(fs);
+    pthread_mutex_lock(&fs->mtx);
+    fs->reopens++;
+    pthread_mutex_unlock(&fs->mtx);
+}
+
+/* Write all of p[0..n), retrying errors with backoff. Returns false only once
+ * the sink is stopping and the reader or the disk does not take the bytes. */
 static bool kb_file_write_all(kb_file_sink_t *fs, const char *p, size_t n) {
     static kb_ratelimit_t rl;
     int64_t backoff_ms = 100;
-    int stop_tries = 0;
     while (n > 0) {
         ssize_t w = write(fs->fd, p, n);
         if (w > 0) {
@@ -115,17 +211,22 @@ static bool kb_file_write_all(kb_file_sink_t *fs, const char *p, size_t n) {
         }
         if (w < 0 && errno == EINTR)
             continue;
+        if (atomic_load(&fs->stop_now))
+            return false;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* The reader is not reading: wait for room (backpressure) or stop. */
+            struct pollfd pfd = {.fd = fs->fd, .events = POLLOUT};
+            (void)poll(&pfd, 1, KB_FILE_POLL_MS);
+            continue;
+        }
         uint64_t suppressed = 0;
         if (kb_ratelimit_allow(&rl, 10000, &suppressed))
             KB_ERROR("file", "path=%s write failed: %s; retrying (suppressed=%llu)", fs->path,
                      w < 0 ? strerror(errno) : "no progress", (unsigned long long)suppressed);
         pthread_mutex_lock(&fs->mtx);
         fs->retries++;
-        bool stopping = fs->stopping;
         pthread_mutex_unlock(&fs->mtx);
-        if (stopping && ++stop_tries > 20)
-            return false;
-        kb_sleep_ms_interruptible(backoff_ms, NULL);
+        kb_sleep_ms_interruptible(backoff_ms, &fs->stop_now);
         backoff_ms = backoff_ms * 2 > 5000 ? 5000 : backoff_ms * 2;
     }
     return true;
@@ -158,10 +259,13 @@ static void *kb_file_writer(void *arg) {
         pthread_cond_broadcast(&fs->cond);
         pthread_mutex_unlock(&fs->mtx);
 
+        kb_file_maybe_reopen(fs);
         bool ok = kb_file_write_all(fs, batch.data, batch.len);
+        if (!ok)
+            KB_ERROR("file", "path=%s stopping while the reader takes nothing: %zu line(s) not written", fs->path, n);
         kb_buf_reset(&batch);
         for (size_t i = 0; i < n; i++)
-            acks[i].fn(acks[i].opaque, ok ? KB_OK : KB_ERR_IO);
+            acks[i].fn(acks[i].opaque, ok ? KB_OK : KB_ERR_STOPPED);
 
         pthread_mutex_lock(&fs->mtx);
         fs->writing = false;
@@ -181,20 +285,24 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
                                size_t errstr_size) {
     kb_file_sink_t *fs = kb_calloc(1, sizeof(*fs));
     fs->path = kb_strdup(conf->path);
+    fs->follow = conf->follow_symlinks;
+    fs->mode = conf->file_mode_bits ? conf->file_mode_bits : 0600;
     if (!strcmp(conf->path, "-")) {
+        fs->is_stdout = true;
         fs->fd = STDOUT_FILENO;
+        fs->saved_flags = fcntl(fs->fd, F_GETFL);
+        if (fs->saved_flags >= 0)
+            (void)fcntl(fs->fd, F_SETFL, fs->saved_flags | O_NONBLOCK);
     } else {
-        /* read access only to look at the tail (kb_file_repair_tail) */
-        fs->fd = open(conf->path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        char why[512];
+        fs->fd = kb_file_open(fs, why, sizeof(why));
         if (fs->fd < 0) {
-            snprintf(errstr, errstr_size, "%s:%d: sinks.%s.path: cannot open \"%s\": %s", cfg->path, conf->line,
-                     conf->name, conf->path, strerror(errno));
+            snprintf(errstr, errstr_size, "%s:%d: sinks.%s.path: %s", cfg->path, conf->line, conf->name, why);
             free(fs->path);
             free(fs);
             return KB_ERR_IO;
         }
-        fs->own_fd = true;
-        kb_file_repair_tail(fs->fd, fs->path);
+        kb_file_note_identity(fs);
     }
     pthread_mutex_init(&fs->mtx, NULL);
     kb_cond_init_mono(&fs->cond);
@@ -273,17 +381,26 @@ static void kb_file_stats(void *state, kb_sink_stats_t *st) {
     pthread_mutex_unlock(&fs->mtx);
 }
 
+/* SIGHUP: reopen the path before the next batch. Thread: main. */
+static void kb_file_reopen(void *state) {
+    kb_file_sink_t *fs = state;
+    atomic_store(&fs->reopen, true);
+}
+
 static void kb_file_destroy(void *state) {
     kb_file_sink_t *fs = state;
     if (!fs)
         return;
     pthread_mutex_lock(&fs->mtx);
     fs->stopping = true;
+    atomic_store(&fs->stop_now, true);
     pthread_cond_broadcast(&fs->cond);
     pthread_mutex_unlock(&fs->mtx);
     pthread_join(fs->writer, NULL);
-    if (fs->own_fd)
+    if (!fs->is_stdout)
         close(fs->fd);
+    else if (fs->saved_flags >= 0)
+        (void)fcntl(fs->fd, F_SETFL, fs->saved_flags);
     kb_buf_fini(&fs->pending);
     free(fs->acks);
     pthread_cond_destroy(&fs->cond);
@@ -300,4 +417,5 @@ const kb_sink_ops_t kb_sink_file_ops = {
     .flush = kb_file_flush,
     .stats = kb_file_stats,
     .destroy = kb_file_destroy,
+    .reopen = kb_file_reopen,
 };

@@ -1,4 +1,4 @@
-/* sinks/mqtt.c — the MQTT sink (paho.mqtt.c asynchronous API), SPEC §4–§5.
+/* sinks/mqtt.c — the MQTT sink (paho.mqtt.c asynchronous API); docs/mqtt.md.
  *
  * DESIGN
  *

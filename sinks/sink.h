@@ -94,6 +94,9 @@ typedef struct kb_sink_ops {
     /* The last committed checkpoint value of key (read_committed), into value.
      * KB_ERR_NOTFOUND if there is none yet; blocks up to timeout_ms. */
     kb_err_t (*read_checkpoint)(void *state, const char *key, char *value, size_t value_size, int timeout_ms);
+    /* Optional: SIGHUP reached a sink the reload kept (the file sink reopens
+     * its path). Must not block. Thread: main. NULL = nothing to do. */
+    void (*reopen)(void *state);
 } kb_sink_ops_t;
 
 typedef struct kb_sink {

@@ -47,7 +47,7 @@ owned() { # file what → checks that a package of the closure owns file
 
 # Commands the build, the tests and the service scripts run.
 for cmd in cc gcc clang cmake pkg-config make python3 openssl ps pgrep pkill \
-           mosquitto mosquitto_pub mosquitto_sub kcat kubectl java mvn go; do
+           mosquitto mosquitto_pub mosquitto_sub kcat kubectl java mvn go man groff; do
     path=$(command -v "$cmd") || { bad "command $cmd not found: run tests/deps.sh"; continue; }
     if [ -n "${base[$cmd]:-}" ]; then
         case $(readlink -f "$path") in "${base[$cmd]}"*) continue ;; esac

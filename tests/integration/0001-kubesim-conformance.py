@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""0001 — kubesim behaves like kube-apiserver where clients can tell
-(research/clientgo-semantics.md §8.11): 410 ERROR event on a compacted
+"""0001 — kubesim behaves like kube-apiserver where client-go's
+informers can tell: 410 ERROR event on a compacted
 watch, bookmarks before a short timeout, expired continue tokens, continue
 with an RV, label-selector enter/leave, pagination, list items without kind,
 and the real kubectl can list and watch against it.

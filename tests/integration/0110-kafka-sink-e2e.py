@@ -180,7 +180,7 @@ def test():
     for p, k, h, v in crecs:
         obj = json.loads(v)
         rv = h["k8s-resource-version"]
-        check(h["ce_specversion"] == "1.0" and h["ce_id"] == "%s/%s" % (h["k8s-uid"], rv)
+        check(h["ce_specversion"] == "1.0" and h["ce_id"] == "%s/%s%s" % (h["k8s-uid"], rv, "/deleted" if h["k8s-type"] == "DELETED" else "")
               and h["ce_source"] == "/clusters/test/v1/pods"
               and h["ce_type"] == "io.k8s.pods." + h["k8s-type"].lower()
               and h["ce_subject"] == k and h["ce_resourceversion"] == rv and h["ce_partitionkey"] == k

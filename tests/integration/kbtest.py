@@ -169,6 +169,7 @@ class Bridge:
             self.start()
 
     def start(self):
+        self.log_start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         self.logf = open(self.log, "a")
         self.proc = subprocess.Popen([KBRIDGE, "--config", self.config], stdout=subprocess.DEVNULL,
                                      stderr=self.logf)
@@ -238,8 +239,8 @@ class Bridge:
 
     def http_url(self, timeout=30):
         """http://127.0.0.1:PORT of the HTTP API (started with http='listen = "127.0.0.1:0";'), from its log line."""
-        def port():
-            for l in self.logtext().splitlines():
+        def port():  # this start's line: a restarted bridge appends to the same log
+            for l in self.logtext()[getattr(self, "log_start", 0):].splitlines():
                 if "http: listening on " in l:
                     return l.split("http: listening on ", 1)[1].split()[0].rsplit(":", 1)[1]
             return None
@@ -470,6 +471,7 @@ class ConfigBridge(Bridge):
             self.start()
 
     def start(self):
+        self.log_start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         self.logf = open(self.log, "a")
         env = dict(os.environ)
         for k in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KB_SA_DIR"):

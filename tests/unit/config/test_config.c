@@ -1,5 +1,5 @@
 /* tests/unit/config/test_config.c — the configuration loader: defaults, the
- * SPEC §2 example, every class of config error with its exact FILE:LINE
+ * reference example, every class of config error with its exact FILE:LINE
  * message, the $HOSTNAME ordinal, the --check summary, and that
  * docs/configuration.md is exactly what the key table generates.
  *
@@ -23,7 +23,7 @@
     "sinks = ( { name = \"out\"; type = \"file\"; } );\n"                                                   \
     "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n"
 
-/* SPEC §2, verbatim. */
+/* The documented example configuration, verbatim. */
 static const char spec_example[] =
     "cluster = {\n"
     "  name = \"prod-eu\";                 # appears in envelopes and topics\n"
@@ -418,6 +418,60 @@ static void test_hostname_ordinal(void **state) {
     expect_error(text, "t.cfg:2: sharding.index = -1: $HOSTNAME \"\" has no StatefulSet ordinal (\"<name>-<N>\")");
 }
 
+/* ${NAME}, ${NAME:-default} and $$ in string values, lists and properties. */
+static void test_env_expansion(void **state) {
+    (void)state;
+    setenv("KB_T_CLUSTER", "prod-eu", 1);
+    setenv("KB_T_NS", "team-a", 1);
+    setenv("KB_T_EMPTY", "", 1);
+    unsetenv("KB_T_UNSET");
+    const char *text = "cluster = { name = \"${KB_T_CLUSTER}\"; server = \"https://${KB_T_UNSET:-10.0.0.1}:6443\"; };\n"
+                       "informers = ( { name = \"pods\"; resource = \"pods\";\n"
+                       "  namespaces = [ \"${KB_T_NS}\", \"x-${KB_T_EMPTY:-dflt}\", \"y${KB_T_EMPTY}\" ]; } );\n"
+                       "sinks = ( { name = \"k\"; type = \"kafka\"; brokers = \"b:9092\";\n"
+                       "  properties = { \"sasl.password\" = \"$${KB_T_NS}$$x$y\"; \"client.id\" = \"${KB_T_NS}\"; }; } );\n"
+                       "routes = ( { informer = \"pods\"; sink = \"k\"; topic = \"t\"; } );\n";
+    kb_config_t *cfg = load_ok(text);
+    assert_string_equal(cfg->cluster.name, "prod-eu");
+    assert_string_equal(cfg->cluster.server, "https://10.0.0.1:6443");
+    assert_int_equal(cfg->informers[0].namespaces.n, 3);
+    assert_string_equal(cfg->informers[0].namespaces.v[0], "team-a");
+    assert_string_equal(cfg->informers[0].namespaces.v[1], "x-dflt");
+    assert_string_equal(cfg->informers[0].namespaces.v[2], "y");
+    assert_string_equal(cfg->sinks[0].properties[0].value, "${KB_T_NS}$x$y");
+    assert_string_equal(cfg->sinks[0].properties[1].value, "team-a");
+    kb_config_free(cfg);
+
+    expect_error("cluster = {\n  name = \"${KB_T_UNSET}\"; };\n" MINIMAL,
+                 "t.cfg:2: cluster.name: environment variable KB_T_UNSET is not set "
+                 "(write ${KB_T_UNSET:-default} for a default)");
+    expect_error(MINIMAL "log = { level = \"${KB_T_UNSET}\"; };\n",
+                 "t.cfg:4: log.level: environment variable KB_T_UNSET is not set "
+                 "(write ${KB_T_UNSET:-default} for a default)");
+    expect_error("cluster = { name = \"${KB_T_NS\"; };\n" MINIMAL,
+                 "t.cfg:1: cluster.name: bad ${…} in \"${KB_T_NS\" (write ${NAME} or ${NAME:-default}; $$ is a $)");
+    expect_error("cluster = { name = \"${}\"; };\n" MINIMAL,
+                 "t.cfg:1: cluster.name: bad ${…} in \"${}\" (write ${NAME} or ${NAME:-default}; $$ is a $)");
+    /* Expanded values are checked like literal ones. */
+    setenv("KB_T_BAD", "no spaces allowed", 1);
+    expect_error("cluster = { name = \"${KB_T_BAD}\"; };\n" MINIMAL,
+                 "t.cfg:1: cluster.name: \"no spaces allowed\" may contain only letters, digits, '.', '_' and '-'");
+    unsetenv("KB_T_CLUSTER");
+    unsetenv("KB_T_NS");
+    unsetenv("KB_T_EMPTY");
+    unsetenv("KB_T_BAD");
+}
+
+/* A UTF-8 byte order mark before the first line is accepted (lines still count from 1). */
+static void test_bom(void **state) {
+    (void)state;
+    kb_config_t *cfg = load_ok("\xEF\xBB\xBF" MINIMAL);
+    assert_string_equal(cfg->informers[0].name, "pods");
+    kb_config_free(cfg);
+    expect_error("\xEF\xBB\xBF" MINIMAL "cluster = { burst = 0; };\n",
+                 "t.cfg:4: cluster.burst: 0 is out of range (1 to 1000000)");
+}
+
 static void test_load_file(void **state) {
     (void)state;
     char path[] = "/tmp/kb_test_config_XXXXXX";
@@ -552,6 +606,8 @@ int main(void) {
         cmocka_unit_test(test_error_templates_paths),
         cmocka_unit_test(test_error_required_and_variants),
         cmocka_unit_test(test_hostname_ordinal),
+        cmocka_unit_test(test_env_expansion),
+        cmocka_unit_test(test_bom),
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_summary),
         cmocka_unit_test(test_reference_text),

@@ -143,7 +143,9 @@ static void test_envelope_json(void **state) {
     assert_string_equal(json_string_value(json_object_get(j, "specversion")), "1.0");
     assert_string_equal(json_string_value(json_object_get(j, "type")), "io.k8s.deployments.deleted");
     assert_string_equal(json_string_value(json_object_get(j, "source")), "/clusters/prod/apps/v1/deployments");
-    assert_string_equal(json_string_value(json_object_get(j, "id")), "u-1/42");
+    /* A DELETED never shares its id with the ADDED/MODIFIED at the same RV (a relist's
+     * finalStateUnknown delete carries the last known object and its RV). */
+    assert_string_equal(json_string_value(json_object_get(j, "id")), "u-1/42/deleted");
     assert_string_equal(json_string_value(json_object_get(j, "subject")), "default/we\"b");
     assert_string_equal(json_string_value(json_object_get(j, "partitionkey")), "default/we\"b");
     assert_non_null(json_object_get(j, "data"));
@@ -153,9 +155,16 @@ static void test_envelope_json(void **state) {
     kb_envelope_ce_attrs(ev, "k", 1, attrs, &storage);
     assert_string_equal(attrs[0].name, "specversion");
     assert_string_equal(attrs[0].value, "1.0");
-    assert_string_equal(attrs[1].value, "u-1/42");
+    assert_string_equal(attrs[1].value, "u-1/42/deleted");
     assert_string_equal(attrs[3].value, "io.k8s.deployments.deleted");
     assert_string_equal(attrs[8].value, "k");
+    kb_event_t *mod = kb_event_retype(ev, KB_EV_MODIFIED, false);
+    kb_envelope_ce_attrs(mod, "k", 1, attrs, &storage);
+    assert_string_equal(attrs[1].value, "u-1/42");
+    kb_buf_reset(&out);
+    kb_envelope_ce_structured(fsu, "k", 1, &out);
+    assert_non_null(strstr(out.data, "\"id\":\"u-1/42/deleted\""));
+    kb_event_unref(mod);
     kb_buf_fini(&storage);
     kb_buf_fini(&out);
     kb_event_unref(ev);

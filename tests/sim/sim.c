@@ -1,0 +1,778 @@
+/* tests/sim/sim.c — a deterministic simulation of kbridge's core.
+ *
+ * Design note. The FoundationDB / TigerBeetle way: the real core — the
+ * informer's ingest and per-key gate, the journal and persisted index in
+ * LMDB, the DeltaFIFO in both compaction modes, the ledger, restart from
+ * state_dir — is driven on one thread by a seeded scheduler against a model
+ * API server, model sinks and a model consumer. Nothing here reads a clock
+ * or the network, so a seed is a history: the same seed runs the same steps,
+ * and a failure prints the seed that replays it (`kb_sim --seed N -v`).
+ *
+ * A history mixes, at random: creates, updates, deletes and re-creates of a
+ * few names (so names come back with new uids), unrelated RV bumps, history
+ * compaction (a watch or a continue token from before it gets 410), paged
+ * lists with changes between pages, watch streams cut at any byte, 410 ERROR
+ * events mid-stream, bookmarks, sinks that acknowledge late and out of order
+ * across keys or refuse a message, checkpoints, clean restarts and crashes
+ * (SIGKILL: memory lost, state_dir as the last commit left it) at any step —
+ * between a journal commit and its delivery, between delivery and
+ * acknowledgement, between acknowledgement and checkpoint. Then the server
+ * goes quiet, kbridge catches up, and the checks run on what each sink's
+ * consumer saw, following the rule docs/guarantees.md gives consumers:
+ *
+ *   per key, apply a message only if (resourceVersion, DELETED ? 1 : 0) is
+ *   greater than that of the last message applied for the key.
+ *
+ * Checks: (1) the consumer's view equals the server's state (uid and RV of
+ * every live object); (2) every message the rule skips is an exact repeat of
+ * one delivered before, and only of a change past the checkpoint the restart
+ * began from — nothing else goes back; (3) every object (uid) the consumer
+ * saw that the server no longer has got a DELETED.
+ *
+ * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
+ * Exit 0 when every history passed; 1 with the failing seed printed.
+ */
+#include "common/buf.h"
+#include "common/event.h"
+#include "common/log.h"
+#include "config/config.h"
+#include "informer/deltafifo.h"
+#include "informer/informer.h"
+#include "informer/ingest.h"
+#include "informer/ledger.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NAMES 5
+#define MAX_NS 2
+#define MAX_SINKS 2
+
+static bool verbose;
+
+/* ---- randomness: the seed is the history ------------------------------------ */
+
+typedef struct { uint64_t s; } rng_t;
+
+static uint64_t rnd64(rng_t *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 2685821657736338717ull;
+}
+static unsigned rnd(rng_t *r, unsigned n) { return (unsigned)(rnd64(r) % n); }
+static bool chance(rng_t *r, unsigned pct) { return rnd(r, 100) < pct; }
+
+static char failure[1024];
+static bool failed;
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    if (failed)
+        return;
+    failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(failure, sizeof(failure), fmt, ap);
+    va_end(ap);
+}
+#define TRACE(...) do { if (verbose) printf(__VA_ARGS__); } while (0)
+
+/* ---- the model API server ------------------------------------------------ */
+
+typedef struct { bool alive; unsigned uid; uint64_t rv; unsigned gen; } mobj_t;
+typedef struct { int type; int ns, name; unsigned uid; uint64_t rv; unsigned gen; } mev_t; /* KB_EV_* */
+
+typedef struct {
+    int n_ns;                    /* namespaces in use: 1 or 2 ("a", "b") */
+    mobj_t obj[MAX_NS][NAMES];
+    mev_t *hist;
+    size_t n_hist, cap_hist;
+    uint64_t rv;                 /* the newest RV (etcd's revision) */
+    uint64_t compacted;          /* history at or below this is gone */
+    unsigned uids;
+} server_t;
+
+static const char *const ns_names[MAX_NS] = {"a", "b"};
+
+static void srv_event(server_t *s, int type, int ns, int name) {
+    mobj_t *o = &s->obj[ns][name];
+    if (s->n_hist == s->cap_hist) {
+        s->cap_hist = s->cap_hist ? s->cap_hist * 2 : 256;
+        s->hist = realloc(s->hist, s->cap_hist * sizeof(*s->hist));
+    }
+    s->hist[s->n_hist++] = (mev_t){type, ns, name, o->uid, o->rv, o->gen};
+}
+
+static void srv_op(server_t *s, rng_t *r) {
+    int ns = (int)rnd(r, (unsigned)s->n_ns), name = (int)rnd(r, NAMES);
+    mobj_t *o = &s->obj[ns][name];
+    if (chance(r, 10))
+        s->rv += 1 + rnd(r, 3); /* another resource moved etcd's revision */
+    if (!o->alive) {
+        *o = (mobj_t){true, ++s->uids, ++s->rv, 0};
+        srv_event(s, KB_EV_ADDED, ns, name);
+    } else if (chance(r, 65)) {
+        o->rv = ++s->rv;
+        o->gen++;
+        srv_event(s, KB_EV_MODIFIED, ns, name);
+    } else {
+        o->rv = ++s->rv; /* the object of a DELETED carries the deletion's RV */
+        o->alive = false;
+        srv_event(s, KB_EV_DELETED, ns, name);
+        TRACE("  server: delete %s/n%d uid %u @%llu\n", ns_names[ns], name, o->uid, (unsigned long long)o->rv);
+    }
+}
+
+static void obj_json(kb_buf_t *b, int ns, int name, unsigned uid, uint64_t rv, unsigned gen) {
+    kb_buf_appendf(b, "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"n%d\",\"namespace\":\"%s\","
+                      "\"uid\":\"u%u\",\"resourceVersion\":\"%llu\"},\"spec\":{\"gen\":%u}}",
+                   name, ns_names[ns], uid, (unsigned long long)rv, gen);
+}
+
+/* ---- what a consumer received ------------------------------------------------ */
+
+typedef struct {
+    int type;
+    bool fsu;
+    int ns, name;
+    unsigned uid;
+    uint64_t rv;
+    uint64_t seq;
+    unsigned gen;
+    int life;       /* which process lifetime delivered it */
+} cmsg_t;
+
+typedef struct { cmsg_t *v; size_t n, cap; } clog_t;
+
+/* ---- kbridge as the simulation runs it ----------------------------------- */
+
+typedef enum { R_NEED_LIST, R_LISTING, R_WATCH_OPEN, R_WATCHING } rstate_t;
+
+typedef struct {
+    rstate_t st;
+    int ns;                 /* -1: cluster-wide */
+    /* listing: a consistent snapshot */
+    mev_t *snap;
+    size_t n_snap, at_snap;
+    uint64_t list_rv;
+    bool live_pages;        /* fault: continue pages read the live state, not the snapshot */
+    /* watching */
+    size_t cursor;          /* next history index to consider */
+    uint64_t from;          /* RV the watch began at */
+    kb_buf_t pending;       /* bytes not yet handed over (a stream cut mid-frame) */
+} refl_t;
+
+/* A sink as the bridge drives it (bridge/bridge.c): messages it took are
+ * acknowledged into the informer's ledger per sink (kb_ledger_sink_done);
+ * on_refused = "stop": after a refusal it takes nothing more until the next
+ * start, and what it misses stays unacknowledged (its watermark holds). */
+typedef struct { uint64_t seq; char key[16]; } inflight_t;
+typedef struct {
+    inflight_t *v;          /* taken, not yet acknowledged */
+    size_t n, cap;
+    unsigned ack_pct, refuse_pct;
+    bool stopped;
+    bool missed;            /* it was stopped with something routed to it */
+    int lidx;               /* its index in the ledger */
+    uint64_t persisted_wm;  /* its watermark in state_dir, as last written */
+    uint64_t wm_at_start[64]; /* per lifetime */
+    clog_t log;
+} msink_t;
+
+typedef struct {
+    rng_t r;
+    server_t srv;
+    char dir[256];
+    char cfgtext[2048];
+    kb_config_t *cfg;
+    kb_informer_t *inf;
+    refl_t refl[MAX_NS];
+    int n_refl;
+    msink_t sinks[MAX_SINKS];
+    int n_sinks;
+    bool latest;
+    int life;
+    uint64_t acked_at_start[64]; /* per lifetime: the checkpoint it began from */
+    uint64_t tail_end[64];       /* per lifetime: the last seq of the journal tail it re-queued */
+    unsigned crashes, restarts, lists, gones, steps, msgs;
+} sim_t;
+
+static void refl_reset(refl_t *f) {
+    free(f->snap);
+    f->snap = NULL;
+    f->n_snap = f->at_snap = 0;
+    kb_buf_reset(&f->pending);
+}
+
+static bool in_scope(const refl_t *f, int ns) { return f->ns < 0 || f->ns == ns; }
+
+static void kb_open(sim_t *s) {
+    char err[512];
+    s->inf = kb_informer_new(s->cfg, &s->cfg->informers[0], NULL, err, sizeof(err));
+    if (!s->inf) {
+        fail("informer_new: %s", err);
+        return;
+    }
+    kb_informer_stats_t st;
+    kb_informer_stats(s->inf, &st);
+    if (s->life < 64)
+        s->acked_at_start[s->life] = st.ack_seq;
+    TRACE("life %d: checkpoint seq %llu rv %s\n", s->life, (unsigned long long)st.ack_seq, st.checkpoint_rv);
+    static const char *const names[MAX_SINKS] = {"s0", "s1"};
+    for (int i = 0; i < s->n_sinks; i++) {
+        s->sinks[i].lidx = kb_ledger_add_sink(kb_informer_ledger(s->inf), names[i]);
+        if (s->life < 64)
+            s->sinks[i].wm_at_start[s->life] = s->sinks[i].persisted_wm;
+    }
+    kb_informer_requeue_tail(s->inf);
+    kb_informer_stats(s->inf, &st);
+    if (s->life < 64)
+        s->tail_end[s->life] = st.seq;
+    for (int i = 0; i < s->n_refl; i++) {
+        refl_reset(&s->refl[i]);
+        s->refl[i].st = R_WATCH_OPEN; /* the reflector's rv says whether it lists first */
+    }
+}
+
+/* The bridge's delivery of one event: only to sinks that do not have it yet
+ * (ledger wants), the ledger told who owes an acknowledgement before anyone
+ * can give one, a refusal stops the sink. A sink that takes the message hands
+ * it to its consumer at once; the acknowledgement comes later, or never. */
+static void deliver(sim_t *s, kb_event_t *ev) {
+    kb_ledger_t *l = kb_informer_ledger(s->inf);
+    uint64_t waiting = 0;
+    bool take[MAX_SINKS];
+    for (int i = 0; i < s->n_sinks; i++) {
+        take[i] = !ev->redelivery || kb_ledger_wants(l, ev->seq, s->sinks[i].lidx);
+        if (take[i])
+            waiting |= UINT64_C(1) << s->sinks[i].lidx;
+    }
+    kb_ledger_routed(l, ev->seq, waiting);
+    int ns = ev->ns[0] == 'a' ? 0 : 1, name = atoi(ev->name + 1);
+    for (int i = 0; i < s->n_sinks; i++) {
+        msink_t *k = &s->sinks[i];
+        if (!take[i])
+            continue;
+        if (!k->stopped && chance(&s->r, k->refuse_pct)) {
+            TRACE("  sink %d refuses seq %llu and stops\n", i, (unsigned long long)ev->seq);
+            k->stopped = true;
+        }
+        if (k->stopped) {
+            k->missed = true;
+            continue;
+        }
+        if (k->log.n == k->log.cap) {
+            k->log.cap = k->log.cap ? k->log.cap * 2 : 256;
+            k->log.v = realloc(k->log.v, k->log.cap * sizeof(*k->log.v));
+        }
+        k->log.v[k->log.n++] = (cmsg_t){ev->type, ev->final_state_unknown, ns, name, (unsigned)atoi(ev->uid + 1),
+                                        ev->rv_num, ev->seq, 0, s->life};
+        s->msgs++;
+        if (k->n == k->cap) {
+            k->cap = k->cap ? k->cap * 2 : 64;
+            k->v = realloc(k->v, k->cap * sizeof(*k->v));
+        }
+        k->v[k->n].seq = ev->seq;
+        snprintf(k->v[k->n].key, sizeof(k->v[k->n].key), "%s", ev->key);
+        k->n++;
+    }
+    TRACE("  deliver seq %llu %s %s uid %s @%s%s%s\n", (unsigned long long)ev->seq, kb_event_type_name(ev->type),
+          ev->key, ev->uid, ev->rv, ev->final_state_unknown ? " fsu" : "", ev->redelivery ? " (redelivery)" : "");
+}
+
+/* Acknowledge some of a sink's messages: any order across keys, in order per key. */
+static void sink_acks(sim_t *s, msink_t *k, bool all) {
+    char blocked[NAMES * MAX_NS][16];
+    int n_blocked = 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        bool is_blocked = false;
+        for (int b = 0; b < n_blocked; b++)
+            is_blocked |= !strcmp(blocked[b], k->v[i].key);
+        if (!is_blocked && (all || chance(&s->r, k->ack_pct))) {
+            kb_ledger_sink_done(kb_informer_ledger(s->inf), k->v[i].seq, k->lidx);
+            continue;
+        }
+        if (!is_blocked && n_blocked < NAMES * MAX_NS)
+            snprintf(blocked[n_blocked++], 16, "%s", k->v[i].key);
+        k->v[keep++] = k->v[i];
+    }
+    k->n = keep;
+}
+
+/* The checkpointer: what it writes is what a restart starts from. */
+static void checkpoint(sim_t *s) {
+    kb_informer_save_checkpoint(s->inf);
+    kb_ledger_sink_t sk[MAX_SINKS];
+    size_t n = kb_ledger_sinks(kb_informer_ledger(s->inf), sk, MAX_SINKS);
+    for (size_t j = 0; j < n; j++)
+        for (int i = 0; i < s->n_sinks; i++)
+            if (sk[j].index == s->sinks[i].lidx)
+                s->sinks[i].persisted_wm = sk[j].watermark;
+}
+
+static void pop_shard(sim_t *s, size_t shard) {
+    kb_deltas_t d;
+    kb_deltas_init(&d);
+    if (kb_deltafifo_pop(kb_informer_fifo(s->inf, shard), &d, 0) == KB_OK)
+        for (size_t i = 0; i < d.n; i++)
+            deliver(s, d.ev[i]);
+    kb_deltas_fini(&d);
+}
+
+/* The end of a process: acks that never came are lost with it. */
+static void kb_gone(sim_t *s, bool crash) {
+    for (int i = 0; i < s->n_sinks; i++) {
+        msink_t *k = &s->sinks[i];
+        k->n = 0;
+        k->stopped = false; /* a new start tries the sink again */
+    }
+    if (crash)
+        kb_ingest_crash(s->inf);
+    else
+        kb_informer_destroy(s->inf);
+    s->inf = NULL;
+    s->life++;
+}
+
+/* SIGTERM: drain what is queued, wait for the acks, checkpoint, stop. */
+static void clean_stop(sim_t *s) {
+    for (int round = 0; round < 2; round++) {
+        for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
+            for (int n = 0; n < 10000; n++) {
+                kb_deltafifo_stats_t fs;
+                kb_deltafifo_stats(kb_informer_fifo(s->inf, sh), &fs);
+                if (!fs.keys)
+                    break;
+                pop_shard(s, sh);
+            }
+        for (int i = 0; i < s->n_sinks; i++)
+            sink_acks(s, &s->sinks[i], true);
+    }
+    checkpoint(s); /* the last one, as kb_informer_destroy writes it */
+    kb_gone(s, false);
+}
+
+/* ---- the reflector, as the real one behaves, over the model server ---------- */
+
+static void start_list(sim_t *s, refl_t *f, int idx) {
+    refl_reset(f);
+    f->snap = calloc(MAX_NS * NAMES + 1, sizeof(*f->snap));
+    for (int ns = 0; ns < s->srv.n_ns; ns++)
+        for (int n = 0; n < NAMES; n++) {
+            mobj_t *o = &s->srv.obj[ns][n];
+            if (o->alive && in_scope(f, ns))
+                f->snap[f->n_snap++] = (mev_t){KB_EV_ADDED, ns, n, o->uid, o->rv, o->gen};
+        }
+    f->list_rv = s->srv.rv;
+    f->live_pages = chance(&s->r, 25);
+    f->st = R_LISTING;
+    s->lists++;
+    kb_ingest_list_begin(s->inf, (size_t)idx);
+    TRACE("  refl %d: list at rv %llu (%zu items)\n", idx, (unsigned long long)f->list_rv, f->n_snap);
+}
+
+static void list_page(sim_t *s, refl_t *f, int idx) {
+    if (f->at_snap > 0 && s->srv.compacted > f->list_rv) { /* the continue token expired: start again */
+        s->gones++;
+        start_list(s, f, idx);
+        return;
+    }
+    size_t n = 1 + rnd(&s->r, 3);
+    if (f->at_snap + n > f->n_snap)
+        n = f->n_snap - f->at_snap;
+    bool last = f->at_snap + n == f->n_snap;
+    kb_buf_t b = KB_BUF_INIT, cont = KB_BUF_INIT;
+    kb_buf_appendf(&b, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"%llu\"",
+                   (unsigned long long)f->list_rv);
+    if (!last)
+        kb_buf_appendf(&b, ",\"continue\":\"c%zu\"", f->at_snap + n);
+    kb_buf_append_str(&b, "},\"items\":[");
+    for (size_t i = 0; i < n; i++) {
+        mev_t *e = &f->snap[f->at_snap + i];
+        if (f->live_pages && f->at_snap > 0) { /* a page of today's state under the first page's RV */
+            mobj_t *o = &s->srv.obj[e->ns][e->name];
+            if (o->alive)
+                *e = (mev_t){KB_EV_ADDED, e->ns, e->name, o->uid, o->rv, o->gen};
+        }
+        if (i)
+            kb_buf_append_char(&b, ',');
+        obj_json(&b, e->ns, e->name, e->uid, e->rv, e->gen);
+    }
+    kb_buf_append_str(&b, "]}");
+    f->at_snap += n;
+    kb_err_t err = kb_ingest_list_page(s->inf, (size_t)idx, b.data, b.len, &cont);
+    if (err != KB_OK)
+        fail("list page: %s", kb_err_str(err));
+    if (last && err == KB_OK) {
+        err = kb_ingest_list_end(s->inf, (size_t)idx);
+        if (err != KB_OK)
+            fail("list end: %s", kb_err_str(err));
+        f->st = R_WATCH_OPEN;
+    }
+    kb_buf_fini(&b);
+    kb_buf_fini(&cont);
+}
+
+static void watch_open(sim_t *s, refl_t *f, int idx) {
+    char rv[KB_RV_MAX];
+    kb_ingest_watch_begin(s->inf, (size_t)idx, rv, sizeof(rv));
+    kb_buf_reset(&f->pending);
+    if (!rv[0]) {
+        start_list(s, f, idx);
+        return;
+    }
+    uint64_t from = strtoull(rv, NULL, 10);
+    if (from < s->srv.compacted) { /* 410 Gone when the watch opens: relist */
+        s->gones++;
+        TRACE("  refl %d: watch from %s: 410\n", idx, rv);
+        start_list(s, f, idx);
+        return;
+    }
+    f->from = from;
+    f->cursor = 0;
+    while (f->cursor < s->srv.n_hist && s->srv.hist[f->cursor].rv <= from)
+        f->cursor++;
+    f->st = R_WATCHING;
+    TRACE("  refl %d: watch from %s\n", idx, rv);
+}
+
+/* Hand bytes to the informer, cut at random places (a chunk ends anywhere). */
+static kb_err_t feed(sim_t *s, refl_t *f, int idx, bool all) {
+    kb_err_t err = KB_OK;
+    while (f->pending.len && err == KB_OK) {
+        size_t n = all ? f->pending.len : 1 + rnd(&s->r, (unsigned)f->pending.len);
+        err = kb_ingest_watch_bytes(s->inf, (size_t)idx, f->pending.data, n);
+        kb_buf_consume(&f->pending, n);
+        if (!all)
+            break;
+    }
+    return err;
+}
+
+static void watch_step(sim_t *s, refl_t *f, int idx, bool quiet) {
+    if (!quiet && chance(&s->r, 4)) { /* the connection drops: whatever was not read is lost */
+        kb_buf_reset(&f->pending);
+        f->st = R_WATCH_OPEN;
+        return;
+    }
+    if (!quiet && f->cursor < s->srv.n_hist && s->srv.hist[f->cursor].rv <= s->srv.compacted && chance(&s->r, 50)) {
+        kb_buf_append_str(&f->pending, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+                                       "\"status\":\"Failure\",\"reason\":\"Expired\",\"code\":410}}\n");
+    } else {
+        unsigned n = 1 + rnd(&s->r, 4);
+        for (; n && f->cursor < s->srv.n_hist; f->cursor++) {
+            mev_t *e = &s->srv.hist[f->cursor];
+            if (!in_scope(f, e->ns))
+                continue;
+            static const char *const tn[] = {"ADDED", "MODIFIED", "DELETED"};
+            kb_buf_appendf(&f->pending, "{\"type\":\"%s\",\"object\":", tn[e->type]);
+            obj_json(&f->pending, e->ns, e->name, e->uid, e->rv, e->gen);
+            kb_buf_append_str(&f->pending, "}\n");
+            n--;
+        }
+        /* A bookmark: where the stream is; now and then an older one (a lagging
+         * server behind a load balancer), which must not move anything back. */
+        uint64_t at = f->cursor == s->srv.n_hist ? s->srv.rv : 0;
+        if (!quiet && !at && f->cursor > 0 && chance(&s->r, 5))
+            at = f->from > 3 ? f->from - rnd(&s->r, 3) : 0;
+        if (at && (f->cursor < s->srv.n_hist || chance(&s->r, quiet ? 100 : 30)))
+            kb_buf_appendf(&f->pending, "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
+                                        "\"metadata\":{\"resourceVersion\":\"%llu\"}}}\n",
+                           (unsigned long long)at);
+    }
+    kb_err_t err = feed(s, f, idx, quiet);
+    if (err == KB_ERR_GONE) {
+        s->gones++;
+        start_list(s, f, idx);
+    } else if (err != KB_OK) {
+        f->st = R_WATCH_OPEN; /* re-watch from the last good RV */
+    }
+}
+
+static void refl_step(sim_t *s, int idx, bool quiet) {
+    refl_t *f = &s->refl[idx];
+    switch (f->st) {
+    case R_NEED_LIST: start_list(s, f, idx); break;
+    case R_LISTING: list_page(s, f, idx); break;
+    case R_WATCH_OPEN: watch_open(s, f, idx); break;
+    case R_WATCHING: watch_step(s, f, idx, quiet); break;
+    }
+}
+
+/* ---- the checks ------------------------------------------------------------- */
+
+typedef struct { bool seen; uint64_t rv; int rank; bool alive; unsigned uid; } cview_t;
+
+static void check_sink(sim_t *s, int si) {
+    msink_t *k = &s->sinks[si];
+    if (verbose)
+        for (size_t i = 0; i < k->log.n; i++)
+            printf("  sink %d log %zu: life %d seq %llu %s %s/n%d uid %u @%llu%s\n", si, i, k->log.v[i].life,
+                   (unsigned long long)k->log.v[i].seq, kb_event_type_name(k->log.v[i].type),
+                   ns_names[k->log.v[i].ns], k->log.v[i].name, k->log.v[i].uid, (unsigned long long)k->log.v[i].rv,
+                   k->log.v[i].fsu ? " fsu" : "");
+    cview_t view[MAX_NS][NAMES];
+    memset(view, 0, sizeof(view));
+    for (size_t i = 0; i < k->log.n && !failed; i++) {
+        cmsg_t *m = &k->log.v[i];
+        cview_t *v = &view[m->ns][m->name];
+        int rank = m->type == KB_EV_DELETED ? 1 : 0;
+        if (!v->seen || m->rv > v->rv || (m->rv == v->rv && rank > v->rank)) {
+            *v = (cview_t){true, m->rv, rank, m->type != KB_EV_DELETED, m->uid};
+            continue;
+        }
+        /* Skipped by the rule: it must repeat a message delivered in an earlier
+         * lifetime — same key, uid, RV, DELETED-ness and seq (with "latest" a
+         * key's redeliveries merge, so an ADDED may repeat a MODIFIED) — of a
+         * change past the checkpoint its lifetime started from. */
+        bool repeat = false;
+        for (size_t j = 0; j < i && !repeat; j++) {
+            cmsg_t *o = &k->log.v[j];
+            bool same_type = s->latest ? (o->type == KB_EV_DELETED) == (m->type == KB_EV_DELETED)
+                                       : o->type == m->type && o->fsu == m->fsu;
+            repeat = o->seq == m->seq && same_type && o->uid == m->uid && o->rv == m->rv && o->ns == m->ns &&
+                     o->name == m->name && o->life < m->life;
+        }
+        /* With "latest", a change of the re-queued tail may have been merged
+         * away before the crash (never sent): it comes behind newer changes of
+         * its key, whose state already covers it, and the rule skips it. */
+        bool stale_redelivery = s->latest && m->life < 64 && m->seq > k->wm_at_start[m->life] &&
+                                m->seq <= s->tail_end[m->life];
+        if (!repeat && !stale_redelivery)
+            fail("sink %d message %zu: %s %s/n%d uid %u @%llu (seq %llu) goes back: the key had @%llu%s", si, i,
+                 kb_event_type_name(m->type), ns_names[m->ns], m->name, m->uid, (unsigned long long)m->rv,
+                 (unsigned long long)m->seq, (unsigned long long)v->rv, v->rank ? " DELETED" : "");
+        else if (repeat && m->life < 64 && m->seq <= k->wm_at_start[m->life])
+            fail("sink %d message %zu: seq %llu repeated although this sink's watermark (seq %llu) had passed it",
+                 si, i, (unsigned long long)m->seq, (unsigned long long)k->wm_at_start[m->life]);
+    }
+    /* The view converges to the server's state. */
+    for (int ns = 0; ns < s->srv.n_ns && !failed; ns++)
+        for (int n = 0; n < NAMES && !failed; n++) {
+            mobj_t *o = &s->srv.obj[ns][n];
+            cview_t *v = &view[ns][n];
+            bool live = v->seen && v->alive;
+            if (o->alive != live || (o->alive && (v->uid != o->uid || v->rv != o->rv)))
+                fail("sink %d: %s/n%d is %s uid %u @%llu on the server but %s uid %u @%llu for the consumer", si,
+                     ns_names[ns], n, o->alive ? "live" : "gone", o->uid, (unsigned long long)o->rv,
+                     live ? "live" : "gone", v->uid, (unsigned long long)v->rv);
+        }
+    /* Every object the consumer saw that is gone got its DELETED. */
+    for (size_t i = 0; i < k->log.n && !failed; i++) {
+        cmsg_t *m = &k->log.v[i];
+        if (m->type == KB_EV_DELETED)
+            continue;
+        mobj_t *o = &s->srv.obj[m->ns][m->name];
+        if (o->alive && o->uid == m->uid)
+            continue;
+        bool deleted = false;
+        for (size_t j = i + 1; j < k->log.n && !deleted; j++)
+            deleted = k->log.v[j].type == KB_EV_DELETED && k->log.v[j].uid == m->uid &&
+                      k->log.v[j].ns == m->ns && k->log.v[j].name == m->name;
+        if (!deleted)
+            fail("sink %d: %s/n%d uid %u was delivered (%s @%llu) but its delete never was", si, ns_names[m->ns],
+                 m->name, m->uid, kb_event_type_name(m->type), (unsigned long long)m->rv);
+    }
+}
+
+/* ---- one history ---------------------------------------------------------- */
+
+static bool caught_up(sim_t *s) {
+    for (int i = 0; i < s->n_refl; i++) {
+        refl_t *f = &s->refl[i];
+        if (f->st != R_WATCHING || f->cursor < s->srv.n_hist || f->pending.len)
+            return false;
+    }
+    for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++) {
+        kb_deltafifo_stats_t fs;
+        kb_deltafifo_stats(kb_informer_fifo(s->inf, sh), &fs);
+        if (fs.keys)
+            return false;
+    }
+    for (int i = 0; i < s->n_sinks; i++)
+        if (s->sinks[i].n || s->sinks[i].stopped)
+            return false;
+    return true;
+}
+
+static void quiesce(sim_t *s) {
+    for (int i = 0; i < s->n_sinks; i++)
+        s->sinks[i].refuse_pct = 0;
+    for (int round = 0; round < 2000 && !failed && !caught_up(s); round++) {
+        for (int i = 0; i < s->n_refl; i++)
+            refl_step(s, i, true);
+        for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
+            pop_shard(s, sh);
+        for (int i = 0; i < s->n_sinks; i++)
+            sink_acks(s, &s->sinks[i], true);
+    }
+    bool held = false;
+    for (int i = 0; i < s->n_sinks; i++) {
+        held |= s->sinks[i].stopped || s->sinks[i].missed;
+        s->sinks[i].missed = false;
+    }
+    if (!failed && held) { /* a stopped sink's changes wait in the journal until it is tried again */
+        clean_stop(s);
+        kb_open(s);
+        quiesce(s);
+        return;
+    }
+    if (!failed && !caught_up(s))
+        fail("kbridge never caught up with the server");
+}
+
+static void configure(sim_t *s) {
+    s->latest = chance(&s->r, 50);
+    s->n_refl = chance(&s->r, 30) ? 2 : 1;
+    s->srv.n_ns = 2;
+    s->n_sinks = 1 + (int)rnd(&s->r, MAX_SINKS);
+    for (int i = 0; i < s->n_sinks; i++) {
+        s->sinks[i].ack_pct = 10 + rnd(&s->r, 90);
+        s->sinks[i].refuse_pct = chance(&s->r, 20) ? 2 : 0;
+    }
+    for (int i = 0; i < s->n_refl; i++)
+        s->refl[i].ns = s->n_refl == 1 ? -1 : i;
+    snprintf(s->cfgtext, sizeof(s->cfgtext),
+             "cluster = { name = \"sim\"; server = \"http://127.0.0.1:9\"; };\n"
+             "state_dir = \"%s\";\n"
+             "informers = ( { name = \"pods\"; version = \"v1\"; resource = \"pods\"; shards = %u; "
+             "compaction = \"%s\"; queue_bytes = 1073741824; %s } );\n"
+             "sinks = ( { name = \"out\"; type = \"file\"; path = \"/dev/null\"; } );\n"
+             "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n",
+             s->dir, 1 + rnd(&s->r, 3), s->latest ? "latest" : "none",
+             s->n_refl == 2 ? "namespaces = [\"a\", \"b\"];" : "");
+}
+
+static bool run_history(uint64_t seed, unsigned steps) {
+    sim_t *s = calloc(1, sizeof(*s));
+    s->r.s = seed * 0x9E3779B97F4A7C15ull + 1;
+    failed = false;
+    failure[0] = '\0';
+    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(s->dir, sizeof(s->dir), "%s/kbsim-%d-XXXXXX", base, (int)getpid());
+    if (!mkdtemp(s->dir)) {
+        fprintf(stderr, "kb_sim: cannot make a directory under %s\n", base);
+        exit(2);
+    }
+    configure(s);
+    char err[512];
+    s->cfg = kb_config_load_string(s->cfgtext, "sim.cfg", err, sizeof(err));
+    if (!s->cfg) {
+        fprintf(stderr, "kb_sim: config: %s\n", err);
+        exit(2);
+    }
+    kb_open(s);
+    for (unsigned i = 0; i < steps && !failed; i++) {
+        unsigned w = rnd(&s->r, 100);
+        s->steps++;
+        if (w < 25) {
+            srv_op(&s->srv, &s->r);
+        } else if (w < 27) {
+            if (s->srv.rv > 2)
+                s->srv.compacted = s->srv.rv - rnd(&s->r, 4);
+        } else if (w < 57) {
+            refl_step(s, (int)rnd(&s->r, (unsigned)s->n_refl), false);
+        } else if (w < 75) {
+            pop_shard(s, rnd(&s->r, (unsigned)kb_informer_shards(s->inf)));
+        } else if (w < 92) {
+            sink_acks(s, &s->sinks[rnd(&s->r, (unsigned)s->n_sinks)], false);
+        } else if (w < 97) {
+            checkpoint(s);
+        } else if (w < 99) {
+            TRACE("CRASH\n");
+            s->crashes++;
+            kb_gone(s, true);
+            kb_open(s);
+        } else {
+            TRACE("RESTART\n");
+            s->restarts++;
+            clean_stop(s);
+            kb_open(s);
+        }
+    }
+    if (!failed)
+        quiesce(s);
+    for (int i = 0; i < s->n_sinks && !failed; i++)
+        check_sink(s, i);
+    if (s->inf)
+        kb_informer_destroy(s->inf);
+    for (int i = 0; i < MAX_NS; i++) {
+        refl_reset(&s->refl[i]);
+        kb_buf_fini(&s->refl[i].pending);
+    }
+    for (int i = 0; i < MAX_SINKS; i++) {
+        free(s->sinks[i].v);
+        free(s->sinks[i].log.v);
+    }
+    if (verbose || failed)
+        printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
+               "%u crashes, %u restarts, %u messages)\n",
+               (unsigned long long)seed, failed ? "FAILED: " : "ok", failed ? failure : "", "",
+               s->latest ? "latest" : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
+               s->crashes, s->restarts, s->msgs);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "kb_sim: could not remove %s\n", s->dir);
+    free(s->srv.hist);
+    kb_config_free(s->cfg);
+    bool ok = !failed;
+    free(s);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    uint64_t first = 1, n = 200;
+    double seconds = 0;
+    unsigned steps = 300;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seeds") && i + 1 < argc)
+            n = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--first") && i + 1 < argc)
+            first = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            first = strtoull(argv[++i], NULL, 10);
+            n = 1;
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            steps = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+            seconds = atof(argv[++i]);
+            n = UINT64_MAX;
+        } else if (!strcmp(argv[i], "-v"))
+            verbose = true;
+        else {
+            fprintf(stderr, "usage: kb_sim [--seeds N] [--first S] [--seed S] [--steps N] [--seconds T] [-v]\n");
+            return 2;
+        }
+    }
+    kb_log_setup(verbose ? KB_LOG_INFO : KB_LOG_ERROR + 1, false);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0); /* only for the rate printed at the end */
+    uint64_t ran = 0, bad = 0;
+    for (uint64_t seed = first; ran < n; seed++) {
+        if (!run_history(seed, steps)) {
+            bad++;
+            printf("replay with: kb_sim --seed %llu -v\n", (unsigned long long)seed);
+            break;
+        }
+        ran++;
+        if (seconds > 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9 >= seconds)
+                break;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("kb_sim: %llu histories from seed %llu, %u steps each, in %.1f s (%.0f histories/s)\n",
+           (unsigned long long)ran, (unsigned long long)first, steps, el, el > 0 ? (double)ran / el : 0.0);
+    printf("%llu passed, %llu failed\n", (unsigned long long)ran, (unsigned long long)bad);
+    return bad ? 1 : 0;
+}
