@@ -47,6 +47,7 @@
 #include "bridge/http.h"
 
 #include "bridge/http_int.h"
+#include "bridge/kapi.h"
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/event.h"
@@ -117,6 +118,8 @@ struct kb_http {
     bool watchdog_started;
     pthread_mutex_t stop_mtx;  /* wakes the watchdog on stop */
     pthread_cond_t stop_cond;
+    kb_kapi_t *kapi;      /* the Kubernetes API surface (bridge/kapi.h); NULL when off */
+    int max_conns;        /* KB_HTTP_MAX_CONNECTIONS + kube_api.max_watches */
 };
 
 /* ---- answers ------------------------------------------------------------ */
@@ -280,7 +283,7 @@ static enum MHD_Result kb_http_accept(void *cls, const struct sockaddr *addr, so
     int total = h->n_conns;
     pthread_mutex_unlock(&h->conns_mtx);
     bool ok = same < h->max_per_address &&
-              (total < KB_HTTP_MAX_CONNECTIONS || (same == 0 && total < KB_HTTP_MAX_CONNECTIONS + KB_HTTP_RESERVED));
+              (total < h->max_conns || (same == 0 && total < h->max_conns + KB_HTTP_RESERVED));
     if (!ok)
         atomic_fetch_add(&h->refused_connections, 1);
     return ok ? MHD_YES : MHD_NO;
@@ -852,6 +855,8 @@ static enum MHD_Result kb_http_metrics(kb_http_t *h, struct MHD_Connection *c, k
     KB_UNUSED(inf);
     kb_buf_t body = KB_BUF_INIT;
     kb_http__metrics(h->b, h->start_real_ns, &body);
+    if (h->kapi)
+        kb_kapi_metrics(h->kapi, &body);
     kb_http_own_metrics(h, &body);
     return kb_http_send(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", &body);
 }
@@ -935,6 +940,10 @@ static bool kb_http_path_is(const kb_http_endpoint_t *ep, const char *url) {
 }
 
 static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, const char *url, const char *method) {
+    if (h->kapi && kb_kapi_owns(url))
+        return kb_http_authorized(h, c) ? kb_kapi_handle(h->kapi, c, url, method)
+                                        : kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized",
+                                                         "a valid bearer token is required");
     const kb_http_endpoint_t *ep = NULL;
     bool path_known = false;
     for (size_t i = 0; i < KB_ARRAY_LEN(kb_http_endpoints) && !ep; i++) {
@@ -1107,7 +1116,7 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
                                                          : ((const struct sockaddr_in *)ss)->sin_port);
     return MHD_start_daemon(flags, want_port, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER,
                             kb_http_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)(KB_HTTP_MAX_CONNECTIONS + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
                             KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
                             h->tls_cert ? tls : tls + 2, MHD_OPTION_END);
@@ -1129,6 +1138,8 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
         if (err != KB_OK)
             goto fail;
     }
+    h->kapi = kb_kapi_new(b, &h->stopping);
+    h->max_conns = KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi);
     err = kb_http_read_tls(h, cfg, errstr, errstr_size);
     if (err != KB_OK)
         goto fail;
@@ -1149,6 +1160,7 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     *out = h;
     return KB_OK;
 fail:
+    kb_kapi_destroy(h->kapi);
     kb_http_free(h);
     return err;
 }
@@ -1167,5 +1179,6 @@ void kb_http_stop(kb_http_t *http) {
     if (http->watchdog_started)
         pthread_join(http->watchdog, NULL);
     MHD_stop_daemon(http->mhd);
+    kb_kapi_destroy(http->kapi);
     kb_http_free(http);
 }

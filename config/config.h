@@ -138,6 +138,10 @@ typedef struct kb_config {
     int http_max_streams;          /* concurrent snapshot/replay bodies, 16 */
     int http_max_per_address;      /* connections from one client address, 16 */
     int http_header_timeout;       /* seconds to send a whole request, 10 */
+    bool kapi_enabled;             /* kube_api.enabled: true */
+    int kapi_history;              /* kube_api.watch_history: changes kept per informer, 10000 */
+    int kapi_bookmark_seconds;     /* kube_api.bookmark_seconds: 60 */
+    int kapi_max_watches;          /* kube_api.max_watches: 1000 */
     int sharding_replicas;         /* 1 */
     int sharding_index;            /* 0; -1 = from $HOSTNAME's StatefulSet ordinal (resolved at load) */
     kb_config_informer_t *informers; size_t n_informers;

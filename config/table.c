@@ -127,7 +127,7 @@ static const kb_ckey_t kb_keys_http[] = {
      .doc = "Snapshot and replay bodies sent at once; more are answered 429 (counted in "
             "kbridge_http_refused_total)."},
     {.name = "max_per_address", .type = KB_CT_INT, .off = TOP(http_max_per_address), .def = "16", .min = 1,
-     .max = 1000, .doc = "Open connections from one client address; more are closed at once."},
+     .max = 100000, .doc = "Open connections from one client address; more are closed at once."},
     {.name = "header_timeout", .type = KB_CT_INT, .off = TOP(http_header_timeout), .def = "10", .min = 1,
      .max = 3600, .doc = "Seconds a client has to send its whole request (line and headers) before it is "
                          "closed."},
@@ -135,6 +135,25 @@ static const kb_ckey_t kb_keys_http[] = {
 static const kb_csection_t kb_sec_http = {
     .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,
     .keys = kb_keys_http, .n_keys = KB_NKEYS(kb_keys_http), .disc = -1,
+};
+
+static const kb_ckey_t kb_keys_kapi[] = {
+    {.name = "enabled", .type = KB_CT_BOOL, .off = TOP(kapi_enabled), .def = "true",
+     .doc = "Serve the Kubernetes API (discovery, get, list, watch; read-only) for every informer's resource on "
+            "http.listen, so kubectl and client-go can use kbridge as a read replica (docs/replica.md)."},
+    {.name = "watch_history", .type = KB_CT_INT, .off = TOP(kapi_history), .def = "10000", .min = 1,
+     .max = 10000000,
+     .doc = "Changes kept in memory per informer for watches that resume from a resourceVersion; an older "
+            "resourceVersion is answered 410 Expired (the client lists again)."},
+    {.name = "bookmark_seconds", .type = KB_CT_INT, .off = TOP(kapi_bookmark_seconds), .def = "60", .min = 1,
+     .max = 3600, .doc = "A watch with allowWatchBookmarks=true gets a BOOKMARK at least this often."},
+    {.name = "max_watches", .type = KB_CT_INT, .off = TOP(kapi_max_watches), .def = "1000", .min = 1,
+     .max = 100000,
+     .doc = "Open watches at most (each holds a connection and a thread); more are answered 429."},
+};
+static const kb_csection_t kb_sec_kapi = {
+    .title = "kube_api", .doc = "The Kubernetes API surface (a read replica of the informers' caches).",
+    .line_off = SIZE_MAX, .keys = kb_keys_kapi, .n_keys = KB_NKEYS(kb_keys_kapi), .disc = -1,
 };
 
 static const kb_ckey_t kb_keys_sharding[] = {
@@ -386,6 +405,7 @@ static const kb_ckey_t kb_keys_root[] = {
     {.name = "journal", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_journal},
     {.name = "log", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_log},
     {.name = "http", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_http},
+    {.name = "kube_api", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_kapi},
     {.name = "sharding", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_sharding},
     {.name = "informers", .type = KB_CT_LIST, .off = TOP(informers), .off2 = TOP(n_informers),
      .sub = &kb_config__sec_informer},

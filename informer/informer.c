@@ -1034,29 +1034,7 @@ void kb_informer_destroy(kb_informer_t *inf) {
 }
 
 void kb_informer_snapshot(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size) {
-    pthread_mutex_lock(&inf->ingest_mtx);
-    size_t first = out->n;
-    kb_indexer_list(inf->idx, ns, out);
-    for (size_t i = first; i < out->n; i++) {
-        if (out->ev[i]->obj_len)
-            continue;
-        kb_event_t *full = kb_inf_full(inf, out->ev[i]);
-        kb_event_unref(out->ev[i]);
-        out->ev[i] = full;
-    }
-    /* The newest resume point over the reflectors (one RV space per cluster). */
-    uint64_t best = 0;
-    rv[0] = '\0';
-    for (size_t i = 0; i < inf->n_refl; i++) {
-        pthread_mutex_lock(&inf->refl[i].rv_mtx);
-        uint64_t v = kb_rv_parse(inf->refl[i].rv, strlen(inf->refl[i].rv));
-        if (v >= best && inf->refl[i].rv[0]) {
-            best = v;
-            snprintf(rv, rv_size, "%s", inf->refl[i].rv);
-        }
-        pthread_mutex_unlock(&inf->refl[i].rv_mtx);
-    }
-    pthread_mutex_unlock(&inf->ingest_mtx);
+    kb_informer_cut(inf, ns, out, rv, rv_size, NULL);
 }
 
 bool kb_informer_subscribe(kb_informer_t *inf, kb_informer_sub_fn fn, void *opaque) {
@@ -1182,6 +1160,47 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     pthread_mutex_lock(&inf->err_mtx);
     memcpy(st->last_error, inf->last_error, sizeof(st->last_error));
     pthread_mutex_unlock(&inf->err_mtx);
+}
+
+/* ---- additions for the Kubernetes API surface (bridge/kapi.c) ---------- */
+
+void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size,
+                     uint64_t *seq) {
+    pthread_mutex_lock(&inf->ingest_mtx);
+    if (seq)
+        *seq = kb_ledger_seq(inf->ledger);
+    size_t first = out ? out->n : 0;
+    if (out)
+        kb_indexer_list(inf->idx, ns, out);
+    for (size_t i = first; out && i < out->n; i++) {
+        if (out->ev[i]->obj_len)
+            continue;
+        kb_event_t *full = kb_inf_full(inf, out->ev[i]);
+        kb_event_unref(out->ev[i]);
+        out->ev[i] = full;
+    }
+    /* The newest resume point over the reflectors (one RV space per cluster). */
+    uint64_t best = 0;
+    rv[0] = '\0';
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        pthread_mutex_lock(&inf->refl[i].rv_mtx);
+        uint64_t v = kb_rv_parse(inf->refl[i].rv, strlen(inf->refl[i].rv));
+        if (v >= best && inf->refl[i].rv[0]) {
+            best = v;
+            snprintf(rv, rv_size, "%s", inf->refl[i].rv);
+        }
+        pthread_mutex_unlock(&inf->refl[i].rv_mtx);
+    }
+    pthread_mutex_unlock(&inf->ingest_mtx);
+}
+
+kb_event_t *kb_informer_get(kb_informer_t *inf, const char *key, size_t len) {
+    kb_event_t *ev = kb_indexer_get(inf->idx, key, len, kb_fnv1a64(key, len));
+    if (!ev || ev->obj_len)
+        return ev;
+    kb_event_t *full = kb_inf_full(inf, ev);
+    kb_event_unref(ev);
+    return full;
 }
 
 /* ---- ingest.h: the reflector's steps for the simulation ------------------- */

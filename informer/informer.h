@@ -162,4 +162,16 @@ kb_resource_t *kb_informer_resource(kb_informer_t *inf);
 bool kb_informer_synced(const kb_informer_t *inf);
 void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st);
 
+/* kb_informer_snapshot that also tells where the cut lies in the subscriber
+ * stream: *seq (when not NULL) gets the seq of the newest event accepted
+ * before the cut, so a subscriber's events with a larger seq came after it.
+ * out may be NULL for the position alone (rv and seq, no objects).
+ * Thread: any. Locks: the ingest lock, briefly. */
+void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size,
+                     uint64_t *seq);
+/* The cached state of key ("ns/name" or "name") with its object (read back
+ * from state_dir when the cache keeps identity only), or NULL. A new reference.
+ * Thread: any. */
+kb_event_t *kb_informer_get(kb_informer_t *inf, const char *key, size_t len);
+
 #endif

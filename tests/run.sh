@@ -17,6 +17,7 @@ tests/infra/controlplane.sh build >/dev/null 2>&1 || echo "run.sh: control plane
 # Likewise helm (Go module helm.sh/helm/v3) and prometheus-operator's CRDs for the chart test 0752.
 tests/infra/helm.sh path >/dev/null 2>&1 || echo "run.sh: helm build failed; test 0752 will say why" >&2
 tests/infra/prometheus-operator-crds.sh >/dev/null 2>&1 || echo "run.sh: prometheus-operator CRDs not fetched; test 0752 will say why" >&2
+tests/clientgo/build.sh >/dev/null 2>&1 || echo "run.sh: the client-go program did not build; test 0602 will say why" >&2
 # CI also runs the long tests (0707: several minutes of real watch timeouts and bookmarks).
 [ "${CI:-}" = "true" ] && export KB_LONG_TESTS=${KB_LONG_TESTS:-1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}

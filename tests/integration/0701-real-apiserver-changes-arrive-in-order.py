@@ -6,25 +6,9 @@ with the envelope a user expects (cluster, group/version/resource, kind, namespa
 resourceVersion, object with kind and apiVersion, managedFields dropped)."""
 import signal
 
-from kbtest import Failure, check, ConfigBridge, ControlPlane, key_of, run, wait_for
+from kbtest import Failure, check, ConfigBridge, ControlPlane, key_of, run, wait_for, widgets_crd
 
-CRD = """
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"""
+CRD = widgets_crd()
 
 
 def pod(name, app):

@@ -444,6 +444,27 @@ class ControlPlane:
         return out
 
 
+def widgets_crd(short_names=()):
+    """The manifest of a namespaced CRD widgets.example.com (v1, any fields), for kubectl apply."""
+    return """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget%s}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+""" % (", shortNames: [%s]" % ", ".join(short_names) if short_names else "")
+
+
 class ConfigBridge(Bridge):
     """A kbridge process run on a full config text; cluster keys are the caller's (kubeconfig, in-cluster, …).
 
