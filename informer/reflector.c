@@ -267,6 +267,12 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
             if (r->status.retry_after > 0)
                 *retry_after = r->status.retry_after;
         }
+    } else if (streamed && inf->conf->list_mode == KB_LIST_AUTO && resp.err == KB_OK &&
+               (resp.status == 400 || resp.status == 422)) {
+        /* A refusal auto falls back from: said once at INFO, not an error. */
+        if (body.len)
+            kb_decode_status(body.data, body.len, &r->status);
+        err = KB_ERR_UNSUPPORTED;
     } else if (r->stream_ignored) {
         err = KB_ERR_UNSUPPORTED; /* kb_refl_stream_failed says what */
     } else if (resp.err != KB_OK && resp.status == 200 && r->frames > 0) {
@@ -328,8 +334,11 @@ static bool kb_refl_stream_failed(kb_reflector_t *r, kb_err_t err, long status, 
                       "normal watch (a change before the initial-events-end BOOKMARK)");
     if (refused && auto_mode) {
         r->paged_only = true;
+        char why[600] = "it sent a normal watch";
+        if (!r->stream_ignored)
+            snprintf(why, sizeof(why), "HTTP %ld %s", status, r->status.message);
         KB_INFO("reflector", "informer=%s the server does not offer streamed lists (%s); using paged lists from now on",
-                inf->conf->name, r->stream_ignored ? "it sent a normal watch" : "HTTP 400/422 to sendInitialEvents");
+                inf->conf->name, why);
         return true;
     }
     if (refused) {

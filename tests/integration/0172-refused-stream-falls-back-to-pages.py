@@ -21,6 +21,8 @@ def test():
     check(len(lists) == 3 and all(r["query"].get("limit") == "100" for r in lists), "3 pages after the refusal")
     log = b.logtext()
     check(log.count("does not offer streamed lists") == 1, "the fallback is logged once:\n" + log[-3000:])
+    check(not [l for l in log.splitlines() if "sendInitialEvents" in l and (" WARN " in l or " ERROR " in l)],
+          "the refusal is not a warning in auto")
 
     # A relist later (410): paged directly, the refusal is remembered.
     sim.fault(kind="status", verb="watch", resource="pods", code=503, count=100000)
