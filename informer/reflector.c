@@ -243,8 +243,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
         kb_inf__list_begin(r);
         r->initial = true;
     }
-    KB_DEBUG("reflector", "informer=%s watch rv=%s timeout=%ds", inf->conf->name, streamed ? "(streamed list)" : rv,
-             timeout);
+    KB_DEBUG("reflector", "informer=%s watch rv=%s sendInitialEvents=%s timeout=%ds", inf->conf->name, rv,
+             streamed ? "true" : "false", timeout);
     kb_api_response_t resp;
     kb_apiclient_get(inf->api, path.data, kb_inf__watch_bytes, r, &body, 1u << 20, timeout + 60, &inf->stop, &resp);
     *retry_after = resp.retry_after;
