@@ -249,7 +249,7 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
     kb_apiclient_get(inf->api, path.data, kb_inf__watch_bytes, r, &body, 1u << 20, timeout + 60, &inf->stop, &resp);
     *retry_after = resp.retry_after;
     *status = resp.status;
-    if (r->initial) { /* the stream ended before its initial-events-end BOOKMARK: no list */
+    if (streamed) { /* ended before its initial-events-end BOOKMARK (or that chunk did not commit): no list */
         r->initial = false;
         kb_strmap_destroy(r->seen);
         r->seen = NULL;
@@ -329,7 +329,7 @@ static bool kb_refl_stream_failed(kb_reflector_t *r, kb_err_t err, long status, 
     bool auto_mode = inf->conf->list_mode == KB_LIST_AUTO;
     bool refused = r->stream_ignored || status == 400 || status == 422;
     *sleep_ms = 0;
-    if (r->stream_ignored)
+    if (r->stream_ignored && !auto_mode)
         kb_inf__error(inf, KB_WATCH_ERR_HTTP, "streamed list: the server answered sendInitialEvents=true with a "
                       "normal watch (a change before the initial-events-end BOOKMARK)");
     if (refused && auto_mode) {
