@@ -24,6 +24,7 @@
 static const char *const kb_v_log_level[] = {"debug", "info", "warn", "error", NULL};
 static const char *const kb_v_log_format[] = {"text", "json", NULL};
 static const char *const kb_v_compaction[] = {"none", "latest", NULL};
+static const char *const kb_v_list_mode[] = {"auto", "stream", "paged", NULL};
 static const char *const kb_v_sink_type[] = {"file", "kafka", "mqtt", NULL};
 static const char *const kb_v_format[] = {"json", "cloudevents-structured", "cloudevents-binary", NULL};
 static const char *const kb_v_mode[] = {"events", "state", NULL};
@@ -190,6 +191,13 @@ static const kb_ckey_t kb_keys_informer[] = {
      .doc = "Server-side field selector for list and watch."},
     {.name = "page_size", .type = KB_CT_INT, .off = INF(page_size), .def = "500", .min = 1, .max = 100000,
      .doc = "Objects per list page (limit=)."},
+    {.name = "list_mode", .type = KB_CT_ENUM, .off = INF(list_mode), .def = "auto", .values = kb_v_list_mode,
+     .doc = "How the initial sync and every relist read the collection. auto: a streamed list (a watch with "
+            "sendInitialEvents=true, the server sends every object as ADDED, then a bookmark, then stays on the "
+            "same stream), which spares the API server the memory of a paged list; if the server refuses it "
+            "(the WatchList feature off, an older server), the informer uses paged lists from then on and says so "
+            "once in the log. stream: always streamed; a refusal is an error, retried with backoff. paged: always "
+            "paged lists (limit=page_size, continue)."},
     {.name = "resync_seconds", .type = KB_CT_INT, .off = INF(resync_seconds), .def = "0", .min = 0,
      .max = 31536000, .doc = "Every so many seconds queue a SYNC for each cached object with nothing pending; 0 = never."},
     {.name = "shards", .type = KB_CT_INT, .off = INF(shards), .def = "4", .min = 1, .max = 256,

@@ -472,7 +472,44 @@ void kb_inf__list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = kb_strmap_new(1024);
     r->list_rv[0] = '\0';
+    if (!r->listed) /* an unfinished first list starts over: its objects are counted again */
+        atomic_fetch_sub(&r->inf->st_sync_objects, r->list_items);
     r->list_items = r->list_pages = 0;
+    r->list_bytes = 0;
+    r->list_t0_ns = r->list_log_ns = kb_now_mono_ns();
+}
+
+/* Every KB_SYNC_PROGRESS_MS (or KB_TEST_SYNC_PROGRESS_MS, for the test
+ * suite) while a first list runs: how far it got, so a sync of a million
+ * objects is not minutes of silence. */
+#define KB_SYNC_PROGRESS_MS 5000
+static void kb_inf_list_progress(kb_reflector_t *r, size_t items, size_t bytes) {
+    kb_informer_t *inf = r->inf;
+    r->list_items += items;
+    r->list_bytes += bytes;
+    if (r->listed)
+        return;
+    atomic_fetch_add(&inf->st_sync_objects, items);
+    const char *env = getenv("KB_TEST_SYNC_PROGRESS_MS");
+    int64_t every_ms = env && *env ? strtoll(env, NULL, 10) : KB_SYNC_PROGRESS_MS;
+    int64_t now = kb_now_mono_ns();
+    if (now - r->list_log_ns < every_ms * KB_NS_PER_MS)
+        return;
+    r->list_log_ns = now;
+    double secs = (double)(now - r->list_t0_ns) / 1e9;
+    KB_INFO("reflector", "informer=%s%s%s syncing: %zu object(s) so far (%.0f/s), %zu %s, %llu bytes, %.1f s",
+            inf->conf->name, r->ns ? " namespace=" : "", r->ns ? r->ns : "", r->list_items,
+            secs > 0 ? (double)r->list_items / secs : 0.0, r->initial ? r->list_items : r->list_pages,
+            r->initial ? "initial event(s) (streamed list)" : "page(s)", (unsigned long long)r->list_bytes, secs);
+}
+
+void kb_inf__list_synced(kb_reflector_t *r) {
+    if (r->listed) {
+        atomic_fetch_add(&r->inf->st_relists, 1);
+        return;
+    }
+    r->listed = true;
+    atomic_fetch_add(&r->inf->synced_refl, 1);
 }
 
 /* One page of the list (the response body; src names the request for error
@@ -514,8 +551,8 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
         kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, data + page.items[i].off, page.items[i].len, now, false);
     kb_err_t berr = kb_inf_batch_end(inf);
     pthread_mutex_unlock(&inf->ingest_mtx);
-    r->list_items += page.n_items;
     r->list_pages++;
+    kb_inf_list_progress(r, page.n_items, len);
     atomic_fetch_add(&inf->st_pages, 1);
     kb_buf_reset(cont);
     if (page.cont.len)
@@ -524,9 +561,10 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
     return berr;
 }
 
-/* The list is complete: what it did not contain was deleted while we did not
- * watch; the reflector resumes at the list's RV. */
-kb_err_t kb_inf__list_end(kb_reflector_t *r) {
+/* The list is complete (its RV in r->list_rv): stage the deletes of what it
+ * did not contain (deleted while we did not watch) and the resume point at
+ * the list's RV. Caller holds ingest_mtx in a batch. */
+static void kb_inf_list_close(kb_reflector_t *r) {
     kb_informer_t *inf = r->inf;
     const char *list_rv = r->list_rv;
     /* A list below where we were: the server's history went back (etcd restored). */
@@ -534,26 +572,41 @@ kb_err_t kb_inf__list_end(kb_reflector_t *r) {
     if (prev && now_rv && now_rv < prev) {
         atomic_fetch_add(&inf->st_rv_regressions, 1);
         /* Forget the deletes we remember: their RVs belong to the old history. */
-        pthread_mutex_lock(&inf->ingest_mtx);
         kb_ledger_forget_graves(inf->ledger);
-        pthread_mutex_unlock(&inf->ingest_mtx);
         KB_WARN("reflector",
                 "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
                 "delivering the difference by content, some keys' RVs will go down",
                 inf->conf->name, r->rv, list_rv);
     }
-    pthread_mutex_lock(&inf->ingest_mtx);
-    kb_inf_batch_begin(inf);
     kb_inf_delete_unseen(r);
     kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
+}
+
+/* After the batch of kb_inf_list_close committed. */
+static void kb_inf_list_closed(kb_reflector_t *r, bool streamed) {
+    kb_informer_t *inf = r->inf;
+    kb_refl_set_rv(r, r->list_rv, strlen(r->list_rv));
+    atomic_fetch_add(&inf->st_lists, 1);
+    char pages[32] = "streamed";
+    if (!streamed)
+        snprintf(pages, sizeof(pages), "pages=%zu", r->list_pages);
+    KB_INFO("reflector", "informer=%s%s%s listed items=%zu %s bytes=%llu rv=%s in %.1f s", inf->conf->name,
+            r->ns ? " namespace=" : "", r->ns ? r->ns : "", r->list_items, pages, (unsigned long long)r->list_bytes,
+            r->list_rv, (double)(kb_now_mono_ns() - r->list_t0_ns) / 1e9);
+}
+
+/* The list is complete: what it did not contain was deleted while we did not
+ * watch; the reflector resumes at the list's RV. */
+kb_err_t kb_inf__list_end(kb_reflector_t *r) {
+    kb_informer_t *inf = r->inf;
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_inf_batch_begin(inf);
+    kb_inf_list_close(r);
     kb_err_t err = kb_inf_batch_end(inf);
     pthread_mutex_unlock(&inf->ingest_mtx);
     if (err != KB_OK)
         return err;
-    kb_refl_set_rv(r, list_rv, strlen(list_rv));
-    atomic_fetch_add(&inf->st_lists, 1);
-    KB_INFO("reflector", "informer=%s%s%s listed items=%zu pages=%zu rv=%s", inf->conf->name, r->ns ? " namespace=" : "",
-            r->ns ? r->ns : "", r->list_items, r->list_pages, list_rv);
+    kb_inf_list_closed(r, false);
     return KB_OK;
 }
 
@@ -600,6 +653,59 @@ static bool kb_refl_bookmark_forward(kb_reflector_t *r, const char *rv, size_t l
     return false;
 }
 
+/* A frame of a streamed list before its end: an ADDED is one list item (the
+ * same ingestion as a list page's items). Any other change means the server
+ * answered with a normal watch, not the initial events: the stream is ended
+ * and not taken as a list. */
+static kb_ingest_t kb_refl_initial_event(kb_reflector_t *r, kb_watch_type_t type, const char *obj, size_t len,
+                                         int64_t read_ns, bool quiet_bad) {
+    if (type != KB_WATCH_ADDED) {
+        r->stream_ignored = true;
+        r->watch_err = KB_ERR_UNSUPPORTED;
+        return KB_INGEST_STOPPED;
+    }
+    kb_ingest_t res = kb_inf_ingest(r, KB_SRC_LIST, KB_WATCH_ADDED, obj, len, read_ns, quiet_bad);
+    if (res == KB_INGEST_STOPPED)
+        r->watch_err = KB_ERR_IO;
+    if (res != KB_INGEST_BAD)
+        kb_inf_list_progress(r, 1, 0); /* the bytes are counted per chunk */
+    return res;
+}
+
+/* Does this BOOKMARK object carry "k8s.io/initial-events-end": "true"? A
+ * bookmark holds only kind, apiVersion, its RV and annotations, so the
+ * member is looked for as text. */
+static bool kb_refl_initial_end(const char *obj, size_t len) {
+    static const char key[] = "\"k8s.io/initial-events-end\"";
+    const char *p = memmem(obj, len, key, sizeof(key) - 1);
+    if (!p)
+        return false;
+    const char *end = obj + len;
+    p += sizeof(key) - 1;
+    while (p < end && (*p == ' ' || *p == ':' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return end - p >= 6 && !memcmp(p, "\"true\"", 6);
+}
+
+/* The initial-events-end BOOKMARK of a streamed list: the list is complete at
+ * its RV; what it did not contain is staged as deleted in this batch, and the
+ * frames after it are normal watch events. */
+static kb_ingest_t kb_refl_stream_end(kb_reflector_t *r, const char *obj, size_t len) {
+    kb_span_t rv;
+    if (!kb_decode_object_rv(obj, len, &rv) || rv.len == 0 || rv.len >= sizeof(r->list_rv)) {
+        kb_inf__error(r->inf, KB_WATCH_ERR_MALFORMED, "initial-events-end BOOKMARK without a usable resourceVersion");
+        r->watch_err = KB_ERR_PARSE;
+        return KB_INGEST_STOPPED;
+    }
+    memcpy(r->list_rv, obj + rv.off, rv.len);
+    r->list_rv[rv.len] = '\0';
+    kb_inf_list_close(r);
+    kb_refl_set_rv(r, r->list_rv, rv.len);
+    r->initial = false;
+    r->stream_listed = true; /* undone if the batch does not commit */
+    return KB_INGEST_OK;
+}
+
 /* Handle one watch frame. KB_INGEST_BAD if the bytes are not one valid
  * frame (nothing was counted or queued); KB_INGEST_STOPPED aborts the
  * stream (r->watch_err says why). */
@@ -609,7 +715,10 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     char why[256];
     kb_ingest_t res;
     if (kb_refl_fast_frame(frame, len, &f.type, &f.object)) {
-        res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, frame + f.object.off, f.object.len, read_ns, true);
+        if (r->initial)
+            res = kb_refl_initial_event(r, f.type, frame + f.object.off, f.object.len, read_ns, true);
+        else
+            res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, frame + f.object.off, f.object.len, read_ns, true);
         if (res == KB_INGEST_STOPPED)
             r->watch_err = KB_ERR_IO;
         if (res != KB_INGEST_BAD)
@@ -631,6 +740,10 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     case KB_WATCH_BOOKMARK: {
         kb_span_t rv;
         atomic_fetch_add(&inf->st_bookmarks, 1);
+        if (r->initial) { /* the resume point moves only when the list is complete */
+            res = kb_refl_initial_end(obj, f.object.len) ? kb_refl_stream_end(r, obj, f.object.len) : KB_INGEST_OK;
+            goto counted;
+        }
         if (kb_decode_object_rv(obj, f.object.len, &rv) && kb_refl_bookmark_forward(r, obj + rv.off, rv.len))
             kb_refl_set_rv(r, obj + rv.off, rv.len);
         res = KB_INGEST_OK;
@@ -639,7 +752,10 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
     default:
         break;
     }
-    res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, obj, f.object.len, read_ns, false);
+    if (r->initial)
+        res = kb_refl_initial_event(r, f.type, obj, f.object.len, read_ns, false);
+    else
+        res = kb_inf_ingest(r, KB_SRC_WATCH, f.type, obj, f.object.len, read_ns, false);
     if (res == KB_INGEST_BAD)
         res = KB_INGEST_OK; /* a well-formed frame whose object we cannot use: counted, skipped */
     else if (res == KB_INGEST_STOPPED)
@@ -710,6 +826,9 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len) {
     }
     char rv0[sizeof(r->rv)];
     memcpy(rv0, r->rv, sizeof(rv0));
+    bool was_initial = r->initial;
+    if (was_initial)
+        r->list_bytes += len;
     pthread_mutex_lock(&inf->ingest_mtx);
     kb_inf_batch_begin(inf);
     const char *buf = r->stream.data;
@@ -737,6 +856,12 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len) {
             kb_refl_set_rv(r, rv0, strlen(rv0));
         r->watch_err = berr;
         ok = false;
+        r->stream_listed = r->stream_listed && !was_initial; /* a streamed list's end did not commit */
+    } else if (was_initial && r->stream_listed) {
+        kb_inf_list_closed(r, true);
+        kb_strmap_destroy(r->seen);
+        r->seen = NULL;
+        kb_inf__list_synced(r);
     }
     if (ok && r->stream.len - pos >= KB_WATCH_MAX_FRAME) {
         kb_inf__error(inf, KB_WATCH_ERR_MALFORMED, "watch frame over %u bytes without a newline", KB_WATCH_MAX_FRAME);
@@ -1152,6 +1277,7 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
         st->pending_bytes += fs.bytes;
     }
     st->synced = kb_informer_synced(inf);
+    st->sync_objects = st->synced ? 0 : atomic_load(&inf->st_sync_objects);
     st->paused = atomic_load(&inf->paused);
     st->window = ls.in_flight;
     pthread_mutex_lock(&inf->refl[0].rv_mtx);

@@ -78,6 +78,7 @@ typedef struct kb_informer_stats {
     size_t cache_bytes;
     size_t pending_deltas, pending_bytes;
     bool synced;                       /* every reflector finished its first list */
+    uint64_t sync_objects;             /* while not synced: objects the first lists received so far; else 0 */
     bool paused;                       /* reading waits: the window of unacknowledged changes is full */
     uint64_t window;                   /* changes not acknowledged by every sink */
     char last_rv[KB_RV_MAX];                  /* of the cluster-wide (or first) reflector */

@@ -74,6 +74,14 @@ typedef struct kb_reflector {
     char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
     size_t list_items, list_pages; /* during a list */
     int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
+    /* A streamed list (a watch with sendInitialEvents): frames before the
+     * initial-events-end BOOKMARK are list items (reflector thread only). */
+    bool initial;          /* the watch in progress is still sending the initial events */
+    bool stream_listed;    /* … and its initial-events-end BOOKMARK has been committed */
+    bool stream_ignored;   /* … the server sent a normal watch instead (a change before the bookmark) */
+    bool paged_only;       /* list_mode auto: the server refused streamed lists, page from now on */
+    uint64_t list_bytes;   /* during a list: bytes of its pages or initial events */
+    int64_t list_t0_ns, list_log_ns; /* during a list: when it began, when progress was last logged */
     kb_kclass_t cls;       /* class of the last failed answer (informer/kstatus.h), if has_cls */
     bool has_cls;          /* the last request failed with an answer from the server */
     int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
@@ -101,6 +109,7 @@ struct kb_informer {
     _Atomic uint64_t st_errors[KB_WATCH_ERR_COUNT];
     _Atomic uint64_t st_frames, st_bookmarks, st_relists, st_lists, st_pages, st_gated, st_watches;
     _Atomic uint64_t st_rv_regressions;
+    _Atomic uint64_t st_sync_objects;  /* objects received by reflectors still in their first list */
     pthread_mutex_t err_mtx;
     char last_error[256];          /* err_mtx */
 
@@ -138,8 +147,14 @@ void kb_inf__error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...
 void kb_inf__list_begin(kb_reflector_t *r);
 kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data, size_t len, kb_buf_t *cont);
 kb_err_t kb_inf__list_end(kb_reflector_t *r);
+/* A list complete (paged, or a streamed list's bookmark committed): the
+ * reflector counts as synced, or the list as a relist. Thread: the reflector's. */
+void kb_inf__list_synced(kb_reflector_t *r);
 /* Bytes of a watch body (the curl write callback): every complete line is a
- * frame; one call is one batch. False ends the watch (r->watch_err says why). */
+ * frame; one call is one batch. False ends the watch (r->watch_err says why).
+ * While r->initial (a streamed list, after kb_inf__list_begin), ADDED frames
+ * are list items and the initial-events-end BOOKMARK ends the list as
+ * kb_inf__list_end does, in the same batch as what follows it. */
 bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len);
 
 /* The reflector thread: list → watch → watch …, until inf->stop (reflector.c). */

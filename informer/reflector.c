@@ -12,9 +12,19 @@
  * direction of not losing or re-sending: a watch that ends with nothing
  * received is re-opened after a backoff step rather than turned into a
  * relist, and a malformed frame re-opens the watch from the last good RV
- * instead of relisting. Lists are consistent reads (no resourceVersion) with
- * limit/continue, so a relist is always paged and never holds more than one
- * page; a page over the body bound is asked for again with fewer objects.
+ * instead of relisting. Paged lists are consistent reads (no resourceVersion)
+ * with limit/continue and never hold more than one page; a page over the body
+ * bound is asked for again with fewer objects.
+ *
+ * A streamed list (list_mode auto or stream) is a watch with
+ * sendInitialEvents=true: the server sends every object as ADDED from its
+ * watch cache, then a BOOKMARK annotated k8s.io/initial-events-end, then the
+ * changes, on the one stream. It spares the server the memory of building
+ * list pages (the reason the feature exists), and the ingest treats the
+ * initial events exactly as list items, so the relist diff is the same.
+ * Where the server refuses it (HTTP 400/422: the WatchList feature is off, or
+ * the server is older) or answers with a normal watch instead, auto pages
+ * from then on; stream reports the error and retries.
  */
 #include "informer/informer_int.h"
 
@@ -195,8 +205,10 @@ out:
     return err;
 }
 
-/* One watch request from r->rv. KB_OK when it ended normally. */
-static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
+/* One watch request from r->rv, or with streamed (a streamed list) the
+ * initial events first and then the changes. KB_OK when it ended normally;
+ * *status is the HTTP status (0 without an answer). */
+static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after, long *status) {
     kb_informer_t *inf = r->inf;
     kb_buf_t q = KB_BUF_INIT, path = KB_BUF_INIT, body = KB_BUF_INIT;
     char rv[KB_RV_MAX];
@@ -207,7 +219,12 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
     char ts[16];
     snprintf(ts, sizeof(ts), "%d", timeout);
     kb_api_query_add(&q, "watch", "true");
-    kb_api_query_add(&q, "resourceVersion", rv);
+    if (streamed) {
+        kb_api_query_add(&q, "sendInitialEvents", "true");
+        kb_api_query_add(&q, "resourceVersionMatch", "NotOlderThan");
+    } else {
+        kb_api_query_add(&q, "resourceVersion", rv);
+    }
     kb_api_query_add(&q, "allowWatchBookmarks", "true");
     kb_api_query_add(&q, "timeoutSeconds", ts);
     kb_refl_query_common(r, &q);
@@ -221,10 +238,22 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
     r->has_cls = false;
     memset(&r->status, 0, sizeof(r->status));
     atomic_fetch_add(&inf->st_watches, 1);
-    KB_DEBUG("reflector", "informer=%s watch rv=%s timeout=%ds", inf->conf->name, rv, timeout);
+    r->stream_listed = r->stream_ignored = false;
+    if (streamed) {
+        kb_inf__list_begin(r);
+        r->initial = true;
+    }
+    KB_DEBUG("reflector", "informer=%s watch rv=%s sendInitialEvents=%s timeout=%ds", inf->conf->name, rv,
+             streamed ? "true" : "false", timeout);
     kb_api_response_t resp;
     kb_apiclient_get(inf->api, path.data, kb_inf__watch_bytes, r, &body, 1u << 20, timeout + 60, &inf->stop, &resp);
     *retry_after = resp.retry_after;
+    *status = resp.status;
+    if (streamed) { /* ended before its initial-events-end BOOKMARK (or that chunk did not commit): no list */
+        r->initial = false;
+        kb_strmap_destroy(r->seen);
+        r->seen = NULL;
+    }
     kb_err_t err = KB_OK;
     if (atomic_load(&inf->stop)) {
         err = KB_ERR_STOPPED;
@@ -238,6 +267,14 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, int *retry_after) {
             if (r->status.retry_after > 0)
                 *retry_after = r->status.retry_after;
         }
+    } else if (streamed && inf->conf->list_mode == KB_LIST_AUTO && resp.err == KB_OK &&
+               (resp.status == 400 || resp.status == 422)) {
+        /* A refusal auto falls back from: said once at INFO, not an error. */
+        if (body.len)
+            kb_decode_status(body.data, body.len, &r->status);
+        err = KB_ERR_UNSUPPORTED;
+    } else if (r->stream_ignored) {
+        err = KB_ERR_UNSUPPORTED; /* kb_refl_stream_failed says what */
     } else if (resp.err != KB_OK && resp.status == 200 && r->frames > 0) {
         /* A dropped connection mid-stream after progress: resume at once. */
         KB_INFO("reflector", "informer=%s watch connection lost after %llu frame(s) (%s); resuming from rv=%s",
@@ -282,6 +319,52 @@ static void kb_refl_healthy(kb_reflector_t *r) {
     r->ra_in_row = 0;
 }
 
+/* A streamed list that did not complete. Decides what the next list is:
+ * true = page it (a refusal, remembered for list_mode auto; a 410, or a
+ * stream that keeps ending early, this once), false = stream it again after
+ * the delay in *sleep_ms. */
+static bool kb_refl_stream_failed(kb_reflector_t *r, kb_err_t err, long status, int retry_after, int *unfinished,
+                                  int64_t *sleep_ms) {
+    kb_informer_t *inf = r->inf;
+    bool auto_mode = inf->conf->list_mode == KB_LIST_AUTO;
+    bool refused = r->stream_ignored || status == 400 || status == 422;
+    *sleep_ms = 0;
+    if (r->stream_ignored && !auto_mode)
+        kb_inf__error(inf, KB_WATCH_ERR_HTTP, "streamed list: the server answered sendInitialEvents=true with a "
+                      "normal watch (a change before the initial-events-end BOOKMARK)");
+    if (refused && auto_mode) {
+        r->paged_only = true;
+        char why[600] = "it sent a normal watch";
+        if (!r->stream_ignored)
+            snprintf(why, sizeof(why), "HTTP %ld %s", status, r->status.message);
+        KB_INFO("reflector", "informer=%s the server does not offer streamed lists (%s); using paged lists from now on",
+                inf->conf->name, why);
+        return true;
+    }
+    if (refused) {
+        static kb_ratelimit_t rl;
+        if (kb_ratelimit_allow(&rl, 10000, NULL))
+            KB_ERROR("reflector", "informer=%s list_mode = \"stream\" but the server refuses streamed lists; "
+                     "retrying (set list_mode = \"auto\" or \"paged\" for this server)", inf->conf->name);
+        *sleep_ms = kb_backoff_next(&r->backoff);
+        return false;
+    }
+    if (err == KB_ERR_GONE && auto_mode) {
+        KB_INFO("reflector", "informer=%s streamed list: 410 Gone; paging this list", inf->conf->name);
+        return true;
+    }
+    if (err == KB_OK || err == KB_ERR_TIMEDOUT || err == KB_ERR_IO || err == KB_ERR_PARSE)
+        (*unfinished)++;
+    if (*unfinished >= 3 && auto_mode) {
+        KB_WARN("reflector", "informer=%s streamed list ended %d times before its initial-events-end BOOKMARK; "
+                "paging this list", inf->conf->name, *unfinished);
+        *unfinished = 0;
+        return true;
+    }
+    *sleep_ms = r->has_cls ? kb_refl_retry_delay(r, retry_after) : kb_backoff_next(&r->backoff);
+    return false;
+}
+
 void *kb_inf__reflector_main(void *arg) {
     kb_reflector_t *r = arg;
     kb_informer_t *inf = r->inf;
@@ -295,10 +378,13 @@ void *kb_inf__reflector_main(void *arg) {
         r->listed = true;
         atomic_fetch_add(&inf->synced_refl, 1);
     }
-    int malformed_in_row = 0;
+    int malformed_in_row = 0, unfinished = 0;
+    bool page_once = false; /* the next list is paged whatever list_mode says */
     while (!atomic_load(&inf->stop)) {
         int retry_after = -1;
-        if (need_list) {
+        long status = 0;
+        bool streamed = need_list && !page_once && !r->paged_only && inf->conf->list_mode != KB_LIST_PAGED;
+        if (need_list && !streamed) {
             kb_err_t err = kb_refl_list(r, &retry_after);
             if (err == KB_ERR_STOPPED)
                 break;
@@ -307,15 +393,22 @@ void *kb_inf__reflector_main(void *arg) {
                 continue;
             }
             kb_refl_healthy(r);
-            if (r->listed)
-                atomic_fetch_add(&inf->st_relists, 1);
-            if (!r->listed) {
-                r->listed = true;
-                atomic_fetch_add(&inf->synced_refl, 1);
-            }
-            need_list = false;
+            kb_inf__list_synced(r);
+            need_list = page_once = false;
         }
-        kb_err_t err = kb_refl_watch(r, &retry_after);
+        kb_err_t err = kb_refl_watch(r, streamed, &retry_after, &status);
+        if (streamed && !r->stream_listed) {
+            if (err == KB_ERR_STOPPED)
+                break;
+            int64_t sleep_ms;
+            page_once = kb_refl_stream_failed(r, err, status, retry_after, &unfinished, &sleep_ms);
+            kb_refl_sleep(r, sleep_ms);
+            continue;
+        }
+        if (streamed) {
+            need_list = false;
+            unfinished = 0;
+        }
         if (err != KB_ERR_PARSE)
             malformed_in_row = 0;
         if (r->frames > 0 && err != KB_ERR_PARSE)

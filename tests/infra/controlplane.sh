@@ -286,6 +286,9 @@ start() {
 --cert-dir=$RUN_DIR/apiserver-certs
 --v=1
 EOF
+    # KB_APISERVER_EXTRA_ARGS: more flags, space-separated (a test turning a feature gate off).
+    local extra
+    for extra in ${KB_APISERVER_EXTRA_ARGS:-}; do echo "$extra" >>"$RUN_DIR/kube-apiserver.args"; done
     start_apiserver
 
     local server=https://127.0.0.1:$api_port

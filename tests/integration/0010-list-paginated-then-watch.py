@@ -4,12 +4,14 @@ the consumer's view converges to the server's state across creates, updates
 and deletes."""
 from kbtest import *
 
+PAGED = '{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; list_mode = "paged"; }'
+
 
 def test():
     sim = Sim()
     sim.bulk(pod_ops("create", "ns1", ["p%03d" % i for i in range(150)], labels={"app": "web"}) +
              pod_ops("create", "ns2", ["q%03d" % i for i in range(100)]))
-    b = Bridge(sim)
+    b = Bridge(sim, informers=[PAGED])
     b.wait_converged(sim)
     reqs = [r for r in sim.requests() if r["path"] == "/api/v1/pods"]
     lists = [r for r in reqs if r["query"].get("watch") not in ("true", "1")]

@@ -4,6 +4,8 @@ changed RVs, nothing for unchanged keys, DELETED with finalStateUnknown for
 keys that vanished while the bridge could not watch. Deletes are never lost."""
 from kbtest import *
 
+PAGED = '{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; list_mode = "paged"; }'
+
 
 def outage(sim, b, form):
     """Keep the bridge from watching, change things, compact history, let it back."""
@@ -25,7 +27,7 @@ def outage(sim, b, form):
 def test():
     sim = Sim()
     sim.bulk(pod_ops("create", "ns1", ["a", "b", "c"]))
-    b = Bridge(sim)
+    b = Bridge(sim, informers=[PAGED])
     b.wait_converged(sim)
     uid_b = b.view()["ns1/b"]["uid"]
     for form in ("error-event", "http-status"):

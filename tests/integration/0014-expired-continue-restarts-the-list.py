@@ -10,7 +10,7 @@ def test():
     # The second page is refused as expired, twice in a row.
     sim.fault(kind="status", verb="continue", resource="pods", code=410, reason="Expired", count=2,
               message="The provided continue parameter is too old to display a consistent list result.")
-    b = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 50; }'])
+    b = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 50; list_mode = "paged"; }'])
     b.wait_converged(sim)
     lists = [r for r in sim.requests() if r["path"] == "/api/v1/pods" and r["query"].get("watch") not in ("true", "1")]
     firsts = [r for r in lists if "continue" not in r["query"]]

@@ -16,7 +16,7 @@ def test():
     sim = Sim()
     sim.bulk(pod_ops("create", "ns1", ["a", "b"]))
     sim.fault(kind="status", verb="list", resource="pods", code=429, retry_after=2, count=2)
-    b = Bridge(sim)
+    b = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; list_mode = "paged"; }'])
     b.wait_converged(sim)
     lists = [r for r in sim.requests() if r["path"] == "/api/v1/pods" and not is_watch(r)]
     check([r["status"] for r in lists] == [429, 429, 200], "two throttled lists then one that succeeds: %s" %

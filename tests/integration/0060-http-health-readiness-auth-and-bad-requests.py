@@ -29,7 +29,7 @@ def test():
     token = "s3cret-token-0060"
     with open(work + "/token", "w") as f:
         f.write(token + "\n")
-    b = Bridge(sim, workdir=work, http='listen = "127.0.0.1:0"; token_file = "%s/token";' % work)
+    b = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; list_mode = "paged"; }'], workdir=work, http='listen = "127.0.0.1:0"; token_file = "%s/token";' % work)
     url = b.http_url()
 
     code, _, body = http_request(url + "/healthz")

@@ -53,7 +53,7 @@ def bookmarks():
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         text = ('cluster = { name = "t"; server = "http://127.0.0.1:%d"; };\nhttp = { listen = ""; };\n'
-                'informers = ( { name = "pods"; version = "v1"; resource = "pods"; } );\n'
+                'informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "paged"; } );\n'
                 'sinks = ( { name = "out"; type = "file"; path = "{out}"; } );\n'
                 'routes = ( { informer = "pods"; sink = "out"; } );\n' % srv.server_address[1])
         b = ConfigBridge(text)
@@ -72,7 +72,7 @@ def large_pages():
     pad = {"spec": {"pad": "x" * 200000}}
     sim.bulk(pod_ops("create", "ns1", ["big%02d" % i for i in range(12)], extra=pad))
     text = ('cluster = { name = "t"; server = "%s"; };\nhttp = { listen = ""; };\n'
-            'informers = ( { name = "pods"; version = "v1"; resource = "pods"; } );\n'
+            'informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "paged"; } );\n'
             'sinks = ( { name = "out"; type = "file"; path = "{out}"; } );\n'
             'routes = ( { informer = "pods"; sink = "out"; } );\n' % sim.url)
     b = ConfigBridge(text, env={"KB_TEST_LIST_MAX_BODY": "700000"})

@@ -20,7 +20,7 @@ def list_times(sim):
 
 def config(sim):
     return ('cluster = { name = "t"; server = "%s"; };\nhttp = { listen = ""; };\n'
-            'informers = ( { name = "pods"; version = "v1"; resource = "pods"; } );\n'
+            'informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "paged"; } );\n'
             'sinks = ( { name = "out"; type = "file"; path = "{out}"; } );\n'
             'routes = ( { informer = "pods"; sink = "out"; } );\n' % sim.url)
 

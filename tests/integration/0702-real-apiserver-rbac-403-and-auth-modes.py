@@ -129,7 +129,7 @@ users:
 
     for user, b in bridges.items():
         name = user.split(" ")[0]
-        log = b.wait_log("cannot list resource", 180)
+        log = b.wait_log("is forbidden: User", 180)  # "cannot watch resource": the streamed list is a watch
         check("403" in log and name in log, "%s: the 403 does not name the user:\n%s" % (user, log[-2000:]))
         b.wait_log("informer=mine namespace=allowed listed", 180)
 

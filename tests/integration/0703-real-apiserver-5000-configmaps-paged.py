@@ -55,7 +55,7 @@ http = { listen = ""; };
 shutdown_timeout = 20;
 log = { level = "info"; };
 informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "bulk" ];
-                page_size = 100; } );
+                page_size = 100; list_mode = "paged"; } );
 sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
 routes = ( { informer = "cms"; sink = "out"; } );
 """ % cp.kubeconfig)

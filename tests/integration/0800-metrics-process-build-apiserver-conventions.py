@@ -56,7 +56,7 @@ def test():
     sim.fault(kind="status", verb="list", resource="pods", code=500, count=1)
     work = tempfile.mkdtemp(prefix="kbops-")
     before = time.time()
-    b = Bridge(sim, workdir=work, http='listen = "127.0.0.1:0";')
+    b = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; list_mode = "paged"; }'], workdir=work, http='listen = "127.0.0.1:0";')
     url = b.http_url()
     b.wait_converged(sim)
     text, fams = scrape(url)

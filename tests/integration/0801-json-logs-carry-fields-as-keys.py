@@ -13,7 +13,7 @@ def config(sim, fmt):
     return """cluster = { name = "t"; server = "%s"; };
 http = { listen = ""; };
 log = { level = "debug"; format = "%s"; };
-informers = ( { name = "pods"; version = "v1"; resource = "pods"; } );
+informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "paged"; } );
 sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
 routes = ( { informer = "pods"; sink = "out"; } );
 """ % (sim.url, fmt)

@@ -662,6 +662,13 @@ static enum MHD_Result do_resource(kb_sim_t *sim, struct MHD_Connection *conn, c
             snprintf(err, sizeof(err), "invalid resource version: %s", wp.rv);
             return kb_sim__respond_status(sim, conn, method, url, 400, "BadRequest", err);
         }
+        if (sim->opts.ignore_watch_list)
+            wp.initial_events = false; /* a server that does not know the parameter */
+        if (wp.initial_events && sim->opts.no_watch_list)
+            return kb_sim__respond_status(sim, conn, method, url, 422, "Invalid",
+                                          "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: "
+                                          "sendInitialEvents is forbidden for watch unless the WatchList feature "
+                                          "gate is enabled");
         if (qarg(conn, "sendInitialEvents") && (!rvm || strcmp(rvm, "NotOlderThan") || !wp.bookmarks))
             return kb_sim__respond_status(sim, conn, method, url, 422, "Invalid",
                                           "sendInitialEvents requires resourceVersionMatch=NotOlderThan and "

@@ -16,6 +16,7 @@
 #ifndef KB_TESTS_KUBESIM_H
 #define KB_TESTS_KUBESIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct kb_sim kb_sim_t;
@@ -27,6 +28,8 @@ typedef struct kb_sim_opts {
     int bookmark_ms;     /* bookmark interval per watcher; <= 0 = 60000 */
     int demo_objects;    /* > 0: create this many pods over 3 namespaces at start */
     double demo_rate;    /* > 0: churn (update/delete/create) this many changes/s, forever */
+    bool no_watch_list;  /* refuse sendInitialEvents (422), as a server with the WatchList feature off */
+    bool ignore_watch_list; /* ignore sendInitialEvents: a plain watch, no initial-events-end bookmark */
 } kb_sim_opts_t;
 
 /* Start listening. opts may be NULL (all defaults). Returns NULL with the

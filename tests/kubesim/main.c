@@ -1,7 +1,7 @@
 /* tests/kubesim/main.c — the standalone simulator, build/kubesim.
  *
  *   kubesim [--port N] [--host H] [--history N] [--bookmark-ms N]
- *           [--demo-objects N] [--demo-rate R]
+ *           [--demo-objects N] [--demo-rate R] [--watch-list on|off|ignore]
  *
  * Prints exactly one line, "kubesim listening on HOST:PORT", once ready
  * (tests read the port from it), then waits for SIGTERM/SIGINT and exits 0.
@@ -16,7 +16,7 @@
 
 static void usage(FILE *f) {
     fputs("usage: kubesim [--port N] [--host H] [--history N] [--bookmark-ms N]\n"
-          "               [--demo-objects N] [--demo-rate R]\n",
+          "               [--demo-objects N] [--demo-rate R] [--watch-list on|off|ignore]\n",
           f);
 }
 
@@ -49,6 +49,10 @@ int main(int argc, char **argv) {
             bad = parse_int(v, &opts.bookmark_ms);
         } else if (!strcmp(a, "--demo-objects")) {
             bad = parse_int(v, &opts.demo_objects);
+        } else if (!strcmp(a, "--watch-list")) { /* off: refuse sendInitialEvents as the gate being off does */
+            opts.no_watch_list = !strcmp(v, "off");
+            opts.ignore_watch_list = !strcmp(v, "ignore");
+            bad = !opts.no_watch_list && !opts.ignore_watch_list && strcmp(v, "on") != 0;
         } else if (!strcmp(a, "--demo-rate")) {
             char *end;
             opts.demo_rate = strtod(v, &end);
