@@ -204,7 +204,8 @@ def test():
     with open(b.config, "a") as f:
         f.write("kube_api = { watch_history = 7; };\n")
     b.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: "the kube_api settings changed" in b.logtext(), 30, what="the refused reload")
+    wait_for(lambda: "kube_api.watch_history changed; it applies only on restart" in b.logtext(), 30,
+             what="the refused reload")
     check(b.stop() == 0, "kbridge exit code")
     sim.stop()
 
