@@ -2,7 +2,7 @@
 one pod within 0.3 s reaches the sink as a handful of messages ending at the
 latest resourceVersion; a lone change is held for the window and no longer
 (it arrives within the window plus a second); a delete is not held behind
-the window; a config with coalesce_ms but without compaction = "latest" is
+the window; shutdown writes what a window still holds; a config with coalesce_ms but without compaction = "latest" is
 refused at load naming the key."""
 import subprocess
 
@@ -59,6 +59,22 @@ def test():
     b.wait_converged(sim)
     assert_no_repeats(b.events())
     check(b.stop() == 0, "SIGTERM exits 0")
+
+    # Shutdown ends the window: with coalesce_ms = 60000 a change still waiting is written before exit.
+    b2 = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; '
+                                'compaction = "latest"; coalesce_ms = 60000; }'])
+    wait_for(lambda: "listed items=" in b2.logtext(), 30, 0.05, "the list")  # held by the window too
+    sim.bulk(pod_ops("update", "ns1", ["lone"], labels={"n": "2"}))
+    rv = {i["key"].split("/")[1]: i["resourceVersion"] for i in sim.state()["items"]}["lone"]
+    time.sleep(1.0)  # the watch hands it over within milliseconds; the window holds it for a minute
+    t0 = time.monotonic()
+    check(b2.stop() == 0, "SIGTERM exits 0 with a change held by the window")
+    print("SIGTERM with a change held by a 60 s window: exited after %.2f s" % (time.monotonic() - t0))
+    check([e for e in b2.events() if e["name"] == "lone" and e["resourceVersion"] == rv],
+          "the change held by the window is written at shutdown")
+    want = {i["key"]: i["resourceVersion"] for i in sim.state()["items"]}
+    got = {k: e["resourceVersion"] for k, e in b2.view().items()}
+    check(got == want, "so is the initial list, which the window held as well: %r != %r" % (got, want))
 
     # Refused at load, naming the key.
     bad = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; coalesce_ms = 500; }'],
