@@ -790,6 +790,9 @@ static void kb_hbs_destroy(kb_hbs_t *h) {
 
 static void kb_pipeline_start(kb_pipeline_t *p) {
     for (size_t s = 0; s < p->n_workers; s++) {
+        /* Before the informer pushes anything: every key gets its window. */
+        kb_deltafifo_set_coalesce(kb_informer_fifo(p->inf, s),
+                                  (int64_t)kb_informer_conf(p->inf)->coalesce_ms * 1000000, NULL, NULL);
         if (pthread_create(&p->workers[s].thread, NULL, kb_worker_main, &p->workers[s]) != 0)
             KB_FATAL("cannot start a worker thread");
         p->workers[s].started = true;

@@ -67,6 +67,7 @@ typedef struct kb_config_informer {
     int resync_seconds;  /* 0 = off */
     int shards;          /* 4, 1..256 */
     kb_compaction_t compaction;
+    int coalesce_ms;     /* 0 = off; > 0 only with compaction = latest (checked at load) */
     kb_strlist_t drop_fields;     /* default [ "metadata.managedFields",
                                      "metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]" ] */
     kb_strlist_t redact_fields;   /* default [], or [ "data", "stringData" ] for core secrets */

@@ -204,6 +204,10 @@ static const kb_ckey_t kb_keys_informer[] = {
      .doc = "Worker queues in this process; one object always goes to the same shard."},
     {.name = "compaction", .type = KB_CT_ENUM, .off = INF(compaction), .def = "none", .values = kb_v_compaction,
      .doc = "none: deliver every change; latest: merge the queued changes of one object."},
+    {.name = "coalesce_ms", .type = KB_CT_INT, .off = INF(coalesce_ms), .def = "0", .min = 0, .max = 3600000,
+     .doc = "With compaction = \"latest\": an object's queued changes wait up to this long from the first one "
+            "so a burst merges into one message (each change waits at most this long; a delete goes at once). "
+            "0 = off. Only with compaction = \"latest\"."},
     {.name = "drop_fields", .type = KB_CT_STRLIST, .off = INF(drop_fields),
      .def = "metadata.managedFields,metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]",
      .flags = KB_CF_PATH,
@@ -247,6 +251,10 @@ static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const 
     /* The server would refuse a bad selector with a 400 on every list, for ever: say it at load. */
     if (!kb_selector_valid(ld, grp, prefix, inf->label_selector))
         return false;
+    /* Without merging, holding changes back only adds latency. */
+    if (inf->coalesce_ms > 0 && inf->compaction != KB_COMPACTION_LATEST)
+        return kb_config__fail(ld, config_setting_get_member(grp, "coalesce_ms"),
+                               "%s.coalesce_ms: needs compaction = \"latest\"", prefix);
     if (strcmp(inf->group, "") != 0 || strcmp(inf->resource, "secrets") != 0)
         return true;
     if (inf->redact_fields_set) {

@@ -16,8 +16,36 @@
  * Events are immutable, so a merge builds its replacement with
  * kb_event_retype() and releases the events it replaces.
  *
+ * The coalescing window (kb_deltafifo_set_coalesce). Why the queue and not
+ * the worker: LATEST already merges what waits here, so holding a key back
+ * here is all a window needs — the worker stays a plain loop, and the merge
+ * rules (and the drop callback) are the same with and without it.
+ *   - A key's window starts when its node is created (its first pending
+ *     delta) and is never restarted by later deltas: a change waits at most
+ *     window_ns beyond its arrival, even under a burst that never ends.
+ *   - Keys are kept in creation order, so the head of `waiting` is the key
+ *     whose window ends first: pop looks at one node, not all of them.
+ *   - A DELETED moves its key to `ready` at once (a delete is never held
+ *     behind a window; client-go's reason to coalesce is updates, and a
+ *     consumer waiting for a delete is one waiting for a zombie to go). pop
+ *     takes from whichever of the two heads was created first, so ready keys
+ *     cannot starve keys whose window has ended.
+ *   - close ends every window: shutdown drains at once.
+ *   - The time comes from the owner's clock function (the bridge passes the
+ *     monotonic clock, the simulation its own step counter), read only under
+ *     the lock; the condition variable waits in real monotonic time for at
+ *     most the remaining window.
+ * Acknowledgement: a delta merged away is reported done through drop_fn when
+ * it is merged, window or not. That is safe because the ledger's watermark is
+ * a prefix of seqs: the delta that replaced it has a higher seq and stays in
+ * flight until the merged message is acknowledged, so the watermark cannot
+ * pass the replacement, and a restart replays the journal from the watermark
+ * on — which holds the replacement, carrying the newer state of the same key.
+ * The window only lengthens how long the replacement stays in flight.
+ *
  * Threads: pushers (reflector, resync) block on room_cv while the queue is
- * over its byte bound; the single popper blocks on data_cv while it is empty.
+ * over its byte bound; the single popper blocks on data_cv while it is empty
+ * or while no key's window has ended.
  * Both condition variables run on CLOCK_MONOTONIC so timeouts survive wall
  * clock jumps. Nothing is called out under the lock except kb_event_* (plain
  * memory operations).
@@ -33,21 +61,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct kb_dfnode {
+typedef struct kb_dfnode kb_dfnode_t;
+
+typedef struct kb_dflist {
+    kb_dfnode_t *head, *tail; /* head is the oldest key */
+} kb_dflist_t;
+
+struct kb_dfnode {
     struct kb_dfnode *prev, *next; /* queue order; head is the oldest key */
     kb_deltas_t deltas;            /* ≥1 pending event of this key, oldest first */
+    int64_t first_ns;              /* fifo clock when the node was created: its window starts here */
+    bool ready;                    /* in fifo->ready (a delete came), else in fifo->waiting */
     size_t bytes;                  /* kb_event_size sum of deltas */
     uint64_t hash;                 /* kb_fnv1a64 of key */
     size_t key_len;
     char key[];                    /* the key, NUL-terminated (the map holds its own copy) */
-} kb_dfnode_t;
+};
 
 struct kb_deltafifo {
     pthread_mutex_t mtx;      /* guards everything below */
     pthread_cond_t data_cv;   /* signalled when a key is queued or on close (the popper waits) */
     pthread_cond_t room_cv;   /* broadcast when bytes fall to max_bytes or on close (pushers wait) */
     kb_strmap_t *keys;        /* key → kb_dfnode_t*, owned nodes */
-    kb_dfnode_t *head, *tail; /* queue of keys */
+    kb_dflist_t waiting;      /* keys in creation order (all keys when there is no window) */
+    kb_dflist_t ready;        /* keys a delete made ready, in the order it came; empty without a window */
+    int64_t window_ns;        /* coalescing window; 0 = off */
+    kb_deltafifo_clock_fn now_fn; /* the clock of first_ns and of pop's "has the window ended" */
+    void *now_opaque;
     kb_compaction_t mode;     /* fixed at creation */
     size_t max_bytes;         /* push waits while bytes > max_bytes */
     size_t bytes;             /* kb_event_size sum of all queued events */
@@ -91,10 +131,12 @@ static void kb_dfnode_free(kb_dfnode_t *node) {
 void kb_deltafifo_destroy(kb_deltafifo_t *fifo) {
     if (!fifo)
         return;
-    for (kb_dfnode_t *node = fifo->head, *next; node; node = next) {
-        next = node->next;
-        kb_dfnode_free(node);
-    }
+    kb_dflist_t *lists[] = {&fifo->waiting, &fifo->ready};
+    for (size_t i = 0; i < KB_ARRAY_LEN(lists); i++)
+        for (kb_dfnode_t *node = lists[i]->head, *next; node; node = next) {
+            next = node->next;
+            kb_dfnode_free(node);
+        }
     kb_strmap_destroy(fifo->keys);
     pthread_cond_destroy(&fifo->data_cv);
     pthread_cond_destroy(&fifo->room_cv);
@@ -226,26 +268,69 @@ static void kb_df_merge(kb_deltafifo_t *fifo, kb_dfnode_t *node, kb_event_t *ev)
 
 /* --- the queue of keys (fifo->mtx held) ---------------------------------- */
 
-static void kb_df_link_tail(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
+static void kb_dflist_link_tail(kb_dflist_t *l, kb_dfnode_t *node) {
     node->next = NULL;
-    node->prev = fifo->tail;
-    if (fifo->tail)
-        fifo->tail->next = node;
+    node->prev = l->tail;
+    if (l->tail)
+        l->tail->next = node;
     else
-        fifo->head = node;
-    fifo->tail = node;
+        l->head = node;
+    l->tail = node;
 }
 
-static void kb_df_unlink(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
+static void kb_dflist_unlink(kb_dflist_t *l, kb_dfnode_t *node) {
     if (node->prev)
         node->prev->next = node->next;
     else
-        fifo->head = node->next;
+        l->head = node->next;
     if (node->next)
         node->next->prev = node->prev;
     else
-        fifo->tail = node->prev;
+        l->tail = node->prev;
+}
+
+static kb_dflist_t *kb_df_list_of(kb_deltafifo_t *fifo, const kb_dfnode_t *node) {
+    return node->ready ? &fifo->ready : &fifo->waiting;
+}
+
+static void kb_df_unlink(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
+    kb_dflist_unlink(kb_df_list_of(fifo, node), node);
     kb_strmap_del(fifo->keys, node->key, node->key_len, node->hash);
+}
+
+static bool kb_df_empty(const kb_deltafifo_t *fifo) {
+    return !fifo->waiting.head && !fifo->ready.head;
+}
+
+static int64_t kb_df_now(const kb_deltafifo_t *fifo) {
+    return fifo->now_fn ? fifo->now_fn(fifo->now_opaque) : kb_now_mono_ns();
+}
+
+/* A delete came for node: its window ends now. */
+static void kb_df_make_ready(kb_deltafifo_t *fifo, kb_dfnode_t *node) {
+    if (node->ready || fifo->window_ns == 0)
+        return;
+    kb_dflist_unlink(&fifo->waiting, node);
+    node->ready = true;
+    kb_dflist_link_tail(&fifo->ready, node);
+}
+
+/* The key pop may hand out now, or NULL; *wait_ns is then how long until the
+ * first window ends (-1: nothing queued). Ready keys and keys whose window
+ * has ended go in creation order. */
+static kb_dfnode_t *kb_df_next(kb_deltafifo_t *fifo, int64_t *wait_ns) {
+    kb_dfnode_t *w = fifo->waiting.head, *r = fifo->ready.head;
+    *wait_ns = -1;
+    if (w && fifo->window_ns > 0 && !fifo->closed) {
+        int64_t left = w->first_ns + fifo->window_ns - kb_df_now(fifo);
+        if (left > 0) {
+            *wait_ns = left;
+            w = NULL;
+        }
+    }
+    if (w && r)
+        return r->first_ns < w->first_ns ? r : w;
+    return w ? w : r;
 }
 
 /* Wait on cv until woken or the deadline passes; false on timeout. */
@@ -291,6 +376,7 @@ kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms)
         goto out;
 
     kb_dfnode_t *node = kb_strmap_get(fifo->keys, ev->key, ev->key_len, ev->key_hash);
+    bool is_delete = ev->type == KB_EV_DELETED, created = !node;
     size_t before = fifo->deltas + 1;
     size_t bytes_before = fifo->bytes;
     if (!node) {
@@ -298,8 +384,9 @@ kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms)
         memcpy(node->key, ev->key, ev->key_len);
         node->key_len = ev->key_len;
         node->hash = ev->key_hash;
+        node->first_ns = fifo->window_ns > 0 ? kb_df_now(fifo) : 0;
         kb_strmap_put(fifo->keys, node->key, node->key_len, node->hash, node);
-        kb_df_link_tail(fifo, node);
+        kb_dflist_link_tail(&fifo->waiting, node);
     }
     if (fifo->mode == KB_COMPACTION_LATEST)
         kb_df_merge(fifo, node, ev);
@@ -311,8 +398,12 @@ kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms)
     if (node->deltas.n == 0) {
         kb_df_unlink(fifo, node);
         kb_dfnode_free(node);
+    } else if (is_delete) {
+        kb_df_make_ready(fifo, node);
     }
-    if (fifo->head)
+    /* Under a window only a new key or a delete can change what pop may take
+     * (or how long it sleeps): a burst into a held key wakes nobody. */
+    if (!kb_df_empty(fifo) && (fifo->window_ns == 0 || created || is_delete))
         pthread_cond_signal(&fifo->data_cv);
     if (fifo->bytes < bytes_before)
         kb_df_room_changed(fifo);
@@ -328,11 +419,24 @@ kb_err_t kb_deltafifo_pop(kb_deltafifo_t *fifo, kb_deltas_t *out, int timeout_ms
     if (timeout_ms > 0)
         deadline = kb_deadline_mono(timeout_ms);
     pthread_mutex_lock(&fifo->mtx);
-    while (!fifo->head && !fifo->closed) {
-        if (timeout_ms == 0 || !kb_df_wait(fifo, &fifo->data_cv, timeout_ms, &deadline))
+    kb_dfnode_t *node;
+    int64_t wait_ns;
+    while (!(node = kb_df_next(fifo, &wait_ns)) && !fifo->closed && timeout_ms != 0) {
+        if (wait_ns < 0) {
+            if (!kb_df_wait(fifo, &fifo->data_cv, timeout_ms, &deadline))
+                break;
+            continue;
+        }
+        /* A window is running: sleep until it ends or the caller's deadline, whichever is first. */
+        struct timespec until = kb_deadline_mono((wait_ns + 999999) / 1000000);
+        bool caller_first = timeout_ms > 0 && (deadline.tv_sec < until.tv_sec ||
+                                               (deadline.tv_sec == until.tv_sec && deadline.tv_nsec < until.tv_nsec));
+        if (pthread_cond_timedwait(&fifo->data_cv, &fifo->mtx, caller_first ? &deadline : &until) == ETIMEDOUT &&
+            caller_first)
             break;
     }
-    kb_dfnode_t *node = fifo->head;
+    if (!node)
+        node = kb_df_next(fifo, &wait_ns);
     if (!node) {
         kb_err_t err = fifo->closed ? KB_ERR_CLOSED : KB_ERR_TIMEDOUT;
         pthread_mutex_unlock(&fifo->mtx);
@@ -361,6 +465,17 @@ void kb_deltafifo_set_drop(kb_deltafifo_t *fifo, kb_deltafifo_drop_fn fn, void *
     pthread_mutex_lock(&fifo->mtx);
     fifo->drop_fn = fn;
     fifo->drop_opaque = opaque;
+    pthread_mutex_unlock(&fifo->mtx);
+}
+
+void kb_deltafifo_set_coalesce(kb_deltafifo_t *fifo, int64_t window_ns, kb_deltafifo_clock_fn now, void *opaque) {
+    KB_ASSERT(window_ns >= 0);
+    pthread_mutex_lock(&fifo->mtx);
+    /* Keys queued before have first_ns 0: their window has long ended. */
+    fifo->window_ns = fifo->mode == KB_COMPACTION_LATEST ? window_ns : 0;
+    fifo->now_fn = now;
+    fifo->now_opaque = opaque;
+    pthread_cond_signal(&fifo->data_cv);
     pthread_mutex_unlock(&fifo->mtx);
 }
 

@@ -22,6 +22,13 @@
  *                                 incarnations of the name are both kept
  *           Deleted + Added     → both kept (a new uid is a new object)
  *
+ * Coalescing window (informers[].coalesce_ms, LATEST only): a key's deltas
+ * wait until window_ns after its FIRST pending delta arrived, so a burst
+ * merges into one pop. The window starts with the first delta and does not
+ * restart (a change waits at most window_ns: no starvation under a burst); a
+ * DELETED makes its key ready at once; keys whose window ended and keys made
+ * ready go in the order their first delta came; close ends all windows.
+ *
  * Bounded in bytes (kb_event_size): push blocks while the queue holds more
  * than max_bytes, which stops the reflector reading its socket (TCP
  * backpressure). An event is always accepted into an empty queue, however
@@ -62,7 +69,8 @@ void kb_deltafifo_destroy(kb_deltafifo_t *fifo);
  * Thread: any. Locks: fifo->mtx. */
 kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms);
 
-/* Move all pending deltas of the oldest key into *out (which must be empty;
+/* Move all pending deltas of the oldest key whose window has ended (or that a
+ * delete made ready) into *out (which must be empty;
  * reuse it after kb_deltas_fini). Waits up to timeout_ms (-1 forever).
  * Returns KB_OK, KB_ERR_TIMEDOUT, or KB_ERR_CLOSED once closed and empty.
  * Thread: the shard's worker. Locks: fifo->mtx. */
@@ -77,6 +85,15 @@ bool kb_deltafifo_has_pending(kb_deltafifo_t *fifo, const char *key, size_t len,
  * The event is borrowed. */
 typedef void (*kb_deltafifo_drop_fn)(void *opaque, const kb_event_t *ev);
 void kb_deltafifo_set_drop(kb_deltafifo_t *fifo, kb_deltafifo_drop_fn fn, void *opaque);
+
+/* The clock of the coalescing window, in nanoseconds of any monotonic scale. */
+typedef int64_t (*kb_deltafifo_clock_fn)(void *opaque);
+/* Hold each key's deltas until window_ns after its first one (0 = off; ignored
+ * unless the mode is LATEST). now: the clock (NULL = CLOCK_MONOTONIC); pop
+ * waits in real time for at most the remaining window, so a clock that is not
+ * real time suits only pops with timeout 0. Call before pushes start; keys
+ * already queued are not held. Thread: any. Locks: fifo->mtx. */
+void kb_deltafifo_set_coalesce(kb_deltafifo_t *fifo, int64_t window_ns, kb_deltafifo_clock_fn now, void *opaque);
 
 /* Wake all waiters; pushes fail with KB_ERR_CLOSED; pops drain what is left
  * and then return KB_ERR_CLOSED. Thread: any. */

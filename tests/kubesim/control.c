@@ -5,7 +5,9 @@
  * and generation numbers in kb_sim_t that request handlers and watchers
  * read under sim->mtx: a status fault is consumed by the next matching
  * request; drop/end/error faults bump a generation that every open watcher
- * compares with the one it started with. Workloads (generate, bulk) run on
+ * compares with the one it started with; cut_watches does the same for the
+ * watches of chosen namespaces (a per-namespace record of the generation of
+ * its last cut, and a one-shot 410 for its next resuming watch). Workloads (generate, bulk) run on
  * the requesting connection's thread; churn and the demo run on their own
  * thread, taking sim->mtx per small batch so watchers interleave.
  * docs/kubesim.md is the reference for every endpoint.
@@ -35,6 +37,41 @@ void kb_sim__faults_clear_locked(kb_sim_t *sim) {
     for (size_t i = 0; i < sim->nfaults; i++)
         fault_free(&sim->faults[i]);
     sim->nfaults = 0;
+}
+
+kb_sim_cut_t *kb_sim__cut_find_locked(kb_sim_t *sim, const char *ns) {
+    for (size_t i = 0; i < sim->ncuts; i++)
+        if (!strcmp(sim->cuts[i].ns, ns))
+            return &sim->cuts[i];
+    return NULL;
+}
+
+/* Cut the watches of every namespace in the array nss; with expire, each one's
+ * next resuming watch is answered 410. Returns NULL or an error message. */
+static const char *cut_watches_locked(kb_sim_t *sim, json_t *nss, bool expire) {
+    if (!json_is_array(nss) || json_array_size(nss) == 0)
+        return "fault cut_watches: \"namespaces\" must be a non-empty array of strings";
+    size_t i;
+    json_t *v;
+    json_array_foreach(nss, i, v) {
+        const char *ns = json_string_value(v);
+        if (!ns || !*ns || strlen(ns) >= sizeof(sim->cuts[0].ns))
+            return "fault cut_watches: each namespace must be a string of 1-63 bytes";
+    }
+    sim->cut_gen++;
+    json_array_foreach(nss, i, v) {
+        const char *ns = json_string_value(v);
+        kb_sim_cut_t *c = kb_sim__cut_find_locked(sim, ns);
+        if (!c) {
+            if (sim->ncuts == KB_SIM_MAX_CUTS)
+                return "fault cut_watches: too many namespaces cut";
+            c = &sim->cuts[sim->ncuts++];
+            snprintf(c->ns, sizeof(c->ns), "%s", ns);
+        }
+        c->gen = sim->cut_gen;
+        c->expire_next = c->expire_next || expire;
+    }
+    return NULL;
 }
 
 char *kb_sim__fault_take_locked(kb_sim_t *sim, int verb, const char *resource, int *code, int *retry_after) {
@@ -142,6 +179,8 @@ static const char *post_fault(kb_sim_t *sim, json_t *root) {
             sim->watch_err_next = true;
     } else if (!strcmp(kind, "drop_watches")) {
         sim->drop_gen++;
+    } else if (!strcmp(kind, "cut_watches")) {
+        err = cut_watches_locked(sim, json_object_get(root, "namespaces"), json_is_true(json_object_get(root, "expire")));
     } else if (!strcmp(kind, "end_watches")) {
         sim->end_gen++;
     } else if (!strcmp(kind, "malformed")) {
@@ -152,8 +191,10 @@ static const char *post_fault(kb_sim_t *sim, json_t *root) {
         kb_sim__faults_clear_locked(sim);
         sim->malformed_left = 0;
         sim->watch_err_next = false;
+        for (size_t i = 0; i < sim->ncuts; i++)
+            sim->cuts[i].expire_next = false;
     } else {
-        err = "fault: unknown \"kind\" (status, watch_error, drop_watches, end_watches, malformed, "
+        err = "fault: unknown \"kind\" (status, watch_error, drop_watches, cut_watches, end_watches, malformed, "
               "expire_continue, clear)";
     }
     kb_sim__broadcast_locked(sim);

@@ -127,6 +127,14 @@ typedef struct kb_sim_fault {
 /* CONTINUE: a list page that carries continue= (the first page is LIST only). */
 enum { KB_SIM_VERB_LIST = 1, KB_SIM_VERB_WATCH = 2, KB_SIM_VERB_GET = 4, KB_SIM_VERB_WRITE = 8, KB_SIM_VERB_CONTINUE = 16 };
 
+/* A namespace whose watches a cut_watches fault closed. */
+typedef struct kb_sim_cut {
+    char ns[64];
+    uint64_t gen;         /* sim->cut_gen of the last cut of ns */
+    bool expire_next;     /* the next watch of ns resuming from an rv gets a 410 ERROR */
+} kb_sim_cut_t;
+
+#define KB_SIM_MAX_CUTS 64
 #define KB_SIM_REQLOG 1000
 #define KB_SIM_MAX_FAULTS 64
 
@@ -151,6 +159,9 @@ struct kb_sim {
     char *watch_err_line;     /* the ERROR event line for the current watch_err_gen */
     bool watch_err_next;      /* no watch was open: the next one gets watch_err_line */
     uint64_t drop_gen, end_gen, bookmark_gen;
+    uint64_t cut_gen;         /* bumped by each cut_watches fault */
+    kb_sim_cut_t cuts[KB_SIM_MAX_CUTS]; /* one per namespace ever cut */
+    size_t ncuts;
     int malformed_left;
     char *reqlog[KB_SIM_REQLOG]; /* JSON lines, ring */
     size_t reqlog_next, reqlog_count;
@@ -224,6 +235,8 @@ enum MHD_Result kb_sim__control(kb_sim_t *sim, struct MHD_Connection *conn, cons
                     const char *body, size_t body_len);
 void kb_sim__control_stop(kb_sim_t *sim);
 void kb_sim__faults_clear_locked(kb_sim_t *sim);
+/* The cut entry of namespace ns, or NULL. */
+kb_sim_cut_t *kb_sim__cut_find_locked(kb_sim_t *sim, const char *ns);
 /* Take a matching status fault (decrementing its count) or return NULL; the
  * caller answers with *code, *retry_after and the body (malloc'd) it returns. */
 char *kb_sim__fault_take_locked(kb_sim_t *sim, int verb, const char *resource, int *code, int *retry_after);

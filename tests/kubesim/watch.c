@@ -44,6 +44,7 @@ typedef struct watcher {
     uint64_t snap_rv;
     char *error_line;         /* an ERROR event to send, then end */
     uint64_t drop_gen, end_gen, err_gen, bm_gen;
+    uint64_t cut_gen;         /* sim->cut_gen this watch has been checked against */
     int64_t deadline_ns, bm_due_ns, final_bm_ns;
     bool finished;            /* nothing more to stage; end after the buffer drains */
     bool abort;               /* end without the final chunk */
@@ -120,6 +121,18 @@ static void next_bookmark(watcher_t *w, int64_t now, bool first) {
     w->bm_due_ns = due < w->final_bm_ns ? due : w->final_bm_ns;
 }
 
+/* A cut_watches fault named this watch's namespace since it was last checked. */
+static bool cut_locked(watcher_t *w) {
+    kb_sim_t *sim = w->sim;
+    if (sim->cut_gen == w->cut_gen)
+        return false;
+    kb_sim_cut_t *c = w->ns ? kb_sim__cut_find_locked(sim, w->ns) : NULL;
+    if (c && c->gen > w->cut_gen)
+        return true;
+    w->cut_gen = sim->cut_gen;
+    return false;
+}
+
 /* Stage what is available. Returns when out has bytes or the stream is over.
  * Locks: takes sim->mtx. */
 static void fill(watcher_t *w, size_t want) {
@@ -131,7 +144,7 @@ static void fill(watcher_t *w, size_t want) {
             w->finished = true;
             break;
         }
-        if (sim->drop_gen != w->drop_gen) {
+        if (sim->drop_gen != w->drop_gen || cut_locked(w)) {
             w->finished = w->abort = true;
             break;
         }
@@ -288,7 +301,12 @@ enum MHD_Result kb_sim__watch_start(kb_sim_t *sim, struct MHD_Connection *conn, 
     w->end_gen = sim->end_gen;
     w->err_gen = sim->watch_err_gen;
     w->bm_gen = sim->bookmark_gen;
-    if (sim->watch_err_next && sim->watch_err_line) {
+    w->cut_gen = sim->cut_gen;
+    kb_sim_cut_t *cut = w->ns && !from_state ? kb_sim__cut_find_locked(sim, w->ns) : NULL;
+    if (cut && cut->expire_next) {
+        cut->expire_next = false;
+        w->error_line = too_old_line(rv_req, sim->rv);
+    } else if (sim->watch_err_next && sim->watch_err_line) {
         sim->watch_err_next = false;
         w->error_line = kb_strdup(sim->watch_err_line);
     } else if (!from_state && rv_req < res->expired_rv) {

@@ -2,7 +2,8 @@
  *
  * Design note. The FoundationDB / TigerBeetle way: the real core — the
  * informer's ingest and per-key gate, the journal and persisted index in
- * LMDB, the DeltaFIFO in both compaction modes, the ledger, restart from
+ * LMDB, the DeltaFIFO in both compaction modes (and with a coalescing window
+ * on the sim's own clock), the ledger, restart from
  * state_dir — is driven on one thread by a seeded scheduler against a model
  * API server, model sinks and a model consumer. Nothing here reads a clock
  * or the network, so a seed is a history: the same seed runs the same steps,
@@ -197,6 +198,8 @@ typedef struct {
     msink_t sinks[MAX_SINKS];
     int n_sinks;
     bool latest;
+    int64_t window;         /* coalescing window in clock ticks (0 = off; only with latest) */
+    int64_t clock;          /* the fifo's clock: one tick per step, and per quiesce round */
     int life;
     uint64_t acked_at_start[64]; /* per lifetime: the checkpoint it began from */
     uint64_t tail_end[64];       /* per lifetime: the last seq of the journal tail it re-queued */
@@ -212,6 +215,10 @@ static void refl_reset(refl_t *f) {
 
 static bool in_scope(const refl_t *f, int ns) { return f->ns < 0 || f->ns == ns; }
 
+static int64_t sim_clock(void *opaque) {
+    return ((sim_t *)opaque)->clock;
+}
+
 static void kb_open(sim_t *s) {
     char err[512];
     s->inf = kb_informer_new(s->cfg, &s->cfg->informers[0], NULL, err, sizeof(err));
@@ -219,6 +226,9 @@ static void kb_open(sim_t *s) {
         fail("informer_new: %s", err);
         return;
     }
+    /* As the bridge does before the informer pushes anything, with the sim's clock. */
+    for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
+        kb_deltafifo_set_coalesce(kb_informer_fifo(s->inf, sh), s->window, sim_clock, s);
     kb_informer_stats_t st;
     kb_informer_stats(s->inf, &st);
     if (s->life < 64)
@@ -341,8 +351,11 @@ static void kb_gone(sim_t *s, bool crash) {
     s->life++;
 }
 
-/* SIGTERM: drain what is queued, wait for the acks, checkpoint, stop. */
+/* SIGTERM: drain what is queued (closing the queues ends every coalescing
+ * window, as kb_informer_stop does), wait for the acks, checkpoint, stop. */
 static void clean_stop(sim_t *s) {
+    for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
+        kb_deltafifo_close(kb_informer_fifo(s->inf, sh));
     for (int round = 0; round < 2; round++) {
         for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
             for (int n = 0; n < 10000; n++) {
@@ -606,6 +619,7 @@ static void quiesce(sim_t *s) {
     for (int i = 0; i < s->n_sinks; i++)
         s->sinks[i].refuse_pct = 0;
     for (int round = 0; round < 2000 && !failed && !caught_up(s); round++) {
+        s->clock++;
         for (int i = 0; i < s->n_refl; i++)
             refl_step(s, i, true);
         for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
@@ -630,6 +644,7 @@ static void quiesce(sim_t *s) {
 
 static void configure(sim_t *s) {
     s->latest = chance(&s->r, 50);
+    s->window = s->latest && chance(&s->r, 50) ? 1 + (int64_t)rnd(&s->r, 20) : 0;
     s->n_refl = chance(&s->r, 30) ? 2 : 1;
     s->srv.n_ns = 2;
     s->n_sinks = 1 + (int)rnd(&s->r, MAX_SINKS);
@@ -672,6 +687,7 @@ static bool run_history(uint64_t seed, unsigned steps) {
     for (unsigned i = 0; i < steps && !failed; i++) {
         unsigned w = rnd(&s->r, 100);
         s->steps++;
+        s->clock++;
         if (w < 25) {
             srv_op(&s->srv, &s->r);
         } else if (w < 27) {
@@ -715,7 +731,7 @@ static bool run_history(uint64_t seed, unsigned steps) {
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
                "%u crashes, %u restarts, %u messages)\n",
                (unsigned long long)seed, failed ? "FAILED: " : "ok", failed ? failure : "", "",
-               s->latest ? "latest" : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
+               s->latest ? (s->window ? "latest+window" : "latest") : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
                s->crashes, s->restarts, s->msgs);
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);

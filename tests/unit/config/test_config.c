@@ -212,7 +212,7 @@ static void test_values(void **state) {
     kb_config_t *cfg = load_ok(
         "cluster = { name = \"c1\"; qps = 5; };\n"
         "informers = ( { name = \"sec\"; resource = \"secrets\"; namespaces = [\"a\", \"b\"];\n"
-        "  compaction = \"latest\"; queue_bytes = 4294967296; drop_fields = [];\n"
+        "  compaction = \"latest\"; coalesce_ms = 1000; queue_bytes = 4294967296; drop_fields = [];\n"
         "  redact_fields = [ \"data\", \"metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]\" ]; } );\n"
         "sinks = ( { name = \"k\"; type = \"kafka\"; brokers = \"b:9092\";\n"
         "  properties = { \"linger.ms\" = 5; \"enable.idempotence\" = true; acks = \"all\"; \"x.y\" = 0.5;\n"
@@ -226,6 +226,7 @@ static void test_values(void **state) {
     assert_int_equal(inf->namespaces.n, 2);
     assert_string_equal(inf->namespaces.v[1], "b");
     assert_int_equal(inf->compaction, KB_COMPACTION_LATEST);
+    assert_int_equal(inf->coalesce_ms, 1000);
     assert_true(inf->queue_bytes == 4294967296LL);
     assert_int_equal(inf->drop_fields.n, 0);
     assert_int_equal(inf->redact_fields.n, 2);
@@ -323,6 +324,9 @@ static void test_error_enum(void **state) {
     (void)state;
     expect_error("informers = ( { name = \"p\"; resource = \"pods\"; compaction = \"lastest\"; } );\n",
                  "t.cfg:1: informers[0].compaction: unknown value \"lastest\" (expected one of: none, latest)");
+    /* A window without merging only adds latency: refused, naming the key. */
+    expect_error("informers = ( { name = \"p\"; resource = \"pods\";\n coalesce_ms = 500; } );\n",
+                 "t.cfg:2: informers[0].coalesce_ms: needs compaction = \"latest\"");
     expect_error("log = { level = \"verbose\"; };\n",
                  "t.cfg:1: log.level: unknown value \"verbose\" (expected one of: debug, info, warn, error)");
     expect_error(INF1 "sinks = ( { name = \"s\"; type = \"redis\"; } );\n",

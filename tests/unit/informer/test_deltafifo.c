@@ -449,6 +449,188 @@ static void test_push_wakes_popper(void **state) {
     kb_deltafifo_destroy(fifo);
 }
 
+/* --- the coalescing window (an injected clock) ---------------------------- */
+
+static int64_t fake_now;
+static int64_t fake_clock(void *opaque) {
+    (void)opaque;
+    return fake_now;
+}
+
+#define MS 1000000LL
+
+static kb_deltafifo_t *windowed(int64_t window_ms) {
+    kb_deltafifo_t *fifo = kb_deltafifo_new(KB_COMPACTION_LATEST, 1 << 20);
+    fake_now = 1000 * MS;
+    kb_deltafifo_set_coalesce(fifo, window_ms * MS, fake_clock, NULL);
+    return fifo;
+}
+
+static void expect_held(kb_deltafifo_t *fifo) {
+    kb_deltas_t d;
+    kb_deltas_init(&d);
+    assert_int_equal(kb_deltafifo_pop(fifo, &d, 0), KB_ERR_TIMEDOUT);
+    assert_int_equal(d.n, 0);
+}
+
+/* A burst inside the window is one pop of the latest state, not before the window ends. */
+static void test_window_merges_burst(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = windowed(1000);
+    push(fifo, A, "a", "u", 1);
+    for (unsigned rv = 2; rv <= 40; rv++) {
+        fake_now += 7 * MS;
+        push(fifo, M, "a", "u", rv);
+        expect_held(fifo);
+    }
+    fake_now = 1000 * MS + 999 * MS;
+    expect_held(fifo);
+    fake_now += MS;
+    expect_pop(fifo, "ns/a", 1, TYPES(A), RVS(40));
+    expect_empty(fifo);
+    kb_deltafifo_destroy(fifo);
+}
+
+/* The window starts at the first delta and is not restarted by later ones. */
+static void test_window_no_starvation(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = windowed(100);
+    int64_t t0 = fake_now;
+    unsigned rv = 1;
+    push(fifo, A, "a", "u", rv++);
+    while (fake_now < t0 + 99 * MS) {
+        fake_now += MS;
+        push(fifo, M, "a", "u", rv++);
+        expect_held(fifo);
+    }
+    fake_now = t0 + 100 * MS;
+    expect_pop(fifo, "ns/a", 1, TYPES(A), RVS(rv - 1));
+    /* The burst goes on: the next window starts at the next delta. */
+    push(fifo, M, "a", "u", rv++);
+    expect_held(fifo);
+    fake_now += 100 * MS;
+    expect_pop(fifo, "ns/a", 1, TYPES(M), RVS(rv - 1));
+    kb_deltafifo_destroy(fifo);
+}
+
+/* Keys come out in the order their windows end; a delete goes at once and
+ * takes its older changes with it, in order; held keys stay held. */
+static void test_window_delete_not_held(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = windowed(1000);
+    push(fifo, M, "a", "u", 1);
+    fake_now += 10 * MS;
+    push(fifo, M, "b", "u", 2);
+    push(fifo, M, "b", "u", 3);
+    push(fifo, D, "b", "u", 4);
+    expect_pop(fifo, "ns/b", 1, TYPES(D), RVS(4));
+    expect_held(fifo);
+    /* Deleted then Added (a new uid) stays two, in order, at once. */
+    push(fifo, D, "c", "u1", 5);
+    push(fifo, A, "c", "u2", 6);
+    expect_pop(fifo, "ns/c", 2, TYPES(D, A), RVS(5, 6));
+    expect_held(fifo);
+    fake_now += 990 * MS;
+    expect_pop(fifo, "ns/a", 1, TYPES(M), RVS(1));
+    expect_empty(fifo);
+    kb_deltafifo_destroy(fifo);
+}
+
+/* Ready keys and keys whose window ended go in the order they came. */
+static void test_window_order(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = windowed(100);
+    push(fifo, M, "a", "u", 1);
+    fake_now += 50 * MS;
+    push(fifo, M, "b", "u", 2);
+    push(fifo, D, "c", "u", 3);
+    fake_now += 60 * MS;
+    push(fifo, M, "d", "u", 4);
+    expect_pop(fifo, "ns/a", 1, TYPES(M), RVS(1));
+    expect_pop(fifo, "ns/c", 1, TYPES(D), RVS(3));
+    expect_held(fifo);
+    fake_now += 40 * MS;
+    expect_pop(fifo, "ns/b", 1, TYPES(M), RVS(2));
+    expect_held(fifo);
+    fake_now += 60 * MS;
+    expect_pop(fifo, "ns/d", 1, TYPES(M), RVS(4));
+    kb_deltafifo_destroy(fifo);
+}
+
+/* close ends every window: shutdown drains at once. */
+static void test_window_close_drains(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = windowed(60000);
+    push(fifo, A, "a", "u", 1);
+    push(fifo, M, "a", "u", 2);
+    push(fifo, M, "b", "u", 3);
+    expect_held(fifo);
+    kb_deltafifo_close(fifo);
+    expect_pop(fifo, "ns/a", 1, TYPES(A), RVS(2));
+    expect_pop(fifo, "ns/b", 1, TYPES(M), RVS(3));
+    kb_deltas_t d;
+    kb_deltas_init(&d);
+    assert_int_equal(kb_deltafifo_pop(fifo, &d, 0), KB_ERR_CLOSED);
+    kb_deltafifo_destroy(fifo);
+}
+
+/* Merged-away deltas are reported to the drop callback (the ledger counts them
+ * done) while the merged delta is still queued, window or not. */
+static void count_drop(void *opaque, const kb_event_t *ev) {
+    (void)ev;
+    (*(int *)opaque)++;
+}
+
+static void test_window_drop_callback(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = windowed(1000);
+    int drops = 0;
+    kb_deltafifo_set_drop(fifo, count_drop, &drops);
+    for (unsigned rv = 1; rv <= 5; rv++)
+        push(fifo, M, "a", "u", rv);
+    assert_int_equal(drops, 4);
+    fake_now += 1000 * MS;
+    expect_pop(fifo, "ns/a", 1, TYPES(M), RVS(5));
+    assert_int_equal(drops, 4);
+    kb_deltafifo_destroy(fifo);
+}
+
+/* With the real clock, a blocking pop sleeps until the window ends, no longer
+ * than its own timeout, and a delete pushed meanwhile wakes it. */
+static void test_window_real_clock(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = kb_deltafifo_new(KB_COMPACTION_LATEST, 1 << 20);
+    kb_deltafifo_set_coalesce(fifo, 50 * MS, NULL, NULL);
+    push(fifo, M, "a", "u", 1);
+    kb_deltas_t d;
+    kb_deltas_init(&d);
+    assert_int_equal(kb_deltafifo_pop(fifo, &d, 1), KB_ERR_TIMEDOUT);
+    int64_t t0 = kb_now_mono_ns();
+    assert_int_equal(kb_deltafifo_pop(fifo, &d, -1), KB_OK);
+    assert_true(kb_now_mono_ns() - t0 >= 40 * MS);
+    kb_deltas_fini(&d);
+    /* A window of a minute: the delete wakes the popper. */
+    kb_deltafifo_set_coalesce(fifo, 60000 * MS, NULL, NULL);
+    push(fifo, M, "b", "u", 2);
+    struct popper_arg pa = {fifo, KB_ERR_INTERNAL};
+    pthread_t t;
+    pthread_create(&t, NULL, popper_once, &pa);
+    push(fifo, D, "b", "u", 3);
+    pthread_join(t, NULL);
+    assert_int_equal(pa.rc, KB_OK);
+    kb_deltafifo_destroy(fifo);
+}
+
+/* Without compaction the window is ignored. */
+static void test_window_needs_latest(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = kb_deltafifo_new(KB_COMPACTION_NONE, 1 << 20);
+    kb_deltafifo_set_coalesce(fifo, 60000 * MS, fake_clock, NULL);
+    push(fifo, M, "a", "u", 1);
+    expect_pop(fifo, "ns/a", 1, TYPES(M), RVS(1));
+    kb_deltafifo_destroy(fifo);
+}
+
 /* --- stress --------------------------------------------------------------- */
 
 enum { STRESS_KEYS = 17, STRESS_ITERS = 1000, STRESS_PUSHERS = 2 };
@@ -600,6 +782,14 @@ int main(void) {
         cmocka_unit_test(test_close_wakes_pusher_and_drains),
         cmocka_unit_test(test_close_wakes_popper),
         cmocka_unit_test(test_push_wakes_popper),
+        cmocka_unit_test(test_window_merges_burst),
+        cmocka_unit_test(test_window_no_starvation),
+        cmocka_unit_test(test_window_delete_not_held),
+        cmocka_unit_test(test_window_order),
+        cmocka_unit_test(test_window_close_drains),
+        cmocka_unit_test(test_window_drop_callback),
+        cmocka_unit_test(test_window_real_clock),
+        cmocka_unit_test(test_window_needs_latest),
         cmocka_unit_test(test_stress_none),
         cmocka_unit_test(test_stress_latest),
     };
