@@ -112,12 +112,19 @@ def report(name, tail, t_from, t_to, cuts):
     return lag, recov
 
 
+def streamed(r):
+    """A streamed list (list_mode auto: a watch with sendInitialEvents) is a list, not a resumed watch."""
+    return r["query"].get("sendInitialEvents") == "true"
+
+
 def watches(reqs, ns):
-    return [r for r in reqs if r["path"] == "/api/v1/namespaces/%s/pods" % ns and r["query"].get("watch") == "true"]
+    return [r for r in reqs if r["path"] == "/api/v1/namespaces/%s/pods" % ns and r["query"].get("watch") == "true"
+            and not streamed(r)]
 
 
 def lists(reqs, ns):
-    return [r for r in reqs if r["path"] == "/api/v1/namespaces/%s/pods" % ns and r["query"].get("watch") != "true"]
+    return [r for r in reqs if r["path"] == "/api/v1/namespaces/%s/pods" % ns and
+            (r["query"].get("watch") != "true" or streamed(r))]
 
 
 def test():
