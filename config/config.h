@@ -61,6 +61,8 @@ typedef struct kb_config_informer {
     char *label_selector, *field_selector;
     int page_size;       /* 500, 1..100000 */
     int resync_seconds;  /* 0 = off */
+    int audit_seconds;   /* 0 = off */
+    double audit_relist_ratio; /* 0.05, 0..1 */
     int shards;          /* 4, 1..256 */
     kb_compaction_t compaction;
     kb_strlist_t drop_fields;     /* default [ "metadata.managedFields",
