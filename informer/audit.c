@@ -54,7 +54,9 @@
 #include <string.h>
 
 #define KB_AUDIT_ACCEPT "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-#define KB_AUDIT_WAIT_MS 10000 /* at most, for the watch to reach the list's RV */
+/* At most, for the watch to reach the list's RV: a quiet watch moves only by
+ * bookmarks, which a kube-apiserver sends about once a minute. */
+#define KB_AUDIT_WAIT_MS 90000
 
 static const char *const kb_audit_kind_names[KB_AUDIT_KINDS] = {"missing", "stale", "unknown"};
 
@@ -163,8 +165,13 @@ static kb_err_t kb_audit_list(kb_reflector_t *r, kb_audit_run_t *a) {
             err = KB_ERR_PARSE;
             goto out;
         }
-        if (pages == 0)
+        if (pages == 0) {
             snprintf(a->list_rv, sizeof(a->list_rv), "%.*s", (int)page.rv.len, body.data + page.rv.off);
+            KB_DEBUG("audit", "informer=%s audit list at rv=%s answered as %.*s%s", inf->conf->name, a->list_rv,
+                     (int)page.kind.len, body.data + page.kind.off,
+                     page.kind.len == 25 && !memcmp(body.data + page.kind.off, "PartialObjectMetadataList", 25)
+                         ? " (metadata only)" : " (full objects: the server ignores the metadata form)");
+        }
         for (size_t i = 0; i < page.n_items; i++)
             kb_audit_add_item(r, a, body.data + page.items[i].off, page.items[i].len, &scratch);
         kb_buf_reset(&cont);
@@ -190,13 +197,19 @@ static uint64_t kb_audit_refl_rv(kb_reflector_t *r) {
     return v;
 }
 
-/* Let the watch reach the list's RV (a bookmark or an event moves it). */
+/* Let the watch reach the list's RV (a bookmark or an event moves it), for
+ * at most half the period (and KB_AUDIT_WAIT_MS). If it does not, this round
+ * compares only what the rules allow below the watch's RV (no missing keys). */
 static void kb_audit_wait_watch(kb_reflector_t *r, uint64_t list_rv) {
-    for (int waited = 0; waited < KB_AUDIT_WAIT_MS && !atomic_load(&r->inf->stop); waited += 100) {
+    int64_t bound = (int64_t)r->inf->conf->audit_seconds * 500;
+    bound = bound > KB_AUDIT_WAIT_MS ? KB_AUDIT_WAIT_MS : bound < 1000 ? 1000 : bound;
+    for (int64_t waited = 0; waited < bound && !atomic_load(&r->inf->stop); waited += 100) {
         if (kb_audit_refl_rv(r) >= list_rv)
             return;
         kb_sleep_ms_interruptible(100, &r->inf->stop);
     }
+    KB_INFO("audit", "informer=%s the watch is still below the audit list's rv=%llu; deletes are checked next "
+            "period", r->inf->conf->name, (unsigned long long)list_rv);
 }
 
 static void kb_audit_add_fix(kb_audit_run_t *a, kb_audit_kind_t kind, const char *key, size_t key_len,

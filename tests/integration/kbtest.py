@@ -7,13 +7,16 @@ and checks what a user would check in the file sink's output. Every wait is
 bounded; every process is stopped by pid, also when a test fails.
 """
 import atexit
+import http.client
 import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -394,6 +397,35 @@ class ControlPlane:
         """Stop both servers and remove their directory (etcd data, certificates, logs: ~60 MB)."""
         subprocess.run([CONTROLPLANE_SH, "clean"], env=self.envs, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=120)
+
+    def create_configmaps(self, ns, n, threads=4):
+        """POST n configmaps cm-00000… (data i, a 200-byte pad, label batch = i % 10) over a few
+        keep-alive connections (kubectl would take minutes)."""
+        host, port = self.server[len("https://"):].rsplit(":", 1)
+        ctx = ssl.create_default_context(cafile=self.ca)
+        errors = []
+
+        def worker(idx):
+            conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
+            hdr = {"Authorization": "Bearer " + self.env["KB_K8S_ADMIN_TOKEN"], "Content-Type": "application/json"}
+            for i in range(idx, n, threads):
+                body = {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "cm-%05d" % i, "labels": {"batch": str(i % 10)}},
+                        "data": {"i": str(i), "pad": "x" * 200}}
+                conn.request("POST", "/api/v1/namespaces/%s/configmaps" % ns, json.dumps(body), hdr)
+                r = conn.getresponse()
+                r.read()
+                if r.status != 201:
+                    errors.append((i, r.status))
+                    return
+            conn.close()
+
+        ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(600)
+        check(not errors, "creating configmaps failed: %s" % errors[:5])
 
     def kubectl(self, *args, input=None, check_rc=True, timeout=120):
         """Run kubectl as the admin; returns stdout (raises Failure on a non-zero exit when check_rc)."""
