@@ -4,7 +4,6 @@ converges; the next audit finds 5 missing and 5 stale keys, delivers the deletes
 finalStateUnknown and the last known object, the updates as MODIFIED at the server's RV, counts them
 in /metrics and /v1/informers, and logs each repair. An audit that finds no drift delivers nothing.
 Past audit_relist_ratio the audit relists instead of repairing key by key."""
-import json
 import re
 
 from kbtest import *
@@ -13,46 +12,19 @@ AUDIT_S = 2
 N = 300
 
 
-def informers_doc(url):
-    st, _, body = http_request(url + "/v1/informers")
-    check(st == 200, "/v1/informers: %d" % st)
-    return json.loads(body)["informers"][0]
-
-
-def audit_runs(url):
-    return informers_doc(url).get("audit", {}).get("runs", 0)
-
-
-def wait_audits(url, n):
-    """Until n more audits than now have completed (so one began after this call)."""
-    start = audit_runs(url)
-    wait_for(lambda: audit_runs(url) >= start + n, 60, 0.1, "%d more audit(s)" % n)
-
-
-def metric(url, name, **labels):
-    _, _, body = http_request(url + "/metrics")
-    want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
-    for line in body.decode().splitlines():
-        m = re.match(r'^(\w+)\{(.*)\} (\S+)$', line)
-        if m and m.group(1) == name and ",".join(sorted(m.group(2).split(","))) == want:
-            return float(m.group(3))
-    raise Failure("no %s{%s} in /metrics" % (name, want))
-
-
 def test():
     sim = Sim("--bookmark-ms", "300")
     names = ["p%03d" % i for i in range(N)]
     sim.bulk(pod_ops("create", "ns1", names))
     b = Bridge(sim, http='listen = "127.0.0.1:0";', informers=[
         '{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; audit_seconds = %d; }' % AUDIT_S])
-    url = b.http_url()
     b.wait_converged(sim)
 
     # An audit with no drift delivers nothing.
     before = len(b.events())
-    wait_audits(url, 2)
+    b.wait_audits(2)
     check(len(b.events()) == before, "an audit without drift delivered %d event(s)" % (len(b.events()) - before))
-    doc = informers_doc(url)
+    doc = b.informer_doc()
     check(doc["audit"]["drift"] == {"missing": 0, "stale": 0, "unknown": 0}, "no drift: %s" % doc["audit"])
 
     # Lose 5 deletes and 5 updates (and one create) on the way to every watcher.
@@ -61,7 +33,7 @@ def test():
     sim.bulk(pod_ops("delete", "ns1", names[:5]) +
              pod_ops("update", "ns1", names[5:10], labels={"lost": "yes"}) +
              pod_ops("create", "ns1", ["newcomer"]))
-    wait_audits(url, 2)  # one whole audit began after the changes
+    b.wait_audits(2)  # one whole audit began after the changes
     b.wait_converged(sim, timeout=1)
 
     new = b.events()[before:]
@@ -79,10 +51,10 @@ def test():
     check(adds == ["newcomer"], "added: %s" % adds)
     check(len(new) == 11, "exactly the 11 repairs were delivered, got %d" % len(new))
 
-    check(metric(url, "kbridge_audit_drift_total", informer="pods", kind="missing") == 5, "missing drift = 5")
-    check(metric(url, "kbridge_audit_drift_total", informer="pods", kind="stale") == 5, "stale drift = 5")
-    check(metric(url, "kbridge_audit_drift_total", informer="pods", kind="unknown") == 1, "unknown drift = 1")
-    check(metric(url, "kbridge_audit_runs_total", informer="pods") >= 4, "audit runs counted")
+    check(b.metric("kbridge_audit_drift_total", informer="pods", kind="missing") == 5, "missing drift = 5")
+    check(b.metric("kbridge_audit_drift_total", informer="pods", kind="stale") == 5, "stale drift = 5")
+    check(b.metric("kbridge_audit_drift_total", informer="pods", kind="unknown") == 1, "unknown drift = 1")
+    check(b.metric("kbridge_audit_runs_total", informer="pods") >= 4, "audit runs counted")
     log = b.logtext()
     for n in names[:10]:
         check(re.search(r"WARN.*drift (missing|stale) key=ns1/%s cachedRV=\d+ serverRV=\S+ auditRV=\d+" % n, log),
@@ -90,17 +62,17 @@ def test():
 
     # The audit after the repair finds nothing more.
     before = len(b.events())
-    wait_audits(url, 2)
+    b.wait_audits(2)
     check(len(b.events()) == before, "a clean audit after the repair delivered nothing")
-    check(informers_doc(url)["audit"]["drift"] == {"missing": 0, "stale": 0, "unknown": 0}, "clean again")
+    check(b.informer_doc()["audit"]["drift"] == {"missing": 0, "stale": 0, "unknown": 0}, "clean again")
 
     # Past audit_relist_ratio (5 %): 30 lost deletes of 296 objects → a full relist instead.
-    relists = metric(url, "kbridge_informer_relists_total", informer="pods")
+    relists = b.metric("kbridge_informer_relists_total", informer="pods")
     sim.fault(kind="lose_events", count=30)
     sim.bulk(pod_ops("delete", "ns1", names[100:130]))
-    wait_audits(url, 2)
+    b.wait_audits(2)
     b.wait_converged(sim, timeout=30)
-    check(metric(url, "kbridge_informer_relists_total", informer="pods") > relists, "a relist happened")
+    check(b.metric("kbridge_informer_relists_total", informer="pods") > relists, "a relist happened")
     check("relisting in full" in b.logtext(), "the relist is logged")
     dels = [e for e in b.events()[before:] if e["type"] == "DELETED"]
     check(len(dels) == 30 and all(e.get("finalStateUnknown") for e in dels), "30 deletes by the relist diff")

@@ -10,6 +10,7 @@ import atexit
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -251,6 +252,29 @@ class Bridge:
             raise Failure("not converged: missing=%s extra=%s differ=%s (want %d keys, have %d)\n--- log tail ---\n%s%s"
                           % (missing, extra, [(k, want[k], got[k]) for k in diff], len(want), len(got),
                              self.logtext()[-3000:], self.stacks()))
+
+    def informer_doc(self, i=0):
+        """/v1/informers' entry of the i-th informer (needs http listen)."""
+        st, _, body = http_request(self.http_url() + "/v1/informers")
+        check(st == 200, "/v1/informers: %d" % st)
+        return json.loads(body)["informers"][i]
+
+    def wait_audits(self, n, timeout=120):
+        """Until n more drift audits than now have completed (so at least n-1 began after this call)."""
+        start = self.informer_doc().get("audit", {}).get("runs", 0)
+        wait_for(lambda: self.informer_doc().get("audit", {}).get("runs", 0) >= start + n, timeout, 0.1,
+                 "%d more audit(s)" % n)
+        return self.informer_doc()["audit"]
+
+    def metric(self, name, **labels):
+        """The value of one series of /metrics, by its exact label set."""
+        _, _, body = http_request(self.http_url() + "/metrics")
+        want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
+        for line in body.decode().splitlines():
+            m = re.match(r'^(\w+)\{(.*)\} (\S+)$', line)
+            if m and m.group(1) == name and ",".join(sorted(m.group(2).split(","))) == want:
+                return float(m.group(3))
+        raise Failure("no %s{%s} in /metrics" % (name, want))
 
     def http_url(self, timeout=30):
         """http://127.0.0.1:PORT of the HTTP API (started with http='listen = "127.0.0.1:0";'), from its log line."""
