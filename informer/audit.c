@@ -59,6 +59,8 @@
 #define KB_AUDIT_WAIT_MS 90000
 
 static const char *const kb_audit_kind_names[KB_AUDIT_KINDS] = {"missing", "stale", "unknown"};
+_Static_assert(sizeof(((kb_informer_stats_t *)0)->audit_drift) == KB_AUDIT_KINDS * sizeof(uint64_t),
+               "kb_informer_stats_t.audit_drift has one slot per kb_audit_kind_t");
 
 const char *kb_audit_kind_name(kb_audit_kind_t k) {
     KB_ASSERT(k < KB_AUDIT_KINDS);

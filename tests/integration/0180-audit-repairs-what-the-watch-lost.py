@@ -3,8 +3,10 @@
 converges; the next audit finds 5 missing and 5 stale keys, delivers the deletes as DELETED with
 finalStateUnknown and the last known object, the updates as MODIFIED at the server's RV, counts them
 in /metrics and /v1/informers, and logs each repair. An audit that finds no drift delivers nothing.
-Past audit_relist_ratio the audit relists instead of repairing key by key."""
+Past audit_relist_ratio the audit relists instead of repairing key by key. All of it with and
+without state_dir."""
 import re
+import tempfile
 
 from kbtest import *
 
@@ -13,10 +15,17 @@ N = 300
 
 
 def test():
+    scenario(False)
+    scenario(True)  # with state_dir the cache keeps identity only: the last object comes from the journal
+
+
+def scenario(with_state):
     sim = Sim("--bookmark-ms", "300")
     names = ["p%03d" % i for i in range(N)]
     sim.bulk(pod_ops("create", "ns1", names))
-    b = Bridge(sim, http='listen = "127.0.0.1:0";', informers=[
+    work = tempfile.mkdtemp(prefix="kbtest-audit-")
+    b = Bridge(sim, workdir=work, http='listen = "127.0.0.1:0";',
+               extra='state_dir = "%s/state";' % work if with_state else "", informers=[
         '{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; audit_seconds = %d; }' % AUDIT_S])
     b.wait_converged(sim)
 
@@ -41,7 +50,7 @@ def test():
     check(sorted(e["name"] for e in dels) == sorted(names[:5]), "deleted: %s" % [e["name"] for e in dels])
     check(all(e.get("finalStateUnknown") for e in dels), "every repaired delete is finalStateUnknown")
     for e in dels:
-        check(e["uid"] == last_known[e["name"]]["uid"] and e["object"]["metadata"]["name"] == e["name"],
+        check(e["uid"] == last_known[e["name"]]["uid"] and e["object"] == last_known[e["name"]]["object"],
               "the repaired delete of %s carries the last known object" % e["name"])
     mods = sorted(e["name"] for e in new if e["type"] == "MODIFIED")
     check(mods == names[5:10], "modified: %s" % mods)
