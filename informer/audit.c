@@ -388,7 +388,7 @@ void kb_audit_start(kb_informer_t *inf) {
     inf->audit_running = true;
 }
 
-void kb_audit_join(kb_informer_t *inf) {
+void kb_audit_stop(kb_informer_t *inf) {
     if (inf->audit_running)
         pthread_join(inf->audit_thread, NULL);
     inf->audit_running = false;

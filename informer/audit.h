@@ -22,8 +22,9 @@ typedef enum {
 /* "missing", "stale", "unknown" (metric labels, /v1/informers). */
 const char *kb_audit_kind_name(kb_audit_kind_t k);
 
-/* Start the audit thread if the informer asks for one; join it (after inf->stop). */
+/* Start the audit thread if the informer asks for one (audit_seconds > 0); stop
+ * joins it once inf->stop is set (kb_informer_stop). Thread: the main one. */
 void kb_audit_start(kb_informer_t *inf);
-void kb_audit_join(kb_informer_t *inf);
+void kb_audit_stop(kb_informer_t *inf);
 
 #endif

@@ -1042,7 +1042,7 @@ void kb_informer_stop(kb_informer_t *inf) {
     if (inf->resync_running)
         pthread_join(inf->resync_thread, NULL);
     inf->resync_running = false;
-    kb_audit_join(inf);
+    kb_audit_stop(inf);
 }
 
 void kb_informer_destroy(kb_informer_t *inf) {

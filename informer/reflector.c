@@ -303,6 +303,7 @@ void *kb_inf__reflector_main(void *arg) {
     while (!atomic_load(&inf->stop)) {
         int retry_after = -1;
         if (need_list) {
+            atomic_store(&r->relist_asked, false); /* this list is the one the audit asks for */
             kb_err_t err = kb_refl_list(r, &retry_after);
             if (err == KB_ERR_STOPPED)
                 break;
