@@ -273,8 +273,9 @@ static void kb_audit_compare(kb_reflector_t *r, kb_audit_run_t *a) {
     pthread_mutex_unlock(&inf->ingest_mtx);
 }
 
-/* Read one drifted object back and ingest it through the gate. */
-static kb_err_t kb_audit_read_back(kb_reflector_t *r, const kb_audit_fix_t *f) {
+/* Read one drifted object back and ingest it through the gate; *staged says
+ * whether that changed anything (a 404 or a newer change from the watch: no). */
+static kb_err_t kb_audit_read_back(kb_reflector_t *r, const kb_audit_fix_t *f, bool *staged) {
     kb_informer_t *inf = r->inf;
     char *coll = kb_inf__path(inf->conf, f->item->ns[0] ? f->item->ns : NULL);
     kb_buf_t path = KB_BUF_INIT, body = KB_BUF_INIT;
@@ -283,36 +284,37 @@ static kb_err_t kb_audit_read_back(kb_reflector_t *r, const kb_audit_fix_t *f) {
     kb_api_response_t resp;
     kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, KB_LIST_MAX_BODY, 60, &inf->stop, &resp);
     kb_err_t err = KB_OK;
-    if (resp.err == KB_OK && resp.status == 200) {
-        err = kb_inf__audit_ingest(r, body.data, body.len);
-    } else if (resp.err == KB_OK && resp.status == 404) {
-        KB_INFO("audit", "informer=%s key=%s is gone since the audit list; the watch tells the delete",
-                inf->conf->name, f->key);
-    } else {
+    *staged = false;
+    if (resp.err == KB_OK && resp.status == 200)
+        err = kb_inf__audit_ingest(r, body.data, body.len, staged);
+    else if (resp.err != KB_OK || resp.status != 404) /* 404: gone since the list; the watch tells it */
         KB_WARN("audit", "informer=%s key=%s: GET %s: %s HTTP %ld; repaired next period if still drifted",
                 inf->conf->name, f->key, path.data, resp.errmsg, resp.status);
-    }
     kb_buf_fini(&path);
     kb_buf_fini(&body);
     return err;
 }
 
-static kb_err_t kb_audit_repair(kb_reflector_t *r, const kb_audit_run_t *a) {
+/* Repair each candidate; counts[] gets those that were drift indeed (the
+ * repair changed the cache: not a 404, not overtaken by the watch). */
+static kb_err_t kb_audit_repair(kb_reflector_t *r, const kb_audit_run_t *a, uint64_t counts[KB_AUDIT_KINDS]) {
     kb_informer_t *inf = r->inf;
     for (size_t i = 0; i < a->n_fixes && !atomic_load(&inf->stop); i++) {
         const kb_audit_fix_t *f = &a->fixes[i];
-        KB_WARN("audit", "informer=%s drift %s key=%s cachedRV=%s serverRV=%s auditRV=%s: repairing",
-                inf->conf->name, kb_audit_kind_name(f->kind), f->key, f->cached_rv[0] ? f->cached_rv : "-",
-                f->item ? f->item->rv : "-", a->list_rv);
-        kb_err_t err;
-        if (f->kind == KB_AUDIT_MISSING) {
-            bool done;
-            err = kb_inf__audit_delete(r, f->key, strlen(f->key), f->cached_rv, &done);
-        } else {
-            err = kb_audit_read_back(r, f);
-        }
+        bool staged;
+        kb_err_t err = f->kind == KB_AUDIT_MISSING
+                           ? kb_inf__audit_delete(r, f->key, strlen(f->key), f->cached_rv, &staged)
+                           : kb_audit_read_back(r, f, &staged);
         if (err != KB_OK)
             return err;
+        if (!staged) {
+            KB_DEBUG("audit", "informer=%s key=%s moved on since the audit list: not drift", inf->conf->name, f->key);
+            continue;
+        }
+        counts[f->kind]++;
+        KB_WARN("audit", "informer=%s drift %s key=%s cachedRV=%s serverRV=%s auditRV=%s: repaired",
+                inf->conf->name, kb_audit_kind_name(f->kind), f->key, f->cached_rv[0] ? f->cached_rv : "-",
+                f->item ? f->item->rv : "-", a->list_rv);
     }
     return KB_OK;
 }
@@ -327,18 +329,18 @@ static kb_err_t kb_audit_scope(kb_reflector_t *r, uint64_t counts[KB_AUDIT_KINDS
         goto out;
     kb_audit_wait_watch(r, kb_rv_parse(a.list_rv, strlen(a.list_rv)));
     kb_audit_compare(r, &a);
-    for (size_t i = 0; i < a.n_fixes; i++)
-        counts[a.fixes[i].kind]++;
     size_t objects = kb_strmap_count(a.items) > a.cached ? kb_strmap_count(a.items) : a.cached;
     if (a.n_fixes && (double)a.n_fixes > inf->conf->audit_relist_ratio * (double)objects) {
         KB_WARN("audit", "informer=%s%s%s audit at rv=%s: %zu of %zu object(s) drifted (over audit_relist_ratio "
                 "%.3f); relisting in full", inf->conf->name, r->ns ? " namespace=" : "", r->ns ? r->ns : "",
                 a.list_rv, a.n_fixes, objects, inf->conf->audit_relist_ratio);
+        for (size_t i = 0; i < a.n_fixes; i++)
+            counts[a.fixes[i].kind]++;
         atomic_store(&r->relist_asked, true);
         *relisted = true;
         goto out;
     }
-    err = kb_audit_repair(r, &a);
+    err = kb_audit_repair(r, &a, counts);
 out:
     kb_audit_run_fini(&a);
     return err;

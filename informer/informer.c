@@ -469,14 +469,17 @@ static bool kb_refl_wait_room(kb_reflector_t *r) {
 
 /* ---- the drift audit's repairs (informer/audit.c) ------------------------ */
 
-kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len) {
+kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, bool *staged) {
     kb_informer_t *inf = r->inf;
+    *staged = false;
     if (!kb_refl_wait_room(r))
         return KB_ERR_STOPPED;
     pthread_mutex_lock(&inf->ingest_mtx);
     kb_inf_batch_begin(inf);
     kb_inf_ingest(r, KB_SRC_AUDIT, KB_WATCH_MODIFIED, obj, len, kb_now_mono_ns(), false);
+    *staged = inf->n_out > 0;
     kb_err_t err = kb_inf_batch_end(inf);
+    *staged = *staged && err == KB_OK;
     pthread_mutex_unlock(&inf->ingest_mtx);
     return err;
 }

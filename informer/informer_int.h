@@ -154,9 +154,9 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len);
 
 /* For the drift audit (informer/audit.c). Thread: the audit's; locks: take ingest_mtx.
  * audit_ingest: an object read back by GET, through the watch's gate (no resume point moves).
- * audit_delete: key's cached entry, if still at rv, leaves as DELETED finalStateUnknown;
- * false when the cache moved on (the watch said something since). */
-kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len);
+ * audit_delete: key's cached entry, if still at rv, leaves as DELETED finalStateUnknown.
+ * staged, done: whether a change was delivered (false: the cache had moved on). */
+kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, bool *staged);
 kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done);
 /* Whether this replica owns the key (informers[].replicas). Thread: any. */
 bool kb_inf__ours(const kb_informer_t *inf, uint64_t hash);
