@@ -55,6 +55,7 @@
 #include "common/secret.h"
 #include "common/selector.h"
 #include "common/time.h"
+#include "informer/audit.h"
 #include "informer/indexer.h"
 #include "informer/informer.h"
 #include "informer/ledger.h"
@@ -866,6 +867,19 @@ static void kb_http_json_field(kb_buf_t *o, const char *name, const char *v) {
     kb_buf_append_json_str(o, v, strlen(v));
 }
 
+/* The last drift audit of an informer (informer/audit.h): ,"audit":{…}; nothing before the first. */
+static void kb_http_audit_json(kb_buf_t *o, const kb_informer_stats_t *st) {
+    if (!st->audit_runs)
+        return;
+    kb_buf_appendf(o, ",\"audit\":{\"runs\":%llu,\"lastTime\":%.3f,\"relisted\":%s,\"drift\":{",
+                   (unsigned long long)st->audit_runs, (double)st->audit_last_ns / 1e9,
+                   st->audit_last_relisted ? "true" : "false");
+    for (int k = 0; k < KB_AUDIT_KINDS; k++)
+        kb_buf_appendf(o, "%s\"%s\":%llu", k ? "," : "", kb_audit_kind_name((kb_audit_kind_t)k),
+                       (unsigned long long)st->audit_last_drift[k]);
+    kb_buf_append_str(o, "}}");
+}
+
 static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *unused) {
     KB_UNUSED(unused);
     kb_buf_t o = KB_BUF_INIT;
@@ -906,6 +920,7 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
         }
         kb_buf_append_char(&o, ']');
         kb_http_json_field(&o, "lastError", st.last_error);
+        kb_http_audit_json(&o, &st);
         kb_buf_append_char(&o, '}');
     }
     kb_buf_append_str(&o, "]}\n");

@@ -24,6 +24,7 @@
 #include "common/histogram.h"
 #include "common/time.h"
 #include "informer/apiclient.h"
+#include "informer/audit.h"
 #include "informer/informer.h"
 #include "sinks/sink.h"
 
@@ -71,6 +72,8 @@ static const kb_m_row_t kb_m_informer_rows[] = {
     {"kbridge_informer_relists_total", "counter", "Lists after the first one (410 Gone, expired continue, errors).",
      KB_M(st.relists), KB_MV_U64},
     {"kbridge_informer_lists_total", "counter", "Completed lists.", KB_M(st.lists), KB_MV_U64},
+    {"kbridge_audit_runs_total", "counter", "Drift audits completed (informers[].audit_seconds).",
+     KB_M(st.audit_runs), KB_MV_U64},
     {"kbridge_informer_watches_total", "counter", "Watch requests opened.", KB_M(st.watches), KB_MV_U64},
     {"kbridge_watch_frames_total", "counter", "Watch frames received (every type, bookmarks included).",
      KB_M(st.watch_events), KB_MV_U64},
@@ -150,6 +153,31 @@ static double kb_m_lag(const kb_informer_stats_t *st, int64_t now_ns, int64_t si
     return now_ns > from ? (double)(now_ns - from) / 1e9 : 0;
 }
 
+static const char *kb_m_err_name(int e) {
+    return kb_watch_err_name((kb_watch_err_t)e);
+}
+
+static const char *kb_m_audit_kind(int k) {
+    return kb_audit_kind_name((kb_audit_kind_t)k);
+}
+
+/* A counter family by one label besides the informer: count values, from the
+ * uint64_t array at off in each kb_m_inf_t, named by label_of. */
+static void kb_m_by_label(kb_buf_t *o, const char *name, const char *help, const kb_m_inf_t *infs, size_t n,
+                          const char *label, int count, const char *(*label_of)(int), size_t off) {
+    kb_m_head(o, name, "counter", help);
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < count; k++) {
+            uint64_t v;
+            memcpy(&v, (const char *)&infs[i] + off + (size_t)k * sizeof(v), sizeof(v));
+            kb_buf_appendf(o, "%s{", name);
+            kb_m_label(o, "informer", infs[i].name);
+            kb_buf_append_char(o, ',');
+            kb_m_label(o, label, label_of(k));
+            kb_buf_appendf(o, "} %llu\n", (unsigned long long)v);
+        }
+}
+
 static void kb_m_informers(kb_buf_t *o, kb_bridge_t *b, const kb_m_inf_t *infs, size_t n) {
     kb_buf_t lab = KB_BUF_INIT;
     for (size_t r = 0; r < KB_ARRAY_LEN(kb_m_informer_rows); r++) {
@@ -170,15 +198,11 @@ static void kb_m_informers(kb_buf_t *o, kb_bridge_t *b, const kb_m_inf_t *infs, 
             kb_buf_appendf(o, ",type=\"%s\"} %llu\n", kb_event_type_name((kb_event_type_t)t),
                            (unsigned long long)infs[i].st.events[t]);
         }
-    kb_m_head(o, "kbridge_watch_errors_total", "counter", "Lists and watches that ended badly, by reason.");
-    for (size_t i = 0; i < n; i++)
-        for (int e = 0; e < KB_WATCH_ERR_COUNT; e++) {
-            kb_buf_append_str(o, "kbridge_watch_errors_total{");
-            kb_m_label(o, "informer", infs[i].name);
-            kb_buf_append_char(o, ',');
-            kb_m_label(o, "reason", kb_watch_err_name((kb_watch_err_t)e));
-            kb_buf_appendf(o, "} %llu\n", (unsigned long long)infs[i].st.errors[e]);
-        }
+    kb_m_by_label(o, "kbridge_watch_errors_total", "Lists and watches that ended badly, by reason.", infs, n,
+                  "reason", KB_WATCH_ERR_COUNT, kb_m_err_name, KB_M(st.errors));
+    kb_m_by_label(o, "kbridge_audit_drift_total",
+                  "Keys a drift audit found out of step with the server and repaired, by kind.", infs, n, "kind",
+                  KB_AUDIT_KINDS, kb_m_audit_kind, KB_M(st.audit_drift));
     kb_m_head(o, "kbridge_handle_duration_seconds", "histogram",
               "Time a shard worker spends on one change (routing and handing it to the sinks), by event type.");
     for (size_t i = 0; i < n; i++)

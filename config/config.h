@@ -65,6 +65,8 @@ typedef struct kb_config_informer {
     int page_size;       /* 500, 1..100000 */
     kb_list_mode_t list_mode; /* auto */
     int resync_seconds;  /* 0 = off */
+    int audit_seconds;   /* 0 = off */
+    double audit_relist_ratio; /* 0.05, 0..1 */
     int shards;          /* 4, 1..256 */
     kb_compaction_t compaction;
     int coalesce_ms;     /* 0 = off; > 0 only with compaction = latest (checked at load) */

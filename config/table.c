@@ -200,6 +200,12 @@ static const kb_ckey_t kb_keys_informer[] = {
             "paged lists (limit=page_size, continue)."},
     {.name = "resync_seconds", .type = KB_CT_INT, .off = INF(resync_seconds), .def = "0", .min = 0,
      .max = 31536000, .doc = "Every so many seconds queue a SYNC for each cached object with nothing pending; 0 = never."},
+    {.name = "audit_seconds", .type = KB_CT_INT, .off = INF(audit_seconds), .def = "0", .min = 0, .max = 31536000,
+     .doc = "Every so many seconds compare a metadata-only list with the cache and repair what the watch missed "
+            "(600 is a good value); 0 = never."},
+    {.name = "audit_relist_ratio", .type = KB_CT_FLOAT, .off = INF(audit_relist_ratio), .def = "0.05", .min = 0,
+     .max = 1, .doc = "When an audit finds more than this fraction of the objects drifted, relist in full instead of "
+                      "repairing one by one."},
     {.name = "shards", .type = KB_CT_INT, .off = INF(shards), .def = "4", .min = 1, .max = 256,
      .doc = "Worker queues in this process; one object always goes to the same shard."},
     {.name = "compaction", .type = KB_CT_ENUM, .off = INF(compaction), .def = "none", .values = kb_v_compaction,

@@ -673,8 +673,8 @@ static int kb_api_progress_cb(void *userdata, curl_off_t dltotal, curl_off_t dln
 }
 
 /* One attempt. Returns the credential generation used (for the 401 retry). */
-static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn,
-                                void *opaque, kb_buf_t *body, size_t max_body, long timeout_s,
+static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *accept, const char *path_and_query,
+                                kb_api_body_fn body_fn, void *opaque, kb_buf_t *body, size_t max_body, long timeout_s,
                                 const _Atomic bool *stop, kb_api_response_t *resp) {
     memset(resp, 0, sizeof(*resp));
     resp->retry_after = -1;
@@ -689,7 +689,9 @@ static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query,
         resp->err = KB_ERR_CONNECT; /* the reflector logs errmsg and retries with backoff */
         goto out;
     }
-    headers = curl_slist_append(NULL, "Accept: application/json");
+    char accept_h[256];
+    snprintf(accept_h, sizeof(accept_h), "Accept: %s", accept);
+    headers = curl_slist_append(NULL, accept_h);
     if (auth.len)
         headers = curl_slist_append(headers, auth.data);
     kb_api_xfer_t x = {.curl = curl, .body_fn = body_fn, .opaque = opaque, .body = body, .max_body = max_body,
@@ -774,13 +776,14 @@ out:
     return gen;
 }
 
-void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn, void *opaque,
-                      kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
-                      kb_api_response_t *resp) {
+void kb_apiclient_get_as(kb_apiclient_t *api, const char *accept, const char *path_and_query, kb_api_body_fn body_fn,
+                         void *opaque, kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                         kb_api_response_t *resp) {
     if (!kb_api_is_watch(path_and_query))
         kb_api_throttle(api, stop);
     size_t body_len0 = body ? body->len : 0;
-    uint64_t gen = kb_api_get_once(api, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+    uint64_t gen =
+        kb_api_get_once(api, accept, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
     /* A 401 comes before any streamed byte, so repeating the request is safe. */
     if (resp->err == KB_OK && resp->status == 401 && !(stop && atomic_load(stop)) &&
         kb_api_refresh_after_401(api, gen, stop)) {
@@ -788,8 +791,15 @@ void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_bo
             body->len = body_len0;
             body->data[body_len0] = '\0';
         }
-        kb_api_get_once(api, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+        kb_api_get_once(api, accept, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
     }
+}
+
+void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn, void *opaque,
+                      kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                      kb_api_response_t *resp) {
+    kb_apiclient_get_as(api, "application/json", path_and_query, body_fn, opaque, body, max_body, timeout_s, stop,
+                        resp);
 }
 
 kb_err_t kb_api_status_err(long status) {

@@ -69,6 +69,11 @@ typedef struct kb_api_response {
 void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn, void *opaque,
                       kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
                       kb_api_response_t *resp);
+/* The same with another Accept header (the audit's metadata-only lists); the
+ * answer may still be plain JSON: the server decides. */
+void kb_apiclient_get_as(kb_apiclient_t *api, const char *accept, const char *path_and_query, kb_api_body_fn body_fn,
+                         void *opaque, kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                         kb_api_response_t *resp);
 
 /* Request metrics, process-wide (a process talks to one cluster): one row
  * per (verb, resource), verb "list", "get" or "watch" and resource the

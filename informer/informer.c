@@ -32,6 +32,7 @@
  * RVs are only compared for equality.
  */
 #include "informer/informer_int.h"
+#include "informer/audit.h"
 #include "informer/kstatus.h"
 
 #include "common/alloc.h"
@@ -84,7 +85,7 @@ static void kb_refl_set_rv(kb_reflector_t *r, const char *rv, size_t len) {
 
 /* ---- ingestion -------------------------------------------------------- */
 
-static bool kb_inf_ours(const kb_informer_t *inf, uint64_t hash) {
+bool kb_inf__ours(const kb_informer_t *inf, uint64_t hash) {
     int n = inf->cfg->sharding_replicas;
     return n <= 1 || hash % (uint64_t)n == (uint64_t)inf->cfg->sharding_index;
 }
@@ -390,7 +391,7 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     }
     key[key_len] = '\0';
     uint64_t hash = kb_fnv1a64(key, key_len);
-    if (!kb_inf_ours(inf, hash))
+    if (!kb_inf__ours(inf, hash))
         goto out;
     if (src == KB_SRC_LIST && r->seen)
         kb_strmap_put(r->seen, key, key_len, hash, (void *)1);
@@ -402,13 +403,13 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     /* The gate: a watch change not newer than what the key last had — live
      * or deleted, whatever its uid — is a replay (a resumed watch, a restart
      * from the checkpoint) and must not make the key go back. */
-    if (src == KB_SRC_WATCH && kb_ledger_stale(inf->ledger, old, key, key_len, hash, in.rv, in.rv_len)) {
+    if (src != KB_SRC_LIST && kb_ledger_stale(inf->ledger, old, key, key_len, hash, in.rv, in.rv_len)) {
         atomic_fetch_add(&inf->st_gated, 1);
         KB_DEBUG("informer", "informer=%s key=%s rv=%.*s is not newer than what the key had: skipped",
                  inf->conf->name, key, (int)in.rv_len, in.rv);
         goto done;
     }
-    if (src == KB_SRC_LIST && same_uid && same_rv)
+    if (src != KB_SRC_WATCH && same_uid && same_rv)
         goto done; /* unchanged since we last said anything about it */
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch (or the
@@ -464,6 +465,43 @@ static bool kb_refl_wait_room(kb_reflector_t *r) {
     if (!atomic_load(&inf->stop))
         KB_INFO("reflector", "informer=%s reading again: the sinks caught up", inf->conf->name);
     return !atomic_load(&inf->stop);
+}
+
+/* ---- the drift audit's repairs (informer/audit.c) ------------------------ */
+
+kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, bool *staged) {
+    kb_informer_t *inf = r->inf;
+    *staged = false;
+    if (!kb_refl_wait_room(r))
+        return KB_ERR_STOPPED;
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_inf_batch_begin(inf);
+    kb_inf_ingest(r, KB_SRC_AUDIT, KB_WATCH_MODIFIED, obj, len, kb_now_mono_ns(), false);
+    *staged = inf->n_out > 0;
+    kb_err_t err = kb_inf_batch_end(inf);
+    *staged = *staged && err == KB_OK;
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    return err;
+}
+
+kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done) {
+    kb_informer_t *inf = r->inf;
+    *done = false;
+    if (!kb_refl_wait_room(r))
+        return KB_ERR_STOPPED;
+    uint64_t hash = kb_fnv1a64(key, key_len);
+    pthread_mutex_lock(&inf->ingest_mtx);
+    kb_event_t *old = kb_indexer_get(inf->idx, key, key_len, hash);
+    kb_err_t err = KB_OK;
+    if (old && old->rv_len == strlen(rv) && !memcmp(old->rv, rv, old->rv_len)) {
+        kb_inf_batch_begin(inf);
+        kb_inf_stage(inf, kb_inf_retype_full(inf, old, KB_EV_DELETED, true), -1, "");
+        err = kb_inf_batch_end(inf);
+        *done = err == KB_OK;
+    }
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    kb_event_unref(old);
+    return err;
 }
 
 /* ---- a list, step by step (the HTTP loop below and the simulation) ------- */
@@ -816,6 +854,10 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len) {
     kb_reflector_t *r = opaque;
     kb_informer_t *inf = r->inf;
     int64_t now = kb_now_mono_ns();
+    if (atomic_load(&r->relist_asked)) { /* the audit found too much drift: end here, relist */
+        r->watch_err = KB_ERR_GONE;
+        return false;
+    }
     kb_buf_append(&r->stream, data, len);
     if (!memchr(data, '\n', len) && r->stream.len < KB_WATCH_MAX_FRAME)
         return true;
@@ -908,7 +950,7 @@ static void *kb_resync_main(void *arg) {
 
 /* ---- lifecycle -------------------------------------------------------- */
 
-static char *kb_inf_path(const kb_config_informer_t *c, const char *ns) {
+char *kb_inf__path(const kb_config_informer_t *c, const char *ns) {
     kb_buf_t p = KB_BUF_INIT;
     if (c->group && c->group[0])
         kb_buf_appendf(&p, "/apis/%s/%s", c->group, c->version);
@@ -1055,7 +1097,7 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
         kb_reflector_t *r = &inf->refl[i];
         r->inf = inf;
         r->ns = conf->namespaces.n ? kb_strdup(conf->namespaces.v[i]) : NULL;
-        r->path = kb_inf_path(conf, r->ns);
+        r->path = kb_inf__path(conf, r->ns);
         pthread_mutex_init(&r->rv_mtx, NULL);
     }
     pthread_mutex_init(&inf->sub_mtx, NULL);
@@ -1108,6 +1150,7 @@ kb_err_t kb_informer_start(kb_informer_t *inf) {
             KB_FATAL("cannot start the resync thread");
         inf->resync_running = true;
     }
+    kb_audit_start(inf);
     KB_INFO("informer", "informer=%s started: %s%s reflectors=%zu shards=%zu compaction=%s", inf->conf->name,
             kb_apiclient_server(inf->api), inf->refl[0].path, inf->n_refl, inf->n_shards,
             inf->conf->compaction == KB_COMPACTION_LATEST ? "latest" : "none");
@@ -1127,6 +1170,7 @@ void kb_informer_stop(kb_informer_t *inf) {
     if (inf->resync_running)
         pthread_join(inf->resync_thread, NULL);
     inf->resync_running = false;
+    kb_audit_stop(inf);
 }
 
 void kb_informer_destroy(kb_informer_t *inf) {
@@ -1256,6 +1300,14 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     st->watch_events = atomic_load(&inf->st_frames);
     st->bookmarks = atomic_load(&inf->st_bookmarks);
     st->relists = atomic_load(&inf->st_relists);
+    st->audit_runs = atomic_load(&inf->st_audit_runs);
+    for (int k = 0; k < KB_AUDIT_KINDS; k++)
+        st->audit_drift[k] = atomic_load(&inf->st_audit_drift[k]);
+    pthread_mutex_lock(&inf->err_mtx);
+    st->audit_last_ns = inf->audit_last_ns;
+    memcpy(st->audit_last_drift, inf->audit_last_drift, sizeof(st->audit_last_drift));
+    st->audit_last_relisted = inf->audit_last_relisted;
+    pthread_mutex_unlock(&inf->err_mtx);
     st->lists = atomic_load(&inf->st_lists);
     st->list_pages = atomic_load(&inf->st_pages);
     st->gated = atomic_load(&inf->st_gated);

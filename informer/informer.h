@@ -83,6 +83,12 @@ typedef struct kb_informer_stats {
     uint64_t window;                   /* changes not acknowledged by every sink */
     char last_rv[KB_RV_MAX];                  /* of the cluster-wide (or first) reflector */
     char last_error[256];              /* the latest error, "" if none since start */
+    /* The drift audit (informer/audit.h): totals, and what the last run found. */
+    uint64_t audit_runs;
+    uint64_t audit_drift[3];           /* by kb_audit_kind_t: missing, stale, unknown */
+    int64_t audit_last_ns;             /* realtime the last audit ended, 0: none yet */
+    uint64_t audit_last_drift[3];
+    bool audit_last_relisted;          /* the last audit asked for a full relist */
 } kb_informer_stats_t;
 
 /* Build (no threads yet). NULL with "FILE:LINE: …" in errstr on bad settings. */

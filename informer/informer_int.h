@@ -37,7 +37,9 @@ typedef struct kb_backoff {
     int64_t last_ns;       /* monotonic time of the last step */
 } kb_backoff_t;
 
-typedef enum { KB_SRC_WATCH, KB_SRC_LIST } kb_src_t;
+/* Where an object came from. AUDIT: read back by the drift audit (GET); it
+ * passes the watch's gate but moves no resume point. */
+typedef enum { KB_SRC_WATCH, KB_SRC_LIST, KB_SRC_AUDIT } kb_src_t;
 
 typedef struct kb_inf_staged {
     kb_event_t *ev;        /* NULL for a resume-point marker */
@@ -85,6 +87,7 @@ typedef struct kb_reflector {
     kb_kclass_t cls;       /* class of the last failed answer (informer/kstatus.h), if has_cls */
     bool has_cls;          /* the last request failed with an answer from the server */
     int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
+    _Atomic bool relist_asked; /* the audit found too much drift: relist at the next frame or watch */
 } kb_reflector_t;
 
 struct kb_informer {
@@ -134,6 +137,13 @@ struct kb_informer {
     pthread_mutex_t sub_mtx;
     struct { kb_informer_sub_fn fn; void *opaque; } subs[64];
     size_t n_subs;
+    /* The drift audit (informer/audit.c): its thread and what it found (err_mtx for last_*). */
+    pthread_t audit_thread;
+    bool audit_running;
+    _Atomic uint64_t st_audit_runs, st_audit_drift[3];
+    int64_t audit_last_ns;         /* err_mtx */
+    uint64_t audit_last_drift[3];  /* err_mtx */
+    bool audit_last_relisted;      /* err_mtx */
 };
 
 /* Record a list/watch error for stats and /readyz (the last one wins). Thread: any. */
@@ -156,6 +166,22 @@ void kb_inf__list_synced(kb_reflector_t *r);
  * are list items and the initial-events-end BOOKMARK ends the list as
  * kb_inf__list_end does, in the same batch as what follows it. */
 bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len);
+
+/* For the drift audit (informer/audit.c). Thread: the audit's; locks: take ingest_mtx.
+ * audit_ingest: an object read back by GET, through the watch's gate (no resume point moves).
+ * audit_delete: key's cached entry, if still at rv, leaves as DELETED finalStateUnknown.
+ * staged, done: whether a change was delivered (false: the cache had moved on). */
+kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, bool *staged);
+kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done);
+/* Whether this replica owns the key (informers[].replicas). Thread: any. */
+bool kb_inf__ours(const kb_informer_t *inf, uint64_t hash);
+/* The collection path of the informer's resource in ns (NULL: cluster-wide). Caller frees. */
+char *kb_inf__path(const kb_config_informer_t *c, const char *ns);
+/* labelSelector / fieldSelector of the informer, appended to q (reflector.c). */
+void kb_inf__query_common(const kb_reflector_t *r, kb_buf_t *q);
+/* The path of one list page of r's scope: limit, continue (NULL/"" for the
+ * first page) and the selectors in q, the whole "path?query" in path. */
+void kb_inf__list_path(const kb_reflector_t *r, int limit, const char *cont, kb_buf_t *q, kb_buf_t *path);
 
 /* The reflector thread: list → watch → watch …, until inf->stop (reflector.c). */
 void *kb_inf__reflector_main(void *arg);

@@ -52,12 +52,23 @@ static int64_t kb_backoff_next(kb_backoff_t *b) {
 
 /* ---- requests --------------------------------------------------------- */
 
-static void kb_refl_query_common(const kb_reflector_t *r, kb_buf_t *q) {
+void kb_inf__query_common(const kb_reflector_t *r, kb_buf_t *q) {
     const kb_config_informer_t *c = r->inf->conf;
     if (c->label_selector && c->label_selector[0])
         kb_api_query_add(q, "labelSelector", c->label_selector);
     if (c->field_selector && c->field_selector[0])
         kb_api_query_add(q, "fieldSelector", c->field_selector);
+}
+
+void kb_inf__list_path(const kb_reflector_t *r, int limit, const char *cont, kb_buf_t *q, kb_buf_t *path) {
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    kb_api_query_add(q, "limit", lim);
+    if (cont && cont[0])
+        kb_api_query_add(q, "continue", cont);
+    kb_inf__query_common(r, q);
+    kb_buf_append_str(path, r->path);
+    kb_buf_append(path, q->data, q->len);
 }
 
 /* "GET https://host/path?query" of a request, for error texts. */
@@ -152,14 +163,7 @@ restart:
         kb_buf_reset(&q);
         kb_buf_reset(&body);
         kb_buf_reset(&path);
-        char limit[16];
-        snprintf(limit, sizeof(limit), "%d", r->page_limit);
-        kb_api_query_add(&q, "limit", limit);
-        if (cont.len)
-            kb_api_query_add(&q, "continue", cont.data);
-        kb_refl_query_common(r, &q);
-        kb_buf_append_str(&path, r->path);
-        kb_buf_append(&path, q.data, q.len);
+        kb_inf__list_path(r, r->page_limit, cont.data, &q, &path);
         kb_api_response_t resp;
         r->has_cls = false;
         kb_apiclient_get(inf->api, path.data, NULL, NULL, &body, max_body, 120, &inf->stop, &resp);
@@ -227,7 +231,7 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
     }
     kb_api_query_add(&q, "allowWatchBookmarks", "true");
     kb_api_query_add(&q, "timeoutSeconds", ts);
-    kb_refl_query_common(r, &q);
+    kb_inf__query_common(r, &q);
     kb_buf_append_str(&path, r->path);
     kb_buf_append(&path, q.data, q.len);
 
@@ -383,6 +387,8 @@ void *kb_inf__reflector_main(void *arg) {
     while (!atomic_load(&inf->stop)) {
         int retry_after = -1;
         long status = 0;
+        if (need_list)
+            atomic_store(&r->relist_asked, false); /* this list is the one the audit asks for */
         bool streamed = need_list && !page_once && !r->paged_only && inf->conf->list_mode != KB_LIST_PAGED;
         if (need_list && !streamed) {
             kb_err_t err = kb_refl_list(r, &retry_after);
@@ -408,6 +414,10 @@ void *kb_inf__reflector_main(void *arg) {
         if (streamed) {
             need_list = false;
             unfinished = 0;
+        }
+        if (atomic_exchange(&r->relist_asked, false)) { /* the drift audit asked (informer/audit.c) */
+            need_list = true;
+            continue;
         }
         if (err != KB_ERR_PARSE)
             malformed_in_row = 0;

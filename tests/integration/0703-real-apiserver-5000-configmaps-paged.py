@@ -1,51 +1,17 @@
 #!/usr/bin/env python3
 """Against a real kube-apiserver: 5,000 configmaps listed with page_size = 100 (50 pages, one
 consistent snapshot), then changes made after the list arrive through the watch — no relist."""
-import http.client
-import json
 import signal
-import ssl
-import threading
 
 from kbtest import check, ConfigBridge, ControlPlane, run
 
 N = 5000
-THREADS = 4
-
-
-def create_many(cp, ns, n):
-    """POST n configmaps over a few keep-alive connections (kubectl would take minutes)."""
-    host, port = cp.server[len("https://"):].rsplit(":", 1)
-    ctx = ssl.create_default_context(cafile=cp.ca)
-    errors = []
-
-    def worker(idx):
-        conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
-        hdr = {"Authorization": "Bearer " + cp.env["KB_K8S_ADMIN_TOKEN"], "Content-Type": "application/json"}
-        for i in range(idx, n, THREADS):
-            body = {"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "cm-%05d" % i, "labels": {"batch": str(i % 10)}},
-                    "data": {"i": str(i), "pad": "x" * 200}}
-            conn.request("POST", "/api/v1/namespaces/%s/configmaps" % ns, json.dumps(body), hdr)
-            r = conn.getresponse()
-            r.read()
-            if r.status != 201:
-                errors.append((i, r.status))
-                return
-        conn.close()
-
-    ts = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(600)
-    check(not errors, "creating configmaps failed: %s" % errors[:5])
 
 
 def test():
     cp = ControlPlane()
     cp.kubectl("create", "namespace", "bulk")
-    create_many(cp, "bulk", N)
+    cp.create_configmaps("bulk", N)
     want = cp.state("/api/v1/namespaces/bulk/configmaps")
     check(len(want) == N, "the server has %d configmaps, want %d" % (len(want), N))
 

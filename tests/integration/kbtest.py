@@ -7,13 +7,17 @@ and checks what a user would check in the file sink's output. Every wait is
 bounded; every process is stopped by pid, also when a test fails.
 """
 import atexit
+import http.client
 import json
 import os
+import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -249,6 +253,29 @@ class Bridge:
                           % (missing, extra, [(k, want[k], got[k]) for k in diff], len(want), len(got),
                              self.logtext()[-3000:], self.stacks()))
 
+    def informer_doc(self, i=0):
+        """/v1/informers' entry of the i-th informer (needs http listen)."""
+        st, _, body = http_request(self.http_url() + "/v1/informers")
+        check(st == 200, "/v1/informers: %d" % st)
+        return json.loads(body)["informers"][i]
+
+    def wait_audits(self, n, timeout=120):
+        """Until n more drift audits than now have completed (so at least n-1 began after this call)."""
+        start = self.informer_doc().get("audit", {}).get("runs", 0)
+        wait_for(lambda: self.informer_doc().get("audit", {}).get("runs", 0) >= start + n, timeout, 0.1,
+                 "%d more audit(s)" % n)
+        return self.informer_doc()["audit"]
+
+    def metric(self, name, **labels):
+        """The value of one series of /metrics, by its exact label set."""
+        _, _, body = http_request(self.http_url() + "/metrics")
+        want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
+        for line in body.decode().splitlines():
+            m = re.match(r'^(\w+)\{(.*)\} (\S+)$', line)
+            if m and m.group(1) == name and ",".join(sorted(m.group(2).split(","))) == want:
+                return float(m.group(3))
+        raise Failure("no %s{%s} in /metrics" % (name, want))
+
     def http_url(self, timeout=30):
         """http://127.0.0.1:PORT of the HTTP API (started with http='listen = "127.0.0.1:0";'), from its log line."""
         def port():  # this start's line: a restarted bridge appends to the same log
@@ -394,6 +421,35 @@ class ControlPlane:
         """Stop both servers and remove their directory (etcd data, certificates, logs: ~60 MB)."""
         subprocess.run([CONTROLPLANE_SH, "clean"], env=self.envs, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=120)
+
+    def create_configmaps(self, ns, n, threads=4):
+        """POST n configmaps cm-00000… (data i, a 200-byte pad, label batch = i % 10) over a few
+        keep-alive connections (kubectl would take minutes)."""
+        host, port = self.server[len("https://"):].rsplit(":", 1)
+        ctx = ssl.create_default_context(cafile=self.ca)
+        errors = []
+
+        def worker(idx):
+            conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
+            hdr = {"Authorization": "Bearer " + self.env["KB_K8S_ADMIN_TOKEN"], "Content-Type": "application/json"}
+            for i in range(idx, n, threads):
+                body = {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "cm-%05d" % i, "labels": {"batch": str(i % 10)}},
+                        "data": {"i": str(i), "pad": "x" * 200}}
+                conn.request("POST", "/api/v1/namespaces/%s/configmaps" % ns, json.dumps(body), hdr)
+                r = conn.getresponse()
+                r.read()
+                if r.status != 201:
+                    errors.append((i, r.status))
+                    return
+            conn.close()
+
+        ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(600)
+        check(not errors, "creating configmaps failed: %s" % errors[:5])
 
     def kubectl(self, *args, input=None, check_rc=True, timeout=120):
         """Run kubectl as the admin; returns stdout (raises Failure on a non-zero exit when check_rc)."""

@@ -185,17 +185,20 @@ static const char *post_fault(kb_sim_t *sim, json_t *root) {
         sim->end_gen++;
     } else if (!strcmp(kind, "malformed")) {
         sim->malformed_left += jint(root, "count", 1);
+    } else if (!strcmp(kind, "lose_events")) {
+        sim->lose_left += jint(root, "count", 1);
     } else if (!strcmp(kind, "expire_continue")) {
         sim->continue_min_rv = ++sim->rv; /* a new revision: lists from now on get fresh tokens */
     } else if (!strcmp(kind, "clear")) {
         kb_sim__faults_clear_locked(sim);
         sim->malformed_left = 0;
+        sim->lose_left = 0;
         sim->watch_err_next = false;
         for (size_t i = 0; i < sim->ncuts; i++)
             sim->cuts[i].expire_next = false;
     } else {
         err = "fault: unknown \"kind\" (status, watch_error, drop_watches, cut_watches, end_watches, malformed, "
-              "expire_continue, clear)";
+              "lose_events, expire_continue, clear)";
     }
     kb_sim__broadcast_locked(sim);
     pthread_mutex_unlock(&sim->mtx);

@@ -64,6 +64,7 @@ typedef struct kb_sim_event {
     kb_sim_obj_t *obj;        /* object as sent; DELETED: last state with the deletion's RV */
     kb_sim_obj_t *prev;       /* MODIFIED: the previous state (selector leave), else NULL */
     _Atomic(kb_sim_obj_t *) prev_at_rv; /* lazily: prev restamped with rv (set once, CAS) */
+    bool lost;                /* lose_events fault: never sent to a watcher */
 } kb_sim_event_t;
 
 typedef struct kb_sim_res {
@@ -163,6 +164,7 @@ struct kb_sim {
     kb_sim_cut_t cuts[KB_SIM_MAX_CUTS]; /* one per namespace ever cut */
     size_t ncuts;
     int malformed_left;
+    int lose_left;            /* lose_events fault: history events still to hide from watchers */
     char *reqlog[KB_SIM_REQLOG]; /* JSON lines, ring */
     size_t reqlog_next, reqlog_count;
     /* churn (POST /_sim/churn) */

@@ -280,7 +280,9 @@ void kb_sim__broadcast_locked(kb_sim_t *sim) {
     pthread_cond_broadcast(&sim->cond);
 }
 
-static void ring_push(kb_sim_res_t *res, int type, kb_sim_obj_t *obj, kb_sim_obj_t *prev) {
+/* The lose_events fault: the next sim->lose_left events are kept in the
+ * history (their RVs count, lists show their result) but no watcher sees them. */
+static void ring_push(kb_sim_t *sim, kb_sim_res_t *res, int type, kb_sim_obj_t *obj, kb_sim_obj_t *prev) {
     if (res->ring_count == res->ring_cap) {
         kb_sim_event_t *old = &res->ring[(res->seq_next - res->ring_count) % res->ring_cap];
         res->expired_rv = old->rv;
@@ -292,6 +294,9 @@ static void ring_push(kb_sim_res_t *res, int type, kb_sim_obj_t *obj, kb_sim_obj
     ev->rv = obj->rv;
     ev->obj = obj;
     ev->prev = prev;
+    ev->lost = sim->lose_left > 0;
+    if (ev->lost)
+        sim->lose_left--;
     atomic_store(&ev->prev_at_rv, NULL);
     res->seq_next++;
     res->ring_count++;
@@ -348,7 +353,7 @@ void kb_sim__commit_locked(kb_sim_t *sim, kb_sim_res_t *res, int type, kb_sim_ob
         res->sorted_valid = false;
     }
     KB_UNUSED(type);
-    ring_push(res, old ? KB_SIM_MODIFIED : KB_SIM_ADDED, kb_sim__obj_ref(obj), old);
+    ring_push(sim, res, old ? KB_SIM_MODIFIED : KB_SIM_ADDED, kb_sim__obj_ref(obj), old);
     kb_sim__broadcast_locked(sim);
 }
 
@@ -360,7 +365,7 @@ kb_sim_obj_t *kb_sim__delete_locked(kb_sim_t *sim, kb_sim_res_t *res, const char
     res->sorted_valid = false;
     kb_sim_obj_t *del = kb_sim__obj_restamp(old, ++sim->rv, NULL);
     kb_sim__obj_unref(old);
-    ring_push(res, KB_SIM_DELETED, kb_sim__obj_ref(del), NULL);
+    ring_push(sim, res, KB_SIM_DELETED, kb_sim__obj_ref(del), NULL);
     kb_sim__broadcast_locked(sim);
     return del;
 }

@@ -92,6 +92,8 @@ static kb_sim_obj_t *prev_at_rv(kb_sim_event_t *ev) {
 
 /* Stage one history event if this watcher should see it. */
 static void stage_history(watcher_t *w, kb_sim_event_t *ev) {
+    if (ev->lost)
+        return; /* the lose_events fault: silently never sent */
     if (!matches(w, ev->obj)) {
         if (w->filtered && ev->type == KB_SIM_MODIFIED && matches(w, ev->prev))
             stage_event(w, "DELETED", prev_at_rv(ev));
