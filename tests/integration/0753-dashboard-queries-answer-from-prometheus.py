@@ -88,7 +88,10 @@ def test():
     for i in range(2):
         d = os.path.join(work, "shard%d" % i)
         os.mkdir(d)
+        # Paged lists: the API-server latency panel times lists and gets, and a streamed list is a watch.
         shards.append(Bridge(sim, workdir=d, http='listen = "127.0.0.1:0"; token_file = "%s";' % token_file,
+                             informers=['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; '
+                                        'list_mode = "paged"; }'],
                              extra='state_dir = "%s/state";\nsharding = { replicas = 2; index = %d; };' % (d, i)))
     urls = [b.http_url() for b in shards]
     code, _, body = http_request(urls[0] + "/metrics", token=TOKEN)
