@@ -759,6 +759,8 @@ static void kb_hb_ack(void *opaque, kb_err_t err) {
 
 static void kb_hb_emit(void *opaque, const char *json, size_t len) {
     kb_hb_ctx_t *c = opaque;
+    if (c->p->bridge->ha && !kb_ha_leads(c->p->bridge->ha))
+        return; /* a standby says nothing, heartbeats included */
     kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
     kb_template_render(c->route->topic, c->ident, c->route->render_flags, &topic);
     kb_buf_appendf(&key, "_heartbeat/%s", c->route->conf->name);

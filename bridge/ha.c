@@ -405,7 +405,7 @@ void kb_ha_destroy(kb_ha_t *ha) {
 
 /* ---- the gate ---------------------------------------------------------- */
 
-static bool kb_ha_may_deliver(kb_ha_t *ha) {
+bool kb_ha_leads(kb_ha_t *ha) {
     return atomic_load_explicit(&ha->leader, memory_order_acquire) &&
            kb_now_mono_ns() < atomic_load_explicit(&ha->deadline_ns, memory_order_acquire);
 }
@@ -420,14 +420,14 @@ static uint64_t kb_ha_pub_rv(const kb_ha_t *ha, const char *informer) {
 
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
                           const _Atomic bool *hard_stop) {
-    if (kb_ha_may_deliver(ha))
+    if (kb_ha_leads(ha))
         return KB_HA_DELIVER;
     /* What the leader must have acknowledged for this change to be known. */
     uint64_t need = ev->final_state_unknown ? (tracked_rv > ev->rv_num ? tracked_rv : ev->rv_num) : ev->rv_num;
     kb_ha_admit_t r = KB_HA_DROP;
     pthread_mutex_lock(&ha->mtx);
     for (;;) {
-        if (kb_ha_may_deliver(ha)) {
+        if (kb_ha_leads(ha)) {
             r = KB_HA_DELIVER;
             break;
         }
@@ -447,7 +447,7 @@ kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *e
 
 void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st) {
     memset(st, 0, sizeof(*st));
-    st->leader = kb_ha_may_deliver(ha);
+    st->leader = kb_ha_leads(ha);
     pthread_mutex_lock(&ha->mtx);
     snprintf(st->holder, sizeof(st->holder), "%s", ha->holder);
     st->transitions = ha->transitions;

@@ -56,6 +56,9 @@ typedef enum {
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
                           const _Atomic bool *hard_stop);
 
+/* This replica leads and its lease has not run out: it may hand messages to sinks. Thread: any (atomics). */
+bool kb_ha_leads(kb_ha_t *ha);
+
 typedef struct kb_ha_status {
     bool leader;               /* this replica may deliver now */
     char holder[128];          /* the Lease's holderIdentity as last read or written */

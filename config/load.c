@@ -686,7 +686,8 @@ static bool kb_check_dead_letters(kb_loader_t *ld, kb_config_t *cfg, const confi
 static bool kb_finish_ha(kb_loader_t *ld, kb_config_t *cfg, const config_setting_t *grp) {
     const config_setting_t *ha = config_setting_get_member(grp, "ha");
     if (cfg->ha_renew_seconds >= cfg->ha_lease_seconds - 1)
-        return kb_config__fail(ld, ha ? config_setting_get_member(ha, "renew_seconds") : NULL,
+        return kb_config__fail(ld, ha && config_setting_get_member(ha, "renew_seconds") ?
+                                       config_setting_get_member(ha, "renew_seconds") : ha,
                                "ha.renew_seconds: %d is not below ha.lease_seconds - 1 = %d", cfg->ha_renew_seconds,
                                cfg->ha_lease_seconds - 1);
     if (!strcmp(cfg->ha_identity, "$HOSTNAME")) {
@@ -694,7 +695,8 @@ static bool kb_finish_ha(kb_loader_t *ld, kb_config_t *cfg, const config_setting
         cfg->ha_identity = kb_strdup(ld->hostname ? ld->hostname : "");
     }
     if (cfg->ha_enabled && !cfg->ha_identity[0])
-        return kb_config__fail(ld, ha ? config_setting_get_member(ha, "identity") : NULL,
+        return kb_config__fail(ld, ha && config_setting_get_member(ha, "identity") ?
+                                       config_setting_get_member(ha, "identity") : ha,
                                "ha.identity: empty (and $HOSTNAME is not set)");
     return true;
 }

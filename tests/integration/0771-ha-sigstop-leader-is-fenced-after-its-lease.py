@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""High availability, a partitioned leader: SIGSTOP the leader past its lease → the standby takes over
+and delivers what changed meanwhile; SIGCONT → the old leader hands nothing more to its sink (its output
+file does not grow after the takeover: its lease ran out, it checks before every event), logs that it
+no longer leads, and the union of both outputs converges to the server with every delete."""
+import os
+import signal
+import time
+
+from kbtest import check, ControlPlane, run, wait_for
+from kbha import check_converged, leads, lines, start_pair
+
+LEASE, RENEW = 4, 1
+
+
+def test():
+    cp = ControlPlane()
+    a, b, churn = start_pair(cp, "s", LEASE, RENEW)
+    check_converged(cp, [a], churn.deleted)  # the leader is quiet: nothing of its own is pending
+    size = os.path.getsize(a.out)
+
+    a.proc.send_signal(signal.SIGSTOP)
+    t_stop = time.monotonic()
+    churn.start()
+    wait_for(lambda: leads(b), LEASE + RENEW + 5, 0.05, "replica-b to take over")
+    took = time.monotonic() - t_stop
+    time.sleep(2)
+    a.proc.send_signal(signal.SIGCONT)
+    time.sleep(2 * RENEW + 2)  # the old leader runs again while changes keep coming
+    churn.stop()
+    check_converged(cp, [a, b], churn.deleted)
+    time.sleep(1)
+    check(os.path.getsize(a.out) == size, "the old leader wrote %d byte(s) after its lease ran out:\n%s" % (
+        os.path.getsize(a.out) - size, a.logtext()[-2000:]))
+    log = a.logtext()
+    check("no longer leading (lease default/kbridge-real-0 now held by \"replica-b\")" in log,
+          "the old leader does not say it stepped down:\n" + log[-2000:])
+    check(a.stop(signal.SIGTERM) == 0 and b.stop(signal.SIGTERM) == 0, "exit status on SIGTERM")
+    print("SIGSTOP -> takeover %.2f s; %d changes after; old leader's output unchanged (%d lines), new %d lines"
+          % (took, churn.ops, len(lines(a)), len(lines(b))))
+
+
+run(test)
