@@ -304,7 +304,7 @@ static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
         KB_WARN("ha", "shard %d: no longer leading (lease %s/%s now held by \"%s\"); delivering nothing", ha->shard,
                 ha->ns, ha->name, l->holder);
     }
-    kb_ha_set_holder(ha, l->holder, l->holder[0] ? l->marks : NULL);
+    kb_ha_set_holder(ha, l->holder, l->marks[0] ? l->marks : NULL);
 }
 
 /* One round; returns when to run the next (monotonic ns). */

@@ -2,13 +2,14 @@
 """High availability, a partitioned leader: SIGSTOP the leader past its lease → the standby takes over
 and delivers what changed meanwhile; SIGCONT → the old leader hands nothing more to its sink (its output
 file does not grow after the takeover: its lease ran out, it checks before every event), logs that it
-no longer leads, and the union of both outputs converges to the server with every delete."""
+no longer leads, and the union of both outputs converges to the server with every delete. Before and
+after: /readyz is 200 on both, kbridge_ha_leader{shard="0"} and /v1/informers "ha" name the leader."""
 import os
 import signal
 import time
 
 from kbtest import check, ControlPlane, run, wait_for
-from kbha import check_converged, leads, lines, start_pair
+from kbha import check_converged, http_view, leads, lines, start_pair
 
 LEASE, RENEW = 4, 1
 
@@ -17,6 +18,11 @@ def test():
     cp = ControlPlane()
     a, b, churn = start_pair(cp, "s", LEASE, RENEW)
     check_converged(cp, [a], churn.deleted)  # the leader is quiet: nothing of its own is pending
+    ra, ga, ha_a = http_view(a)
+    rb, gb, ha_b = http_view(b)
+    check((ra, ga, ha_a["leader"], rb, gb, ha_b["leader"]) == (200, "1", True, 200, "0", False),
+          "readyz, kbridge_ha_leader and /v1/informers: leader %s, standby %s" % ((ra, ga, ha_a), (rb, gb, ha_b)))
+    check(ha_b["holder"] == "replica-a" and ha_b["lease"] == "default/kbridge-real-0", "standby's ha: %s" % ha_b)
     size = os.path.getsize(a.out)
 
     a.proc.send_signal(signal.SIGSTOP)
@@ -32,6 +38,10 @@ def test():
     time.sleep(1)
     check(os.path.getsize(a.out) == size, "the old leader wrote %d byte(s) after its lease ran out:\n%s" % (
         os.path.getsize(a.out) - size, a.logtext()[-2000:]))
+    ra, ga, ha_a = http_view(a)
+    rb, gb, ha_b = http_view(b)
+    check((ra, ga, ha_a["leader"], ha_a["holder"], rb, gb, ha_b["leader"]) == (200, "0", False, "replica-b", 200, "1", True),
+          "after the takeover: old leader %s, new %s" % ((ra, ga, ha_a), (rb, gb, ha_b)))
     log = a.logtext()
     check("no longer leading (lease default/kbridge-real-0 now held by \"replica-b\")" in log,
           "the old leader does not say it stepped down:\n" + log[-2000:])

@@ -7,7 +7,7 @@ import random
 import threading
 import time
 
-from kbtest import Failure, check, ConfigBridge, wait_for
+from kbtest import Failure, check, ConfigBridge, http_request, wait_for
 
 NS = "ha"
 CMS = "/api/v1/namespaces/%s/configmaps" % NS
@@ -17,7 +17,7 @@ def replica(cp, identity, lease_seconds, renew_seconds, workdir=None):
     """A kbridge replica leading or standing by for shard 0 (file sink, own state_dir)."""
     text = """
 cluster = { name = "real"; kubeconfig = "%s"; };
-http = { listen = ""; };
+http = { listen = "127.0.0.1:0"; };
 state_dir = "{dir}/state";
 shutdown_timeout = 10;
 log = { level = "info"; };
@@ -48,6 +48,15 @@ def start_pair(cp, prefix, lease_seconds, renew_seconds):
     b.wait_log("informer=cms namespace=%s listed" % NS, 60)
     check(not leads(b), "the second replica leads too:\n" + b.logtext()[-2000:])
     return a, b, churn
+
+
+def http_view(b):
+    """(readyz status, kbridge_ha_leader value, /v1/informers "ha") of a running replica."""
+    url = b.http_url()
+    ready = http_request(url + "/readyz")[0]
+    metrics = http_request(url + "/metrics")[2].decode()
+    gauge = [l.split()[-1] for l in metrics.splitlines() if l.startswith('kbridge_ha_leader{shard="0"}')]
+    return ready, gauge[0] if gauge else None, json.loads(http_request(url + "/v1/informers")[2])["ha"]
 
 
 def leads(b, nth=1):
