@@ -3,7 +3,8 @@
 and delivers what changed meanwhile; SIGCONT → the old leader hands nothing more to its sink (its output
 file does not grow after the takeover: its lease ran out, it checks before every event), logs that it
 no longer leads, and the union of both outputs converges to the server with every delete. Before and
-after: /readyz is 200 on both, kbridge_ha_leader{shard="0"} and /v1/informers "ha" name the leader."""
+after: /readyz is 200 on both, kbridge_ha_leader{shard="0"} and /v1/informers "ha" name the leader.
+Last, SIGTERM the leader: it releases the Lease and the standby takes it before lease_seconds."""
 import os
 import signal
 import time
@@ -45,9 +46,16 @@ def test():
     log = a.logtext()
     check("no longer leading (lease default/kbridge-real-0 now held by \"replica-b\")" in log,
           "the old leader does not say it stepped down:\n" + log[-2000:])
-    check(a.stop(signal.SIGTERM) == 0 and b.stop(signal.SIGTERM) == 0, "exit status on SIGTERM")
-    print("SIGSTOP -> takeover %.2f s; %d changes after; old leader's output unchanged (%d lines), new %d lines"
-          % (took, churn.ops, len(lines(a)), len(lines(b))))
+    # SIGTERM the leader: it releases the Lease with its last watermarks, the standby takes it at once.
+    t_term = time.monotonic()
+    check(b.stop(signal.SIGTERM) == 0, "the leader's exit status on SIGTERM")
+    check("lease default/kbridge-real-0 released with watermarks {\"cms\":" in b.logtext(),
+          "the leader did not release the Lease:\n" + b.logtext()[-1500:])
+    wait_for(lambda: leads(a, 2), LEASE, 0.05, "replica-a to take the released Lease")
+    released = time.monotonic() - t_term
+    check(a.stop(signal.SIGTERM) == 0, "exit status on SIGTERM")
+    print("SIGSTOP -> takeover %.2f s; %d changes after; old leader's output unchanged (%d lines), new %d lines; "
+          "SIGTERM -> released Lease taken in %.2f s" % (took, churn.ops, len(lines(a)), len(lines(b)), released))
 
 
 run(test)
