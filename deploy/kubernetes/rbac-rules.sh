@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/kubernetes/rbac-rules.sh — print a least-privilege ClusterRole for kbridge's informers.
 #
-#   deploy/kubernetes/rbac-rules.sh [--name NAME] [--lease-namespace NS] RESOURCE...
+#   deploy/kubernetes/rbac-rules.sh [--name NAME] RESOURCE...
+#   deploy/kubernetes/rbac-rules.sh --lease-namespace NS [--name NAME] RESOURCE...
 #   deploy/kubernetes/rbac-rules.sh --help
 #
 # Each RESOURCE is `resource` for the core group or `group/resource` for any
