@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """High availability on a real kube-apiserver: two replicas of one shard (ha.enabled, a Lease), each
-with its own file sink and state_dir. Configmaps churn (creates, patches, deletes) all along. SIGKILL
+with its own file sink and state_dir, and only the rights deploy/kubernetes/rbac-rules.sh prints
+(configmaps; get/create/update leases in its namespace). Configmaps churn (creates, patches, deletes) all along. SIGKILL
 the leader: the standby leads within lease_seconds + renew_seconds, and the union of both outputs,
 read with the consumer rule (per key only a greater (RV, deleted)), converges to the server with every
 delete. Then the killed replica comes back as the standby and the leader is killed again, as many

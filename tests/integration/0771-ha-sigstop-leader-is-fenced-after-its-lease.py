@@ -23,7 +23,7 @@ def test():
     rb, gb, ha_b = http_view(b)
     check((ra, ga, ha_a["leader"], rb, gb, ha_b["leader"]) == (200, "1", True, 200, "0", False),
           "readyz, kbridge_ha_leader and /v1/informers: leader %s, standby %s" % ((ra, ga, ha_a), (rb, gb, ha_b)))
-    check(ha_b["holder"] == "replica-a" and ha_b["lease"] == "default/kbridge-real-0", "standby's ha: %s" % ha_b)
+    check(ha_b["holder"] == "replica-a" and ha_b["lease"] == "kb/kbridge-real-0", "standby's ha: %s" % ha_b)
     size = os.path.getsize(a.out)
 
     a.proc.send_signal(signal.SIGSTOP)
@@ -44,12 +44,12 @@ def test():
     check((ra, ga, ha_a["leader"], ha_a["holder"], rb, gb, ha_b["leader"]) == (200, "0", False, "replica-b", 200, "1", True),
           "after the takeover: old leader %s, new %s" % ((ra, ga, ha_a), (rb, gb, ha_b)))
     log = a.logtext()
-    check("no longer leading (lease default/kbridge-real-0 now held by \"replica-b\")" in log,
+    check("no longer leading (lease kb/kbridge-real-0 now held by \"replica-b\")" in log,
           "the old leader does not say it stepped down:\n" + log[-2000:])
     # SIGTERM the leader: it releases the Lease with its last watermarks, the standby takes it at once.
     t_term = time.monotonic()
     check(b.stop(signal.SIGTERM) == 0, "the leader's exit status on SIGTERM")
-    check("lease default/kbridge-real-0 released with watermarks {\"cms\":" in b.logtext(),
+    check("lease kb/kbridge-real-0 released with watermarks {\"cms\":" in b.logtext(),
           "the leader did not release the Lease:\n" + b.logtext()[-1500:])
     wait_for(lambda: leads(a, 2), LEASE, 0.05, "replica-a to take the released Lease")
     released = time.monotonic() - t_term

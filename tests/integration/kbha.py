@@ -7,25 +7,49 @@ import random
 import threading
 import time
 
-from kbtest import Failure, check, ConfigBridge, http_request, wait_for
+from kbtest import Failure, SOURCE, check, ConfigBridge, http_request, wait_for
 
 NS = "ha"
 CMS = "/api/v1/namespaces/%s/configmaps" % NS
 
 
-def replica(cp, identity, lease_seconds, renew_seconds, workdir=None):
-    """A kbridge replica leading or standing by for shard 0 (file sink, own state_dir)."""
+LEASE_NS = "kb"
+
+
+def least_privilege_token(cp):
+    """A service account kb/kbridge with only what deploy/kubernetes/rbac-rules.sh prints for the
+    configmaps informer and --lease-namespace kb; returns the path of a file with its token."""
+    import subprocess
+    cp.kubectl("create", "namespace", LEASE_NS)
+    cp.kubectl("create", "serviceaccount", "kbridge", "-n", LEASE_NS)
+    rules = subprocess.run([os.path.join(SOURCE, "deploy", "kubernetes", "rbac-rules.sh"), "--name", "kbridge-ha",
+                            "--lease-namespace", LEASE_NS, "configmaps"], stdout=subprocess.PIPE, text=True, check=True)
+    cp.kubectl("apply", "-f", "-", input=rules.stdout)
+    cp.kubectl("create", "clusterrolebinding", "kbridge-ha", "--clusterrole=kbridge-ha",
+               "--serviceaccount=%s:kbridge" % LEASE_NS)
+    cp.kubectl("create", "rolebinding", "kbridge-ha-lease", "-n", LEASE_NS, "--role=kbridge-ha-lease",
+               "--serviceaccount=%s:kbridge" % LEASE_NS)
+    path = os.path.join(cp.dir, "kbridge-ha.token")
+    with open(path, "w") as f:
+        f.write(cp.kubectl("create", "token", "kbridge", "-n", LEASE_NS, "--duration=1h").strip() + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def replica(cp, identity, lease_seconds, renew_seconds, token_file, workdir=None):
+    """A kbridge replica leading or standing by for shard 0 (file sink, own state_dir), with the
+    least-privilege token."""
     text = """
-cluster = { name = "real"; kubeconfig = "%s"; };
+cluster = { name = "real"; server = "%s"; ca_file = "%s"; token_file = "%s"; };
 http = { listen = "127.0.0.1:0"; };
 state_dir = "{dir}/state";
 shutdown_timeout = 10;
 log = { level = "info"; };
-ha = { enabled = true; lease_namespace = "default"; lease_seconds = %d; renew_seconds = %d; identity = "%s"; };
+ha = { enabled = true; lease_namespace = "%s"; lease_seconds = %d; renew_seconds = %d; identity = "%s"; };
 informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "%s" ]; } );
 sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
 routes = ( { informer = "cms"; sink = "out"; } );
-""" % (cp.kubeconfig, lease_seconds, renew_seconds, identity, NS)
+""" % (cp.server, cp.ca, token_file, LEASE_NS, lease_seconds, renew_seconds, identity, NS)
     b = ConfigBridge(text, start=False, workdir=workdir)
     with open(b.config) as f:
         cfg = f.read().replace("{dir}", b.dir)
@@ -41,10 +65,11 @@ def start_pair(cp, prefix, lease_seconds, renew_seconds):
     churn = Churn(cp, prefix)
     for _ in range(30):
         churn.step()
-    a = replica(cp, "replica-a", lease_seconds, renew_seconds)
+    token = least_privilege_token(cp)
+    a = replica(cp, "replica-a", lease_seconds, renew_seconds, token)
     wait_for(lambda: leads(a), 60, 0.1, "replica-a to lead")
-    b = replica(cp, "replica-b", lease_seconds, renew_seconds)
-    b.wait_log("standby until leading lease default/kbridge-real-0", 60)
+    b = replica(cp, "replica-b", lease_seconds, renew_seconds, token)
+    b.wait_log("standby until leading lease %s/kbridge-real-0" % LEASE_NS, 60)
     b.wait_log("informer=cms namespace=%s listed" % NS, 60)
     check(not leads(b), "the second replica leads too:\n" + b.logtext()[-2000:])
     return a, b, churn
