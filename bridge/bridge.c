@@ -29,6 +29,7 @@
  * Lock order: b->lock → p->route_lock → (informer and sink locks).
  */
 #include "bridge/bridge.h"
+#include "bridge/ha.h"
 
 #include "common/alloc.h"
 #include "common/buf.h"
@@ -134,6 +135,7 @@ struct kb_bridge {
     size_t n_owned_cfgs;
     bool started;
     _Atomic bool hard_stop;      /* the drain deadline passed: stop delivering */
+    kb_ha_t *ha;                 /* ha.enabled: the Lease and the delivery gate (bridge/ha.h), else NULL */
 };
 
 #define KB_PUSH(arr, n, item)                                        \
@@ -484,6 +486,31 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     kb_delivery_release(d);
 }
 
+/* ha.enabled: a change the leader acknowledged is acknowledged to nothing here. */
+static void kb_deliver_none(kb_pipeline_t *p, kb_event_t *ev) {
+    kb_ledger_routed(kb_informer_ledger(p->inf), ev->seq, 0);
+}
+
+/* A batch when ha.enabled: the gate before every event, outside route_lock
+ * (a standby may wait there). False when shutting down as a standby. */
+static bool kb_deliver_gated(kb_pipeline_t *p, kb_deltas_t *d, kb_buf_t *topic, kb_buf_t *key) {
+    kb_ha_t *ha = p->bridge->ha;
+    const char *name = kb_informer_conf(p->inf)->name;
+    for (size_t i = 0; i < d->n && !atomic_load(&p->bridge->hard_stop); i++) {
+        uint64_t tracked = d->ev[i]->final_state_unknown ? kb_ledger_tracked_rv(kb_informer_ledger(p->inf)) : 0;
+        kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->bridge->hard_stop);
+        if (a == KB_HA_DROP)
+            return false; /* unacknowledged: it stays in the journal */
+        pthread_rwlock_rdlock(&p->route_lock);
+        if (a == KB_HA_DELIVER)
+            kb_deliver(p, d->ev[i], topic, key);
+        else
+            kb_deliver_none(p, d->ev[i]);
+        pthread_rwlock_unlock(&p->route_lock);
+    }
+    return true;
+}
+
 static void *kb_worker_main(void *arg) {
     kb_worker_t *w = arg;
     kb_pipeline_t *p = w->p;
@@ -495,6 +522,12 @@ static void *kb_worker_main(void *arg) {
     kb_deltas_t d;
     kb_deltas_init(&d);
     while (kb_deltafifo_pop(fifo, &d, -1) == KB_OK) {
+        if (p->bridge->ha) {
+            kb_deliver_gated(p, &d, &topic, &key);
+            kb_deltas_fini(&d);
+            kb_deltas_init(&d);
+            continue;
+        }
         pthread_rwlock_rdlock(&p->route_lock);
         for (size_t i = 0; i < d.n && !atomic_load(&p->bridge->hard_stop); i++)
             kb_deliver(p, d.ev[i], &topic, &key);
@@ -726,6 +759,8 @@ static void kb_hb_ack(void *opaque, kb_err_t err) {
 
 static void kb_hb_emit(void *opaque, const char *json, size_t len) {
     kb_hb_ctx_t *c = opaque;
+    if (c->p->bridge->ha && !kb_ha_leads(c->p->bridge->ha))
+        return; /* a standby says nothing, heartbeats included */
     kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
     kb_template_render(c->route->topic, c->ident, c->route->render_flags, &topic);
     kb_buf_appendf(&key, "_heartbeat/%s", c->route->conf->name);
@@ -851,6 +886,20 @@ static kb_bsink_t **kb_bsinks_copy(kb_bsink_t **bsinks, size_t n) {
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
+/* What the leader publishes: per informer, the RV its watermark is known by. Thread: ha. */
+static size_t kb_bridge_ha_marks(void *opaque, kb_ha_mark_t *out, size_t max) {
+    kb_bridge_t *b = opaque;
+    size_t n = 0;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->n_pipes && n < max; i++) {
+        kb_pipeline_t *p = b->pipes[i];
+        snprintf(out[n].informer, sizeof(out[n].informer), "%s", kb_informer_conf(p->inf)->name);
+        out[n++].rv = kb_ledger_acked_rv(kb_informer_ledger(p->inf));
+    }
+    pthread_rwlock_unlock(&b->lock);
+    return n;
+}
+
 kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
     if (kb_bridge_validate(cfg, errstr, errstr_size) != KB_OK)
         return NULL;
@@ -886,6 +935,8 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         atomic_store(&p->eos, kb_router_eos(p->router, b->sinks));
         kb_eos_read_back(b, p);
     }
+    if (cfg->ha_enabled)
+        b->ha = kb_ha_new(cfg, b->api, kb_bridge_ha_marks, b);
     return b;
 fail:
     kb_bridge_destroy(b);
@@ -895,6 +946,8 @@ fail:
 kb_err_t kb_bridge_start(kb_bridge_t *b) {
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_pipeline_start(b->pipes[i]);
+    if (b->ha)
+        kb_ha_start(b->ha);
     b->started = true;
     return KB_OK;
 }
@@ -908,6 +961,8 @@ static int64_t kb_bridge_inflight(kb_bridge_t *b) {
 
 kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_ms * KB_NS_PER_MS;
+    if (b->ha)
+        kb_ha_begin_stop(b->ha); /* a standby's workers stop waiting; a leader drains */
     for (size_t i = 0; i < b->n_pipes; i++) {
         kb_hbs_destroy(b->pipes[i]->hbs);
         b->pipes[i]->hbs = NULL;
@@ -924,6 +979,8 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     }
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_informer_save_checkpoint(b->pipes[i]->inf);
+    if (b->ha)
+        kb_ha_stop(b->ha); /* a leader releases the Lease with its last watermarks */
     int64_t left = kb_bridge_inflight(b);
     if (left > 0) {
         KB_WARN("bridge", "stopped with %lld message(s) not acknowledged after %d ms", (long long)left, timeout_ms);
@@ -988,6 +1045,10 @@ void kb_bridge_destroy(kb_bridge_t *b) {
         return;
     /* Threads first; then the sinks, whose last acks (failures of what they
      * still held) reach pipelines that still exist; then the pipelines. */
+    if (b->ha) {
+        kb_ha_begin_stop(b->ha);
+        kb_ha_stop(b->ha);
+    }
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_pipeline_halt(b->pipes[i]);
     for (size_t i = 0; i < b->n_retired_pipes; i++)
@@ -1009,6 +1070,7 @@ void kb_bridge_destroy(kb_bridge_t *b) {
         free(b->retired_sinks[i]);
     free(b->sinks);
     free(b->retired_sinks);
+    kb_ha_destroy(b->ha);
     kb_apiclient_destroy(b->api);
     for (size_t i = 0; i < b->n_providers; i++)
         free(b->providers[i]);
@@ -1375,6 +1437,10 @@ void kb_bridge_unlock(kb_bridge_t *b) {
 
 size_t kb_bridge_informer_count(const kb_bridge_t *b) {
     return b->n_pipes;
+}
+
+kb_ha_t *kb_bridge_ha(kb_bridge_t *b) {
+    return b->ha;
 }
 
 kb_informer_t *kb_bridge_informer(kb_bridge_t *b, size_t i) {

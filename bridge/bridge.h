@@ -80,6 +80,9 @@ size_t kb_bridge_informer_count(const kb_bridge_t *b);
 struct kb_informer *kb_bridge_informer(kb_bridge_t *b, size_t i);      /* in cfg->informers order */
 struct kb_informer *kb_bridge_find_informer(kb_bridge_t *b, const char *name);
 const kb_config_t *kb_bridge_config(const kb_bridge_t *b);
+struct kb_ha;
+/* The leader election (bridge/ha.h) when ha.enabled, else NULL. Lives as long as b. */
+struct kb_ha *kb_bridge_ha(kb_bridge_t *b);
 
 typedef struct kb_pipeline_stats {
     uint64_t delivered, failed, routed, unrouted;

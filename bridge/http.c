@@ -47,6 +47,7 @@
 #include "bridge/http.h"
 
 #include "bridge/http_int.h"
+#include "bridge/ha.h"
 #include "bridge/kapi.h"
 #include "common/alloc.h"
 #include "common/buf.h"
@@ -880,6 +881,23 @@ static void kb_http_audit_json(kb_buf_t *o, const kb_informer_stats_t *st) {
     kb_buf_append_str(o, "}}");
 }
 
+/* ,"ha":{…}: who leads this shard (ha.enabled), from the Lease as last read or written. */
+static void kb_http_ha_json(kb_bridge_t *b, kb_buf_t *o) {
+    kb_ha_t *ha = kb_bridge_ha(b);
+    if (!ha) {
+        kb_buf_append_str(o, ",\"ha\":{\"enabled\":false}");
+        return;
+    }
+    kb_ha_status_t st;
+    kb_ha_status(ha, &st);
+    kb_buf_appendf(o, ",\"ha\":{\"enabled\":true,\"shard\":%d,\"leader\":%s,\"transitions\":%llu", kb_ha_shard(ha),
+                   st.leader ? "true" : "false", (unsigned long long)st.transitions);
+    kb_http_json_field(o, "identity", st.identity);
+    kb_http_json_field(o, "holder", st.holder);
+    kb_http_json_field(o, "lease", st.lease);
+    kb_buf_append_char(o, '}');
+}
+
 static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *unused) {
     KB_UNUSED(unused);
     kb_buf_t o = KB_BUF_INIT;
@@ -923,7 +941,9 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
         kb_http_audit_json(&o, &st);
         kb_buf_append_char(&o, '}');
     }
-    kb_buf_append_str(&o, "]}\n");
+    kb_buf_append_char(&o, ']');
+    kb_http_ha_json(h->b, &o);
+    kb_buf_append_str(&o, "}\n");
     return kb_http_send(c, MHD_HTTP_OK, "application/json", &o);
 }
 

@@ -18,6 +18,7 @@
  * and only read here.
  */
 #include "bridge/http_int.h"
+#include "bridge/ha.h"
 
 #include "common/alloc.h"
 #include "common/event.h"
@@ -467,6 +468,19 @@ static void kb_m_build_info(kb_buf_t *o, const kb_config_t *cfg) {
     kb_buf_appendf(o, ",shard=\"%d/%d\"} 1\n", cfg->sharding_index, cfg->sharding_replicas);
 }
 
+static void kb_m_ha(kb_buf_t *o, kb_bridge_t *b) {
+    kb_ha_t *ha = kb_bridge_ha(b);
+    if (!ha)
+        return;
+    kb_ha_status_t st;
+    kb_ha_status(ha, &st);
+    kb_m_head(o, "kbridge_ha_leader", "gauge", "1 while this replica leads its shard's Lease and may deliver, else 0.");
+    kb_buf_appendf(o, "kbridge_ha_leader{shard=\"%d\"} %d\n", kb_ha_shard(ha), st.leader ? 1 : 0);
+    kb_m_head(o, "kbridge_ha_transitions_total", "counter", "Times this process started or stopped leading.");
+    kb_buf_appendf(o, "kbridge_ha_transitions_total{shard=\"%d\"} %llu\n", kb_ha_shard(ha),
+                   (unsigned long long)st.transitions);
+}
+
 /* Called under kb_bridge_rdlock (bridge/http.c holds it for every answer). */
 void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
     const kb_config_t *cfg = kb_bridge_config(b);
@@ -500,5 +514,6 @@ void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
         }
     }
     kb_m_sinks(out, b, cfg);
+    kb_m_ha(out, b);
     free(infs);
 }

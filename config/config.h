@@ -151,6 +151,12 @@ typedef struct kb_config {
     int kapi_max_watches;          /* kube_api.max_watches: 1000 */
     int sharding_replicas;         /* 1 */
     int sharding_index;            /* 0; -1 = from $HOSTNAME's StatefulSet ordinal (resolved at load) */
+    bool ha_enabled;               /* ha.enabled: false (bridge/ha.h) */
+    char *ha_lease_name;           /* "kbridge-{cluster}-{shard}" */
+    char *ha_lease_namespace;      /* "" = the pod's namespace (service account), else "default" */
+    int ha_lease_seconds;          /* 15 */
+    int ha_renew_seconds;          /* 5 */
+    char *ha_identity;             /* "$HOSTNAME" */
     kb_config_informer_t *informers; size_t n_informers;
     kb_config_sink_t *sinks; size_t n_sinks;
     kb_config_route_t *routes; size_t n_routes;

@@ -683,6 +683,24 @@ static bool kb_check_dead_letters(kb_loader_t *ld, kb_config_t *cfg, const confi
     return true;
 }
 
+static bool kb_finish_ha(kb_loader_t *ld, kb_config_t *cfg, const config_setting_t *grp) {
+    const config_setting_t *ha = config_setting_get_member(grp, "ha");
+    if (cfg->ha_renew_seconds >= cfg->ha_lease_seconds - 1)
+        return kb_config__fail(ld, ha && config_setting_get_member(ha, "renew_seconds") ?
+                                       config_setting_get_member(ha, "renew_seconds") : ha,
+                               "ha.renew_seconds: %d is not below ha.lease_seconds - 1 = %d", cfg->ha_renew_seconds,
+                               cfg->ha_lease_seconds - 1);
+    if (!strcmp(cfg->ha_identity, "$HOSTNAME")) {
+        free(cfg->ha_identity);
+        cfg->ha_identity = kb_strdup(ld->hostname ? ld->hostname : "");
+    }
+    if (cfg->ha_enabled && !cfg->ha_identity[0])
+        return kb_config__fail(ld, ha && config_setting_get_member(ha, "identity") ?
+                                       config_setting_get_member(ha, "identity") : ha,
+                               "ha.identity: empty (and $HOSTNAME is not set)");
+    return true;
+}
+
 bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                             const char *prefix) {
     KB_UNUSED(index);
@@ -705,7 +723,7 @@ bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const con
         return kb_config__fail(ld, at, "sharding.index: %d is not below sharding.replicas = %d",
                                cfg->sharding_index, cfg->sharding_replicas);
     }
-    if (!kb_finish_http(ld, cfg, grp) || !kb_finish_cluster(ld, cfg, grp))
+    if (!kb_finish_http(ld, cfg, grp) || !kb_finish_cluster(ld, cfg, grp) || !kb_finish_ha(ld, cfg, grp))
         return false;
     if (cfg->n_routes == 0)
         return kb_config__fail(ld, config_setting_get_member(grp, "routes"),

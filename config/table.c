@@ -170,6 +170,32 @@ static const kb_csection_t kb_sec_sharding = {
     .keys = kb_keys_sharding, .n_keys = KB_NKEYS(kb_keys_sharding), .disc = -1,
 };
 
+static const kb_ckey_t kb_keys_ha[] = {
+    {.name = "enabled", .type = KB_CT_BOOL, .off = TOP(ha_enabled), .def = "false",
+     .doc = "Leader election on a coordination.k8s.io/v1 Lease, one per shard index: the leader delivers, a "
+            "warm standby (same config and shard) runs its informers and journal and delivers nothing until "
+            "it takes over (docs/cluster.md, High availability)."},
+    {.name = "lease_name", .type = KB_CT_STRING, .off = TOP(ha_lease_name), .def = "kbridge-{cluster}-{shard}",
+     .doc = "The Lease's name; {cluster} is cluster.name, {shard} is sharding.index."},
+    {.name = "lease_namespace", .type = KB_CT_STRING, .off = TOP(ha_lease_namespace), .def = "",
+     .doc = "The Lease's namespace; \"\" = the pod's namespace (its service account's), else \"default\"."},
+    {.name = "lease_seconds", .type = KB_CT_INT, .off = TOP(ha_lease_seconds), .def = "15", .min = 3,
+     .max = 3600,
+     .doc = "leaseDurationSeconds: a standby takes over after seeing the Lease unchanged this long; a leader "
+            "that has not renewed within it minus 1 s stops handing messages to sinks."},
+    {.name = "renew_seconds", .type = KB_CT_INT, .off = TOP(ha_renew_seconds), .def = "5", .min = 1,
+     .max = 1200,
+     .doc = "How often the leader renews the Lease and publishes its watermarks there, and the standby reads "
+            "it; below lease_seconds - 1."},
+    {.name = "identity", .type = KB_CT_STRING, .off = TOP(ha_identity), .def = "$HOSTNAME",
+     .doc = "holderIdentity written to the Lease; \"$HOSTNAME\" is replaced by the host name. Must differ "
+            "between the replicas of a shard."},
+};
+static const kb_csection_t kb_sec_ha = {
+    .title = "ha", .doc = "High availability: a leader and a warm standby per shard.", .line_off = SIZE_MAX,
+    .keys = kb_keys_ha, .n_keys = KB_NKEYS(kb_keys_ha), .disc = -1,
+};
+
 /* ---- informers ---------------------------------------------------------- */
 
 #define INF(field) KB_OFF(kb_config_informer_t, field)
@@ -429,6 +455,7 @@ static const kb_ckey_t kb_keys_root[] = {
     {.name = "http", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_http},
     {.name = "kube_api", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_kapi},
     {.name = "sharding", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_sharding},
+    {.name = "ha", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_ha},
     {.name = "informers", .type = KB_CT_LIST, .off = TOP(informers), .off2 = TOP(n_informers),
      .sub = &kb_config__sec_informer},
     {.name = "sinks", .type = KB_CT_LIST, .off = TOP(sinks), .off2 = TOP(n_sinks), .sub = &kb_config__sec_sink},

@@ -568,10 +568,13 @@ static void kb_api_count_code(kb_api_row_t *row, long status) {
     atomic_fetch_add_explicit(&row->count[slot], 1, memory_order_relaxed);
 }
 
-static kb_api_row_t *kb_api_row_of(const char *path_and_query) {
+/* method: NULL for a GET; "POST" is counted as "create", "PUT" as "update". */
+static kb_api_row_t *kb_api_row_of(const char *path_and_query, const char *method) {
     const char *verb;
     char resource[96];
     kb_api_path_classify(path_and_query, &verb, resource, sizeof(resource));
+    if (method)
+        verb = !strcmp(method, "POST") ? "create" : !strcmp(method, "PUT") ? "update" : "other";
     return kb_api_row(verb, resource);
 }
 
@@ -673,9 +676,16 @@ static int kb_api_progress_cb(void *userdata, curl_off_t dltotal, curl_off_t dln
 }
 
 /* One attempt. Returns the credential generation used (for the 401 retry). */
-static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *accept, const char *path_and_query,
-                                kb_api_body_fn body_fn, void *opaque, kb_buf_t *body, size_t max_body, long timeout_s,
-                                const _Atomic bool *stop, kb_api_response_t *resp) {
+typedef struct kb_api_send {
+    const char *accept;  /* NULL: application/json */
+    const char *method;  /* NULL: GET */
+    const char *data;    /* the request's JSON body (method set) */
+    size_t len;
+} kb_api_send_t;
+
+static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *path_and_query, const kb_api_send_t *send,
+                                kb_api_body_fn body_fn, void *opaque, kb_buf_t *body, size_t max_body,
+                                long timeout_s, const _Atomic bool *stop, kb_api_response_t *resp) {
     memset(resp, 0, sizeof(*resp));
     resp->retry_after = -1;
     CURL *curl = curl_easy_init();
@@ -690,12 +700,18 @@ static uint64_t kb_api_get_once(kb_apiclient_t *api, const char *accept, const c
         goto out;
     }
     char accept_h[256];
-    snprintf(accept_h, sizeof(accept_h), "Accept: %s", accept);
+    snprintf(accept_h, sizeof(accept_h), "Accept: %s", send && send->accept ? send->accept : "application/json");
     headers = curl_slist_append(NULL, accept_h);
+    if (send && send->method) {
+        headers = curl_slist_append(headers, "Content-Type: application/json");
+        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, send->method);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, send->data);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)send->len);
+    }
     if (auth.len)
         headers = curl_slist_append(headers, auth.data);
     kb_api_xfer_t x = {.curl = curl, .body_fn = body_fn, .opaque = opaque, .body = body, .max_body = max_body,
-                       .stop = stop, .resp = resp, .row = kb_api_row_of(path_and_query)};
+                       .stop = stop, .resp = resp, .row = kb_api_row_of(path_and_query, send ? send->method : NULL)};
     curl_easy_setopt(curl, CURLOPT_URL, url.data);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_USERAGENT, "kbridge/" KB_VERSION);
@@ -776,14 +792,14 @@ out:
     return gen;
 }
 
-void kb_apiclient_get_as(kb_apiclient_t *api, const char *accept, const char *path_and_query, kb_api_body_fn body_fn,
-                         void *opaque, kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
-                         kb_api_response_t *resp) {
+static void kb_api_request(kb_apiclient_t *api, const char *path_and_query, const kb_api_send_t *send,
+                           kb_api_body_fn body_fn, void *opaque, kb_buf_t *body, size_t max_body, long timeout_s,
+                           const _Atomic bool *stop, kb_api_response_t *resp) {
     if (!kb_api_is_watch(path_and_query))
         kb_api_throttle(api, stop);
     size_t body_len0 = body ? body->len : 0;
-    uint64_t gen =
-        kb_api_get_once(api, accept, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+    uint64_t gen = kb_api_get_once(api, path_and_query, send, body_fn, opaque, body, max_body, timeout_s, stop,
+                                   resp);
     /* A 401 comes before any streamed byte, so repeating the request is safe. */
     if (resp->err == KB_OK && resp->status == 401 && !(stop && atomic_load(stop)) &&
         kb_api_refresh_after_401(api, gen, stop)) {
@@ -791,15 +807,29 @@ void kb_apiclient_get_as(kb_apiclient_t *api, const char *accept, const char *pa
             body->len = body_len0;
             body->data[body_len0] = '\0';
         }
-        kb_api_get_once(api, accept, path_and_query, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+        kb_api_get_once(api, path_and_query, send, body_fn, opaque, body, max_body, timeout_s, stop, resp);
     }
 }
 
 void kb_apiclient_get(kb_apiclient_t *api, const char *path_and_query, kb_api_body_fn body_fn, void *opaque,
                       kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
                       kb_api_response_t *resp) {
-    kb_apiclient_get_as(api, "application/json", path_and_query, body_fn, opaque, body, max_body, timeout_s, stop,
-                        resp);
+    kb_api_request(api, path_and_query, NULL, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+}
+
+void kb_apiclient_get_as(kb_apiclient_t *api, const char *accept, const char *path_and_query, kb_api_body_fn body_fn,
+                         void *opaque, kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                         kb_api_response_t *resp) {
+    kb_api_send_t send = {.accept = accept};
+    kb_api_request(api, path_and_query, &send, body_fn, opaque, body, max_body, timeout_s, stop, resp);
+}
+
+void kb_apiclient_send(kb_apiclient_t *api, const char *method, const char *path, const char *json, size_t len,
+                       kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                       kb_api_response_t *resp) {
+    KB_ASSERT(method && json);
+    kb_api_send_t send = {.method = method, .data = json, .len = len};
+    kb_api_request(api, path, &send, NULL, NULL, body, max_body, timeout_s, stop, resp);
 }
 
 kb_err_t kb_api_status_err(long status) {

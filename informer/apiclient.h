@@ -75,8 +75,16 @@ void kb_apiclient_get_as(kb_apiclient_t *api, const char *accept, const char *pa
                          void *opaque, kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
                          kb_api_response_t *resp);
 
+/* A request with a JSON body (method "POST", "PUT"; the Lease of bridge/ha.h):
+ * the answer's body is appended to *body as kb_apiclient_get does. A 401 is
+ * retried once with fresh credentials like a GET (the server did nothing).
+ * Thread: any. */
+void kb_apiclient_send(kb_apiclient_t *api, const char *method, const char *path, const char *json, size_t len,
+                       kb_buf_t *body, size_t max_body, long timeout_s, const _Atomic bool *stop,
+                       kb_api_response_t *resp);
+
 /* Request metrics, process-wide (a process talks to one cluster): one row
- * per (verb, resource), verb "list", "get" or "watch" and resource the
+ * per (verb, resource), verb "list", "get", "watch", "create" or "update" and resource the
  * path's plural ("pods", "deployments.apps" outside the core group, "" for a
  * path that names none). Each row counts attempts by response code (0: no
  * response, a transport error) and, except for watches (their length is the

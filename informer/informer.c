@@ -283,10 +283,16 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         }
         pthread_mutex_unlock(&inf->sub_mtx);
         kb_ledger_batch_committed(inf->ledger);
+        /* The whole batch is tracked before any of it is queued: a worker
+         * that pops a relist's DELETED already sees the list's resume point
+         * (bridge/ha.c compares it with the leader's). */
         for (size_t i = 0; i < inf->n_out; i++) {
             kb_inf_staged_t *o = &inf->out[i];
             kb_ledger_track_sized(inf->ledger, o->seq, o->refl, o->rv_after, o->ev == NULL,
                                   o->ev ? kb_event_size(o->ev) : 0);
+        }
+        for (size_t i = 0; i < inf->n_out; i++) {
+            kb_inf_staged_t *o = &inf->out[i];
             if (!o->ev)
                 continue;
             kb_event_type_t type = o->ev->type;

@@ -72,6 +72,7 @@ struct kb_ledger {
     kb_state_t *state;          /* borrowed; NULL without state_dir */
     char **scope_ns;            /* n_scopes namespaces, NULL entries = cluster-wide */
     size_t n_scopes;
+    uint64_t tracked_rv;        /* the newest decimal resume point tracked (l->mtx) */
 
     /* ingest lock (the caller's) */
     uint64_t seq;               /* last seq handed out */
@@ -431,6 +432,8 @@ void kb_ledger_track_sized(kb_ledger_t *l, uint64_t seq, int scope, const char *
     KB_ASSERT(scope < (int)l->n_scopes);
     pthread_mutex_lock(&l->mtx);
     KB_ASSERT(seq > l->acked && seq >= l->base + l->ring_len);
+    uint64_t rv_num = scope >= 0 && rv_after ? kb_rv_parse(rv_after, strlen(rv_after)) : 0;
+    l->tracked_rv = rv_num > l->tracked_rv ? rv_num : l->tracked_rv;
     if (l->ring_len == 0)
         l->base = seq; /* nothing in flight: the window starts here (seqs before were done) */
     while (l->base + l->ring_len <= seq) {
@@ -712,4 +715,22 @@ void kb_ledger_stats(kb_ledger_t *l, kb_ledger_stats_t *st) {
 void kb_ledger_batch_committed(kb_ledger_t *l) {
     if (++l->prune_tick % 256 == 0)
         kb_graves_prune(l);
+}
+
+uint64_t kb_ledger_acked_rv(kb_ledger_t *l) {
+    uint64_t low = UINT64_MAX;
+    pthread_mutex_lock(&l->mtx);
+    for (size_t i = 0; i < l->n_scopes; i++) {
+        uint64_t v = kb_rv_parse(l->ack_rv[i], strlen(l->ack_rv[i]));
+        low = v < low ? v : low;
+    }
+    pthread_mutex_unlock(&l->mtx);
+    return low == UINT64_MAX ? 0 : low;
+}
+
+uint64_t kb_ledger_tracked_rv(kb_ledger_t *l) {
+    pthread_mutex_lock(&l->mtx);
+    uint64_t v = l->tracked_rv;
+    pthread_mutex_unlock(&l->mtx);
+    return v;
 }

@@ -174,6 +174,17 @@ void kb_ledger_checkpoint(kb_ledger_t *l);
  * ranges past its first gap that are delivered or inside it. */
 void kb_ledger_txn_cut(kb_ledger_t *l, kb_buf_t *json);
 
+/* High availability (bridge/ha.h): the resourceVersion every change up to the
+ * watermark is known by — the lowest resume point of the scopes at acked(), as
+ * a number; 0 when a scope has none yet or it is not decimal. RVs are etcd
+ * revisions, comparable across replicas where seqs are not: a standby treats a
+ * change whose RV is not above the leader's as acknowledged. Thread: any. */
+uint64_t kb_ledger_acked_rv(kb_ledger_t *l);
+/* The newest decimal resume point tracked by this process (0: none): a
+ * relist's DELETED (the object's last RV, not its deletion's) is known to the
+ * leader once the leader's watermark reaches the list's. Thread: any. */
+uint64_t kb_ledger_tracked_rv(kb_ledger_t *l);
+
 typedef struct kb_ledger_stats {
     uint64_t seq;          /* the newest tracked seq */
     uint64_t acked;        /* the watermark */

@@ -2,6 +2,7 @@
 # deploy/kubernetes/rbac-rules.sh — print a least-privilege ClusterRole for kbridge's informers.
 #
 #   deploy/kubernetes/rbac-rules.sh [--name NAME] RESOURCE...
+#   deploy/kubernetes/rbac-rules.sh --lease-namespace NS [--name NAME] RESOURCE...
 #   deploy/kubernetes/rbac-rules.sh --help
 #
 # Each RESOURCE is `resource` for the core group or `group/resource` for any
@@ -13,15 +14,23 @@
 # informer uses, nothing more). Paste it over the ClusterRole in
 # base/rbac.yaml. For informers restricted to namespaces, change kind to Role
 # (and the binding to a RoleBinding) in each of those namespaces.
+#
+# --lease-namespace NS also prints the Role for ha.enabled: get, create and
+# update on leases (coordination.k8s.io) in NS, kbridge's own namespace.
 set -euo pipefail
 usage() { sed -n '2,/^set -e/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 name=kbridge-reader
+lease_ns=""
 while [[ $# -gt 0 && $1 == -* ]]; do
     case $1 in
     -h | --help) usage; exit 0 ;;
     --name)
         [[ $# -ge 2 && -n $2 ]] || { echo "rbac-rules.sh: --name needs a value" >&2; exit 2; }
         name=$2
+        shift 2 ;;
+    --lease-namespace)
+        [[ $# -ge 2 && $2 =~ ^[a-z0-9-]+$ ]] || { echo "rbac-rules.sh: --lease-namespace needs a namespace" >&2; exit 2; }
+        lease_ns=$2
         shift 2 ;;
     --) shift; break ;;
     *) echo "rbac-rules.sh: unknown option \"$1\" (try --help)" >&2; exit 2 ;;
@@ -53,3 +62,17 @@ HEAD
 for k in "${order[@]}"; do
     printf -- '- apiGroups: ["%s"]\n  resources: [%s]\n  verbs: [get, list, watch]\n' "${k#:}" "${by_group[$k]}"
 done
+if [[ -n $lease_ns ]]; then
+    cat <<LEASE
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: $name-lease
+  namespace: $lease_ns
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+LEASE
+fi

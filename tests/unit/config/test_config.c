@@ -318,6 +318,9 @@ static void test_error_range(void **state) {
                  "t.cfg:1: http.listen: \"localhost\" is not host:port (or \"\" to disable)");
     expect_error("sharding = { replicas = 2;\n index = 2; };\n",
                  "t.cfg:2: sharding.index: 2 is not below sharding.replicas = 2");
+    expect_error("ha = { lease_seconds = 5;\n renew_seconds = 4; };\n",
+                 "t.cfg:2: ha.renew_seconds: 4 is not below ha.lease_seconds - 1 = 4");
+    expect_error("\nha = { enabled = true; };\n", "t.cfg:2: ha.identity: empty (and $HOSTNAME is not set)");
 }
 
 static void test_error_enum(void **state) {

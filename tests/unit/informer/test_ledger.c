@@ -307,6 +307,28 @@ static int setup(void **state) {
     return 0;
 }
 
+/* ha: what a leader publishes is the lowest scope's resume point at the
+ * watermark; what a standby compares a relist's DELETED with is the newest tracked. */
+static void test_acked_and_tracked_rv(void **state) {
+    (void)state;
+    const char *ns[] = {"a", "b"};
+    kb_ledger_t *l = kb_ledger_new(ns, 2, NULL);
+    for (int i = 1; i <= 3; i++)
+        kb_ledger_next_seq(l);
+    assert_int_equal(kb_ledger_acked_rv(l), 0);
+    kb_ledger_track(l, 1, 0, "20", false);
+    kb_ledger_track(l, 2, 1, "15", false);
+    kb_ledger_track(l, 3, -1, NULL, false); /* a list item: no resume point */
+    assert_int_equal(kb_ledger_tracked_rv(l), 20);
+    kb_ledger_done(l, 1);
+    assert_int_equal(kb_ledger_acked_rv(l), 0); /* scope b has none at the watermark yet */
+    kb_ledger_done(l, 2);
+    assert_int_equal(kb_ledger_acked_rv(l), 15);
+    kb_ledger_done(l, 3);
+    assert_int_equal(kb_ledger_acked_rv(l), 15);
+    kb_ledger_destroy(l);
+}
+
 static int teardown(void **state) {
     (void)state;
     kb_resource_unref(res);
@@ -322,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_restart_tail_and_cut),
         cmocka_unit_test(test_per_sink_watermarks_across_restart),
         cmocka_unit_test(test_window_bound),
+        cmocka_unit_test(test_acked_and_tracked_rv),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,461 @@
+/* bridge/ha.c — a leader and a warm standby per shard, by a Lease.
+ *
+ * Why a Lease: it is what kube-controller-manager and client-go's leader
+ * election use; the API server gives optimistic concurrency (an update names
+ * the resourceVersion it read; a concurrent writer gets 409), so at most one
+ * replica wins a take-over. One Lease per shard index: N shards, N leaders.
+ *
+ * Expiry without trusting clocks across machines: as client-go does, a
+ * standby does not compare renewTime with its own wall clock. It remembers
+ * when (its monotonic clock) it first saw the Lease's current resourceVersion;
+ * when that version has stood for leaseDurationSeconds, it tries to take the
+ * Lease (an update naming that version). A released Lease (holderIdentity "")
+ * is taken at once.
+ *
+ * Fencing: the leader may deliver until (monotonic start of its last
+ * successful renew) + lease_seconds − KB_HA_MARGIN. The standby's count starts
+ * when it reads the renewed Lease, which is after that request started, so the
+ * old leader's deadline passes before any standby can have taken over, given
+ * the two clocks run at the same rate within KB_HA_MARGIN per lease period.
+ * The check is made before each event is handed to the sinks; what a sink
+ * already holds (its buffer, a produce in flight) is not recalled.
+ *
+ * What a takeover delivers — the crux. The two replicas' journals number the
+ * same change with different seqs, so seqs cannot be published. RVs can: they
+ * are etcd revisions, the same for a change on both replicas. The leader
+ * publishes, per informer, the RV every change up to its watermark is known
+ * by (kb_ledger_acked_rv: the lowest resume point of its scopes at the
+ * watermark of all its sinks), as the annotation KB_HA_ANNOTATION
+ * {"informer":"rv",…}, on every renew. The standby's workers pop, journal and
+ * index like the leader's, and before delivering each change:
+ *   - a change whose RV is not above the published one: the leader has it
+ *     acknowledged (or a newer state of the key) — acknowledged to nothing
+ *     here (KB_HA_SKIP: the ledger moves, the journal is pruned as usual);
+ *   - a DELETED made up by a relist carries the object's last RV, not the
+ *     deletion's: it counts as known once the published RV reaches the
+ *     newest resume point this replica had tracked when it saw it (the list's);
+ *   - anything else: the worker waits (for a newer publication, for
+ *     leadership, or for shutdown). So the standby is never further behind
+ *     than one renew period plus the leader's own acknowledgement lag, and
+ *     its reflectors keep reading (its window bound is only reached when the
+ *     leader's is).
+ * On takeover the waiting workers deliver from where they wait: every change
+ * after the last published watermark. Repeats are what the leader
+ * acknowledged after its last publication (up to renew_seconds of changes) —
+ * at-least-once; a consumer applying only a greater (RV, deleted) per key
+ * converges.
+ *
+ * Threads: the kb:ha thread does every request; workers call kb_ha_admit.
+ */
+#include "bridge/ha.h"
+
+#include "common/alloc.h"
+#include "common/buf.h"
+#include "common/log.h"
+#include "common/time.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KB_HA_MARGIN_NS (1 * KB_NS_PER_SEC)
+#define KB_HA_ANNOTATION "kbridge.io/watermarks"
+#define KB_HA_MAX_BODY (1u << 20)
+
+struct kb_ha {
+    kb_apiclient_t *api;
+    kb_ha_marks_fn marks;
+    void *marks_opaque;
+    char ns[128], name[256], identity[128];
+    int lease_s, renew_s, shard;
+    pthread_t thread;
+    bool started;
+    _Atomic bool stop_thread;   /* the thread ends */
+    _Atomic bool stopping;      /* shutdown began: a standby drops what it would wait for */
+    _Atomic bool leader;
+    _Atomic int64_t deadline_ns; /* CLOCK_MONOTONIC: deliver only before it */
+
+    pthread_mutex_t mtx;        /* leaf: guards what follows */
+    pthread_cond_t cv;          /* publication or leadership changed */
+    kb_ha_mark_t pub[KB_HA_MAX_MARKS]; /* the leader's last published marks */
+    size_t n_pub;
+    char holder[128];
+    uint64_t transitions;
+
+    /* the ha thread only */
+    char seen_rv[64];           /* the Lease's resourceVersion last seen … */
+    int64_t seen_ns;            /* … and when first seen (monotonic) */
+    char acquire[40];           /* acquireTime of our own leadership */
+};
+
+typedef struct kb_lease {
+    char rv[64], holder[128], acquire[40];
+    int duration;
+    long transitions;
+    char marks[4096];           /* the annotation's JSON, "" if none */
+} kb_lease_t;
+
+static void kb_ha_expand_name(kb_ha_t *ha, const kb_config_t *cfg) {
+    kb_buf_t b = KB_BUF_INIT;
+    for (const char *p = cfg->ha_lease_name; *p;) {
+        if (!strncmp(p, "{cluster}", 9)) {
+            kb_buf_append_str(&b, cfg->cluster.name);
+            p += 9;
+        } else if (!strncmp(p, "{shard}", 7)) {
+            kb_buf_appendf(&b, "%d", cfg->sharding_index);
+            p += 7;
+        } else {
+            kb_buf_append(&b, p++, 1);
+        }
+    }
+    snprintf(ha->name, sizeof(ha->name), "%s", b.len ? b.data : "");
+    kb_buf_fini(&b);
+}
+
+static void kb_ha_namespace(kb_ha_t *ha, const kb_config_t *cfg) {
+    snprintf(ha->ns, sizeof(ha->ns), "%s", "default");
+    if (cfg->ha_lease_namespace[0]) {
+        snprintf(ha->ns, sizeof(ha->ns), "%s", cfg->ha_lease_namespace);
+        return;
+    }
+    const char *dir = getenv("KB_SA_DIR");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/namespace", dir ? dir : "/var/run/secrets/kubernetes.io/serviceaccount");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[128];
+    if (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0])
+            snprintf(ha->ns, sizeof(ha->ns), "%s", line);
+    }
+    fclose(f);
+}
+
+kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, void *opaque) {
+    kb_ha_t *ha = kb_calloc(1, sizeof(*ha));
+    ha->api = api;
+    ha->marks = marks;
+    ha->marks_opaque = opaque;
+    ha->lease_s = cfg->ha_lease_seconds;
+    ha->renew_s = cfg->ha_renew_seconds;
+    ha->shard = cfg->sharding_index;
+    snprintf(ha->identity, sizeof(ha->identity), "%s", cfg->ha_identity);
+    kb_ha_expand_name(ha, cfg);
+    kb_ha_namespace(ha, cfg);
+    pthread_mutex_init(&ha->mtx, NULL);
+    kb_cond_init_mono(&ha->cv);
+    return ha;
+}
+
+/* ---- the Lease object -------------------------------------------------- */
+
+static void kb_ha_path(const kb_ha_t *ha, bool named, kb_buf_t *out) {
+    kb_buf_appendf(out, "/apis/coordination.k8s.io/v1/namespaces/%s/leases%s%s", ha->ns, named ? "/" : "",
+                  named ? ha->name : "");
+}
+
+static void kb_lease_parse_marks(const char *text, kb_ha_mark_t *out, size_t *n) {
+    *n = 0;
+    json_t *o = json_loads(text, 0, NULL);
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (*n == KB_HA_MAX_MARKS || !json_is_string(v))
+            continue;
+        snprintf(out[*n].informer, sizeof(out[*n].informer), "%s", k);
+        out[*n].rv = kb_rv_parse(json_string_value(v), strlen(json_string_value(v)));
+        (*n)++;
+    }
+    json_decref(o);
+}
+
+static bool kb_lease_parse(const char *body, kb_lease_t *l) {
+    memset(l, 0, sizeof(*l));
+    json_t *o = json_loads(body, 0, NULL);
+    if (!o)
+        return false;
+    const char *rv = json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion"));
+    json_t *spec = json_object_get(o, "spec");
+    const char *holder = json_string_value(json_object_get(spec, "holderIdentity"));
+    const char *acquire = json_string_value(json_object_get(spec, "acquireTime"));
+    json_t *ann = json_object_get(json_object_get(o, "metadata"), "annotations");
+    const char *marks = json_string_value(json_object_get(ann, KB_HA_ANNOTATION));
+    snprintf(l->rv, sizeof(l->rv), "%s", rv ? rv : "");
+    snprintf(l->holder, sizeof(l->holder), "%s", holder ? holder : "");
+    snprintf(l->acquire, sizeof(l->acquire), "%s", acquire ? acquire : "");
+    snprintf(l->marks, sizeof(l->marks), "%s", marks ? marks : "");
+    l->duration = (int)json_integer_value(json_object_get(spec, "leaseDurationSeconds"));
+    l->transitions = (long)json_integer_value(json_object_get(spec, "leaseTransitions"));
+    json_decref(o);
+    return rv != NULL;
+}
+
+/* Our own watermarks as the annotation's JSON. */
+static char *kb_ha_marks_json(kb_ha_t *ha) {
+    kb_ha_mark_t m[KB_HA_MAX_MARKS];
+    size_t n = ha->marks(ha->marks_opaque, m, KB_HA_MAX_MARKS);
+    json_t *o = json_object();
+    for (size_t i = 0; i < n; i++) {
+        char rv[24];
+        snprintf(rv, sizeof(rv), "%llu", (unsigned long long)m[i].rv);
+        json_object_set_new(o, m[i].informer, json_string(rv));
+    }
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return s;
+}
+
+/* The Lease as we write it: holder (may be ""), the given marks, rv NULL to create. */
+static char *kb_ha_lease_json(kb_ha_t *ha, const char *rv, const char *holder, const char *acquire,
+                              long transitions, int duration, const char *marks) {
+    char now[40];
+    kb_format_rfc3339_us(kb_now_real_ns(), now, sizeof(now));
+    json_t *meta = json_pack("{s:s, s:s, s:{s:s}}", "name", ha->name, "namespace", ha->ns, "annotations",
+                             KB_HA_ANNOTATION, marks ? marks : "{}");
+    if (rv)
+        json_object_set_new(meta, "resourceVersion", json_string(rv));
+    json_t *spec = json_pack("{s:s, s:i, s:s, s:s, s:I}", "holderIdentity", holder, "leaseDurationSeconds",
+                             duration, "acquireTime", acquire[0] ? acquire : now, "renewTime", now,
+                             "leaseTransitions", (json_int_t)transitions);
+    json_t *o = json_pack("{s:s, s:s, s:o, s:o}", "apiVersion", "coordination.k8s.io/v1", "kind", "Lease",
+                          "metadata", meta, "spec", spec);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* GET the Lease: 200 (parsed into *l), 404, or another status / 0 for a transport error. */
+static long kb_ha_get(kb_ha_t *ha, kb_lease_t *l) {
+    kb_buf_t path = KB_BUF_INIT, body = KB_BUF_INIT;
+    kb_ha_path(ha, true, &path);
+    kb_api_response_t resp;
+    kb_apiclient_get(ha->api, path.data, NULL, NULL, &body, KB_HA_MAX_BODY, ha->renew_s, &ha->stop_thread, &resp);
+    long status = resp.err == KB_OK ? resp.status : 0;
+    if (status == 200 && !kb_lease_parse(body.len ? body.data : "", l))
+        status = 0;
+    if (status != 200 && status != 404)
+        KB_WARN("ha", "lease %s/%s: GET failed (%s%ld %s)", ha->ns, ha->name, resp.err == KB_OK ? "HTTP " : "",
+                resp.err == KB_OK ? resp.status : 0L, resp.err == KB_OK ? "" : resp.errmsg);
+    kb_buf_fini(&path);
+    kb_buf_fini(&body);
+    return status;
+}
+
+/* Create (rv NULL) or update the Lease; the new resourceVersion into seen_rv. True on success. */
+static bool kb_ha_write(kb_ha_t *ha, const char *rv, const char *holder, long transitions, int duration,
+                        const char *marks) {
+    char *json = kb_ha_lease_json(ha, rv, holder, ha->acquire, transitions, duration, marks);
+    kb_buf_t path = KB_BUF_INIT, body = KB_BUF_INIT;
+    kb_ha_path(ha, rv != NULL, &path);
+    kb_api_response_t resp;
+    kb_apiclient_send(ha->api, rv ? "PUT" : "POST", path.data, json, strlen(json), &body, KB_HA_MAX_BODY,
+                      ha->renew_s, NULL, &resp);
+    bool ok = resp.err == KB_OK && (resp.status == 200 || resp.status == 201);
+    kb_lease_t l;
+    if (ok && kb_lease_parse(body.data, &l)) {
+        snprintf(ha->seen_rv, sizeof(ha->seen_rv), "%s", l.rv);
+        if (!ha->acquire[0])
+            snprintf(ha->acquire, sizeof(ha->acquire), "%s", l.acquire);
+    }
+    else if (resp.err != KB_OK || resp.status != 409)
+        KB_WARN("ha", "lease %s/%s: %s failed (%s%ld %s)", ha->ns, ha->name, rv ? "update" : "create",
+                resp.err == KB_OK ? "HTTP " : "", resp.err == KB_OK ? resp.status : 0L,
+                resp.err == KB_OK ? "" : resp.errmsg);
+    free(json);
+    kb_buf_fini(&path);
+    kb_buf_fini(&body);
+    return ok;
+}
+
+/* ---- leadership -------------------------------------------------------- */
+
+static void kb_ha_set_holder(kb_ha_t *ha, const char *holder, const char *marks) {
+    pthread_mutex_lock(&ha->mtx);
+    snprintf(ha->holder, sizeof(ha->holder), "%s", holder);
+    if (marks)
+        kb_lease_parse_marks(marks, ha->pub, &ha->n_pub);
+    pthread_cond_broadcast(&ha->cv);
+    pthread_mutex_unlock(&ha->mtx);
+}
+
+/* A write that started at t0 succeeded: deliver until its deadline. taken: the
+ * marks taken over from the previous leader (NULL: renewed our own). */
+static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
+    atomic_store(&ha->deadline_ns, t0 + ha->lease_s * KB_NS_PER_SEC - KB_HA_MARGIN_NS);
+    if (!atomic_exchange(&ha->leader, true)) {
+        pthread_mutex_lock(&ha->mtx);
+        ha->transitions++;
+        pthread_mutex_unlock(&ha->mtx);
+        KB_INFO("ha", "shard %d: leading (lease %s/%s, identity %s); watermarks taken over: %s", ha->shard, ha->ns,
+                ha->name, ha->identity, taken && taken[0] ? taken : "(none: our own journal)");
+    }
+    kb_ha_set_holder(ha, ha->identity, NULL);
+}
+
+static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
+    if (atomic_exchange(&ha->leader, false)) {
+        pthread_mutex_lock(&ha->mtx);
+        ha->transitions++;
+        pthread_mutex_unlock(&ha->mtx);
+        KB_WARN("ha", "shard %d: no longer leading (lease %s/%s now held by \"%s\"); delivering nothing", ha->shard,
+                ha->ns, ha->name, l->holder);
+    }
+    kb_ha_set_holder(ha, l->holder, l->marks[0] ? l->marks : NULL);
+}
+
+/* One round; returns when to run the next (monotonic ns). */
+static int64_t kb_ha_round(kb_ha_t *ha) {
+    int64_t t0 = kb_now_mono_ns(), next = t0 + ha->renew_s * KB_NS_PER_SEC;
+    kb_lease_t l;
+    long st = kb_ha_get(ha, &l);
+    if (st == 404) {
+        ha->acquire[0] = '\0';
+        char *marks = kb_ha_marks_json(ha);
+        if (kb_ha_write(ha, NULL, ha->identity, 0, ha->lease_s, marks))
+            kb_ha_lead(ha, t0, NULL);
+        free(marks);
+        return next;
+    }
+    if (st != 200)
+        return t0 + KB_NS_PER_SEC; /* the deadline fences us meanwhile */
+    if (!strcmp(l.holder, ha->identity)) {
+        if (!atomic_load(&ha->leader))
+            snprintf(ha->acquire, sizeof(ha->acquire), "%s", l.acquire);
+        char *marks = kb_ha_marks_json(ha);
+        if (kb_ha_write(ha, l.rv, ha->identity, l.transitions, ha->lease_s, marks))
+            kb_ha_lead(ha, t0, NULL);
+        free(marks);
+        return next;
+    }
+    kb_ha_follow(ha, &l);
+    if (strcmp(l.rv, ha->seen_rv) != 0) {
+        snprintf(ha->seen_rv, sizeof(ha->seen_rv), "%s", l.rv);
+        ha->seen_ns = t0;
+    }
+    int64_t expiry = ha->seen_ns + (int64_t)(l.duration > 0 ? l.duration : ha->lease_s) * KB_NS_PER_SEC;
+    if (l.holder[0] && t0 < expiry)
+        return expiry < next ? expiry + 10 * KB_NS_PER_MS : next;
+    /* Released, or not renewed for its whole duration: take it, keeping the
+     * old leader's published watermarks until ours replace them. */
+    ha->acquire[0] = '\0';
+    if (kb_ha_write(ha, l.rv, ha->identity, l.transitions + 1, ha->lease_s, l.marks[0] ? l.marks : "{}"))
+        kb_ha_lead(ha, t0, l.marks);
+    return t0 + 200 * KB_NS_PER_MS; /* publish our own marks soon */
+}
+
+static void *kb_ha_main(void *arg) {
+    kb_ha_t *ha = arg;
+    kb_thread_set_name("kb:ha");
+    while (!atomic_load(&ha->stop_thread)) {
+        int64_t next = kb_ha_round(ha);
+        int64_t wait = (next - kb_now_mono_ns()) / KB_NS_PER_MS;
+        kb_sleep_ms_interruptible(wait > 0 ? wait : 0, &ha->stop_thread);
+    }
+    return NULL;
+}
+
+void kb_ha_start(kb_ha_t *ha) {
+    KB_INFO("ha", "shard %d: standby until leading lease %s/%s (identity %s, lease %d s, renew %d s)", ha->shard,
+            ha->ns, ha->name, ha->identity, ha->lease_s, ha->renew_s);
+    if (pthread_create(&ha->thread, NULL, kb_ha_main, ha) == 0)
+        ha->started = true;
+    else
+        KB_ERROR("ha", "cannot start the lease thread: this replica stays a standby");
+}
+
+void kb_ha_begin_stop(kb_ha_t *ha) {
+    atomic_store(&ha->stopping, true);
+    pthread_mutex_lock(&ha->mtx);
+    pthread_cond_broadcast(&ha->cv);
+    pthread_mutex_unlock(&ha->mtx);
+}
+
+void kb_ha_stop(kb_ha_t *ha) {
+    kb_ha_begin_stop(ha);
+    atomic_store(&ha->stop_thread, true);
+    if (ha->started)
+        pthread_join(ha->thread, NULL);
+    ha->started = false;
+    if (!atomic_exchange(&ha->leader, false))
+        return;
+    /* Release: the last watermarks, no holder, so the standby need not wait out the lease. */
+    kb_lease_t l;
+    atomic_store(&ha->stop_thread, false);
+    if (kb_ha_get(ha, &l) == 200 && !strcmp(l.holder, ha->identity)) {
+        char *marks = kb_ha_marks_json(ha);
+        if (kb_ha_write(ha, l.rv, "", l.transitions, 1, marks))
+            KB_INFO("ha", "shard %d: lease %s/%s released with watermarks %s", ha->shard, ha->ns, ha->name, marks);
+        free(marks);
+    }
+    atomic_store(&ha->stop_thread, true);
+}
+
+void kb_ha_destroy(kb_ha_t *ha) {
+    if (!ha)
+        return;
+    KB_ASSERT(!ha->started);
+    pthread_mutex_destroy(&ha->mtx);
+    pthread_cond_destroy(&ha->cv);
+    free(ha);
+}
+
+/* ---- the gate ---------------------------------------------------------- */
+
+bool kb_ha_leads(kb_ha_t *ha) {
+    return atomic_load_explicit(&ha->leader, memory_order_acquire) &&
+           kb_now_mono_ns() < atomic_load_explicit(&ha->deadline_ns, memory_order_acquire);
+}
+
+/* The published RV of informer (0: none). ha->mtx held. */
+static uint64_t kb_ha_pub_rv(const kb_ha_t *ha, const char *informer) {
+    for (size_t i = 0; i < ha->n_pub; i++)
+        if (!strcmp(ha->pub[i].informer, informer))
+            return ha->pub[i].rv;
+    return 0;
+}
+
+kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
+                          const _Atomic bool *hard_stop) {
+    if (kb_ha_leads(ha))
+        return KB_HA_DELIVER;
+    /* What the leader must have acknowledged for this change to be known. */
+    uint64_t need = ev->final_state_unknown ? (tracked_rv > ev->rv_num ? tracked_rv : ev->rv_num) : ev->rv_num;
+    kb_ha_admit_t r = KB_HA_DROP;
+    pthread_mutex_lock(&ha->mtx);
+    for (;;) {
+        if (kb_ha_leads(ha)) {
+            r = KB_HA_DELIVER;
+            break;
+        }
+        uint64_t pub = kb_ha_pub_rv(ha, informer);
+        if (need && pub && need <= pub) {
+            r = KB_HA_SKIP;
+            break;
+        }
+        if (atomic_load(&ha->stopping) || atomic_load(hard_stop))
+            break;
+        struct timespec until = kb_deadline_mono(100);
+        pthread_cond_timedwait(&ha->cv, &ha->mtx, &until);
+    }
+    pthread_mutex_unlock(&ha->mtx);
+    return r;
+}
+
+void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st) {
+    memset(st, 0, sizeof(*st));
+    st->leader = kb_ha_leads(ha);
+    pthread_mutex_lock(&ha->mtx);
+    snprintf(st->holder, sizeof(st->holder), "%s", ha->holder);
+    st->transitions = ha->transitions;
+    pthread_mutex_unlock(&ha->mtx);
+    snprintf(st->identity, sizeof(st->identity), "%s", ha->identity);
+    snprintf(st->lease, sizeof(st->lease), "%s/%s", ha->ns, ha->name);
+}
+
+int kb_ha_shard(const kb_ha_t *ha) {
+    return ha->shard;
+}

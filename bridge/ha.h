@@ -1,0 +1,72 @@
+/* bridge/ha.h — high availability: one leader per shard index by a
+ * coordination.k8s.io/v1 Lease, a warm standby that takes over.
+ *
+ * Both replicas of a shard run everything (informers, journal, index); only
+ * the leader hands messages to sinks. Every worker asks kb_ha_admit() before
+ * each event it would deliver: the leader delivers; a standby treats a change
+ * the leader has published as acknowledged (its resourceVersion is not above
+ * the leader's watermark for that informer) and holds the first one that is
+ * not, until the leader publishes further or it becomes the leader itself.
+ *
+ * Ownership: the bridge owns the kb_ha_t (kb_bridge_new creates it when
+ * ha.enabled). The api client and the marks callback are borrowed and outlive it.
+ * Threads: one "kb:ha" thread talks to the API server; kb_admit/kb_ha_status
+ * from any thread. Locks: ha->mtx, a leaf (nothing is called under it, the
+ * marks callback and HTTP run outside it).
+ */
+#ifndef KB_BRIDGE_HA_H
+#define KB_BRIDGE_HA_H
+
+#include "common/event.h"
+#include "config/config.h"
+#include "informer/apiclient.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct kb_ha kb_ha_t;
+
+#define KB_HA_MAX_MARKS 64
+typedef struct kb_ha_mark {
+    char informer[128];
+    uint64_t rv; /* every change of the informer up to this resourceVersion is acknowledged by every sink */
+} kb_ha_mark_t;
+/* The leader's own watermarks, one per informer; returns how many. Called on
+ * the ha thread with no ha lock held. */
+typedef size_t (*kb_ha_marks_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
+
+kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, void *opaque);
+void kb_ha_start(kb_ha_t *ha);
+/* Shutdown begins: a standby's workers stop waiting (kb_ha_admit → DROP). */
+void kb_ha_begin_stop(kb_ha_t *ha);
+/* After the drain: stop the thread; a leader publishes its last watermarks and
+ * releases the Lease (holderIdentity ""), so the standby takes over at once. */
+void kb_ha_stop(kb_ha_t *ha);
+void kb_ha_destroy(kb_ha_t *ha); /* NULL is a no-op */
+
+typedef enum {
+    KB_HA_DELIVER = 0, /* hand it to the sinks */
+    KB_HA_SKIP,        /* the leader acknowledged it: acknowledge it to nothing */
+    KB_HA_DROP,        /* shutting down as a standby: neither (it stays in the journal) */
+} kb_ha_admit_t;
+/* Before each event a worker delivers; blocks while this replica is a standby
+ * and the leader has not published ev's RV yet. tracked_rv: the informer's
+ * kb_ledger_tracked_rv (for a relist's DELETED). hard_stop: the bridge's. */
+kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
+                          const _Atomic bool *hard_stop);
+
+/* This replica leads and its lease has not run out: it may hand messages to sinks. Thread: any (atomics). */
+bool kb_ha_leads(kb_ha_t *ha);
+
+typedef struct kb_ha_status {
+    bool leader;               /* this replica may deliver now */
+    char holder[128];          /* the Lease's holderIdentity as last read or written */
+    char identity[128];
+    char lease[400];           /* "namespace/name" */
+    uint64_t transitions;      /* this process's leadership changes */
+} kb_ha_status_t;
+void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st);
+int kb_ha_shard(const kb_ha_t *ha);
+
+#endif

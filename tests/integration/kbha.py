@@ -1,0 +1,179 @@
+"""Helpers for the high-availability tests (0770-0779): two kbridge replicas of one shard on a real
+kube-apiserver, configmap churn through the API, and the consumer rule of docs/guarantees.md over the
+union of the replicas' outputs."""
+import json
+import os
+import random
+import threading
+import time
+
+from kbtest import Failure, SOURCE, check, ConfigBridge, http_request, wait_for
+
+NS = "ha"
+CMS = "/api/v1/namespaces/%s/configmaps" % NS
+
+
+LEASE_NS = "kb"
+
+
+def least_privilege_token(cp):
+    """A service account kb/kbridge with only what deploy/kubernetes/rbac-rules.sh prints for the
+    configmaps informer and --lease-namespace kb; returns the path of a file with its token."""
+    import subprocess
+    cp.kubectl("create", "namespace", LEASE_NS)
+    cp.kubectl("create", "serviceaccount", "kbridge", "-n", LEASE_NS)
+    rules = subprocess.run([os.path.join(SOURCE, "deploy", "kubernetes", "rbac-rules.sh"), "--name", "kbridge-ha",
+                            "--lease-namespace", LEASE_NS, "configmaps"], stdout=subprocess.PIPE, text=True, check=True)
+    cp.kubectl("apply", "-f", "-", input=rules.stdout)
+    cp.kubectl("create", "clusterrolebinding", "kbridge-ha", "--clusterrole=kbridge-ha",
+               "--serviceaccount=%s:kbridge" % LEASE_NS)
+    cp.kubectl("create", "rolebinding", "kbridge-ha-lease", "-n", LEASE_NS, "--role=kbridge-ha-lease",
+               "--serviceaccount=%s:kbridge" % LEASE_NS)
+    path = os.path.join(cp.dir, "kbridge-ha.token")
+    with open(path, "w") as f:
+        f.write(cp.kubectl("create", "token", "kbridge", "-n", LEASE_NS, "--duration=1h").strip() + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def replica(cp, identity, lease_seconds, renew_seconds, token_file, workdir=None):
+    """A kbridge replica leading or standing by for shard 0 (file sink, own state_dir), with the
+    least-privilege token."""
+    text = """
+cluster = { name = "real"; server = "%s"; ca_file = "%s"; token_file = "%s"; };
+http = { listen = "127.0.0.1:0"; };
+state_dir = "{dir}/state";
+shutdown_timeout = 10;
+log = { level = "info"; };
+ha = { enabled = true; lease_namespace = "%s"; lease_seconds = %d; renew_seconds = %d; identity = "%s"; };
+informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "%s" ]; } );
+sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
+routes = ( { informer = "cms"; sink = "out"; } );
+""" % (cp.server, cp.ca, token_file, LEASE_NS, lease_seconds, renew_seconds, identity, NS)
+    b = ConfigBridge(text, start=False, workdir=workdir)
+    with open(b.config) as f:
+        cfg = f.read().replace("{dir}", b.dir)
+    with open(b.config, "w") as f:
+        f.write(cfg)
+    b.start()
+    return b
+
+
+def start_pair(cp, prefix, lease_seconds, renew_seconds):
+    """Namespace NS with 30 changes, replica-a leading, replica-b standing by with its list done."""
+    cp.kubectl("create", "namespace", NS)
+    churn = Churn(cp, prefix)
+    for _ in range(30):
+        churn.step()
+    token = least_privilege_token(cp)
+    a = replica(cp, "replica-a", lease_seconds, renew_seconds, token)
+    wait_for(lambda: leads(a), 60, 0.1, "replica-a to lead")
+    b = replica(cp, "replica-b", lease_seconds, renew_seconds, token)
+    b.wait_log("standby until leading lease %s/kbridge-real-0" % LEASE_NS, 60)
+    b.wait_log("informer=cms namespace=%s listed" % NS, 60)
+    check(not leads(b), "the second replica leads too:\n" + b.logtext()[-2000:])
+    return a, b, churn
+
+
+def http_view(b):
+    """(readyz status, kbridge_ha_leader value, /v1/informers "ha") of a running replica."""
+    url = b.http_url()
+    ready = http_request(url + "/readyz")[0]
+    metrics = http_request(url + "/metrics")[2].decode()
+    gauge = [l.split()[-1] for l in metrics.splitlines() if l.startswith('kbridge_ha_leader{shard="0"}')]
+    return ready, gauge[0] if gauge else None, json.loads(http_request(url + "/v1/informers")[2])["ha"]
+
+
+def leads(b, nth=1):
+    return b.logtext().count(": leading (lease") >= nth
+
+
+def lines(b):
+    """Whole lines of b's output (a torn last line is left for later)."""
+    try:
+        with open(b.out, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    return [json.loads(l) for l in data.split(b"\n")[:-1] if l]
+
+
+def consumer_view(outputs):
+    """The consumer rule: per key apply only a greater (RV, DELETED?1:0). Returns {key: (rv, deleted)}."""
+    best = {}
+    for evs in outputs:
+        for e in evs:
+            if e["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            key = e["namespace"] + "/" + e["name"]
+            v = (int(e["resourceVersion"]), 1 if e["type"] == "DELETED" else 0)
+            if key not in best or v > best[key]:
+                best[key] = v
+    return best
+
+
+class Churn:
+    """Creates, patches and deletes configmaps in NS from a thread; remembers every key it deleted."""
+
+    def __init__(self, cp, prefix, n_keys=40):
+        self.cp, self.prefix, self.n_keys = cp, prefix, n_keys
+        self.deleted = set()
+        self.ops = 0
+        self.stop_flag = False
+        self.rng = random.Random(prefix)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def step(self):
+        name = "%s-%d" % (self.prefix, self.rng.randrange(self.n_keys))
+        r = self.rng.random()
+        if r < 0.25:
+            st, _ = self.cp.request("DELETE", CMS + "/" + name)
+            if st == 200:
+                self.deleted.add(NS + "/" + name)
+        else:
+            st, _ = self.cp.request("PUT", CMS + "/" + name, {"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": name, "namespace": NS}, "data": {"v": str(self.ops)}})
+            if st == 404:
+                self.cp.request("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": name, "namespace": NS}, "data": {"v": str(self.ops)}})
+        self.ops += 1
+
+    def _run(self):
+        while not self.stop_flag:
+            self.step()
+            time.sleep(0.02)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stop_flag = True
+        self.thread.join(60)
+
+
+def check_converged(cp, replicas, deleted, timeout=120):
+    """The union of the replicas' outputs, by the consumer rule, equals the server, every delete included."""
+    def ok():
+        server = {k: int(v) for k, v in cp.state(CMS).items()}
+        view = consumer_view([lines(b) for b in replicas])
+        live = {k: rv for k, (rv, d) in view.items() if not d}
+        # A deleted key the consumer ever saw must end deleted (live == server says so); one created
+        # and deleted before any replica listed was never seen, which is right too.
+        gone = [k for k in deleted if k not in server and k in view and not view[k][1]]
+        return (live == server and not gone) and (server, view)
+    try:
+        return wait_for(ok, timeout, 0.5, "the union of the outputs to converge to the API server")
+    except Failure:
+        server = {k: int(v) for k, v in cp.state(CMS).items()}
+        view = consumer_view([lines(b) for b in replicas])
+        live = {k: rv for k, (rv, d) in view.items() if not d}
+        bad = sorted(k for k in set(server) | set(live) if server.get(k) != live.get(k))[:5]
+        raise Failure("not converged: %s\n--- logs ---\n%s" % (
+            [(k, server.get(k), view.get(k)) for k in bad],
+            "\n".join(b.logtext()[-2500:] for b in replicas)))
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
