@@ -96,10 +96,6 @@ void kb_informer_done(kb_informer_t *inf, uint64_t seq) {
     kb_ledger_done(inf->ledger, seq);
 }
 
-void kb_informer_mark_produced(kb_informer_t *inf, uint64_t seq) {
-    kb_ledger_produced(inf->ledger, seq);
-}
-
 kb_ledger_t *kb_informer_ledger(kb_informer_t *inf) {
     return inf->ledger;
 }

@@ -109,10 +109,6 @@ void kb_informer_done(kb_informer_t *inf, uint64_t seq);
  * Valid for the informer's life. Thread: any. */
 struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
 
-/* Exactly-once with a transactional sink: seq's messages are all inside the
- * sink's open transaction (they count as delivered once it commits).
- * Thread: any (the sink's enqueued hook). Locks: the ack lock. */
-void kb_informer_mark_produced(kb_informer_t *inf, uint64_t seq);
 /* The exactly-once cut for the transaction about to commit, as JSON appended
  * to json (kb_ledger_txn_cut). Thread: any. Locks: the ledger's. */
 void kb_informer_txn_cut(kb_informer_t *inf, kb_buf_t *json);
