@@ -7,8 +7,9 @@
  *
  * Every change the server reports becomes at most one event per key, in
  * resourceVersion order per key:
- *   - a per-key gate drops a watch event whose numeric RV is not newer than
- *     the cached one (a replay after a resume can never go backwards);
+ *   - a per-key gate (informer/ledger.h) drops a watch event whose numeric RV
+ *     is not newer than what the key last had, live or deleted, whatever its
+ *     uid (a replay after a resume can never go backwards);
  *   - a relist is diffed against the indexer: ADDED for new keys, MODIFIED
  *     for changed RVs, nothing for unchanged keys, DELETED with
  *     finalStateUnknown for keys that vanished, DELETED(old uid) + ADDED(new
@@ -17,11 +18,12 @@
  *     (hash % sharding.replicas != index) are not taken at all.
  *
  * With state_dir set, every accepted change is journalled (LMDB, group
- * commit) before it is queued, the cache is persisted, and the checkpoint —
- * the seq and watch RV up to which every sink acknowledged — advances as
- * kb_informer_done() reports acknowledgements. A restart loads the cache,
- * queues the journal's unacknowledged tail again (exact repeats at worst),
- * and resumes the watch at the checkpoint; a 410 there relists and diffs.
+ * commit) before it is queued and the cache is persisted. The bridge
+ * acknowledges each change per sink into the informer's ledger
+ * (kb_informer_ledger); each sink's watermark and the checkpoint (the lowest
+ * of them) are written to state_dir. A restart loads the cache, queues the
+ * journal's unacknowledged tail again — to the sinks below each change only —
+ * and resumes the watch where the journal ends; a 410 there relists and diffs.
  *
  * Threads: kb_informer_* calls come from the bridge's main thread; stats,
  * done and the accessors may be called from any thread.
@@ -101,8 +103,8 @@ kb_err_t kb_informer_start(kb_informer_t *inf);
 void kb_informer_stop(kb_informer_t *inf);
 void kb_informer_destroy(kb_informer_t *inf); /* after stop; NULL is a no-op */
 
-/* Every route of event seq has been acknowledged by its sink (or the event
- * went nowhere). Thread: any (sink ack callbacks). Locks: the ack lock (leaf). */
+/* seq needs nothing more from any sink (kb_ledger_done): a change LATEST
+ * compaction merged away, for instance. Thread: any. Locks: the ledger's (leaf). */
 void kb_informer_done(kb_informer_t *inf, uint64_t seq);
 
 /* The informer's ledger (informer/ledger.h): sinks acknowledge into it.
