@@ -378,14 +378,8 @@ size_t kb_ledger_graves(const kb_ledger_t *l) {
 static void kb_graves_prune(kb_ledger_t *l) {
     if (!kb_strmap_count(l->graves))
         return;
-    uint64_t floor = UINT64_MAX;
-    pthread_mutex_lock(&l->mtx);
-    for (size_t i = 0; i < l->n_scopes; i++) {
-        uint64_t v = kb_rv_parse(l->ack_rv[i], strlen(l->ack_rv[i]));
-        floor = v < floor ? v : floor;
-    }
-    pthread_mutex_unlock(&l->mtx);
-    if (floor == 0 || floor == UINT64_MAX)
+    uint64_t floor = kb_ledger_acked_rv(l); /* 0 while any scope has no numeric resume point */
+    if (floor == 0)
         return;
     kb_strmap_t *keep = kb_strmap_new(64);
     size_t pos = 0, len;
