@@ -127,6 +127,23 @@ static void test_produced_counts_for_the_cut(void **state) {
     kb_ledger_destroy(l);
 }
 
+/* A state_dir in a new directory under /tmp (dir: a mkdtemp template). */
+static kb_state_t *tmp_state(char *dir) {
+    assert_non_null(mkdtemp(dir));
+    char why[256];
+    kb_state_opts_t so = {.dir = dir, .map_bytes = 64u << 20, .journal_max_bytes = 1u << 20,
+                          .journal_max_age_s = 3600};
+    kb_state_t *st = kb_state_open(&so, why, sizeof(why));
+    assert_non_null(st);
+    return st;
+}
+
+static void rm_dir(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A restart: the tail after the checkpoint comes back marked, its deletes gate
  * replays, and a cut read back from a transactional sink drops what it covers. */
 static int n_queued;
@@ -138,13 +155,8 @@ static void queue(void *opaque, kb_event_t *ev) {
 
 static void test_restart_tail_and_cut(void **state) {
     (void)state;
-    char dir[] = "/tmp/kbtest-ledger-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char why[256];
-    kb_state_opts_t so = {.dir = dir, .map_bytes = 64u << 20, .journal_max_bytes = 1u << 20,
-                          .journal_max_age_s = 3600};
-    kb_state_t *st = kb_state_open(&so, why, sizeof(why));
-    assert_non_null(st);
+    char dir[] = "/tmp/kbtest-ledger-XXXXXX", why[256];
+    kb_state_t *st = tmp_state(dir);
     kb_event_t *evs[] = {mk(KB_EV_ADDED, "x", "A", 101), mk(KB_EV_MODIFIED, "x", "A", 102),
                          mk(KB_EV_DELETED, "x", "A", 103), mk(KB_EV_ADDED, "y", "B", 104)};
     assert_int_equal(kb_state_begin(st), KB_OK);
@@ -192,9 +204,7 @@ static void test_restart_tail_and_cut(void **state) {
     kb_state_close(st);
     for (size_t i = 0; i < 4; i++)
         kb_event_unref(evs[i]);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    rm_dir(dir);
 }
 
 /* Per-sink progress: each sink's own watermark is kept in state_dir, and a
@@ -203,13 +213,8 @@ static void test_restart_tail_and_cut(void **state) {
  * acknowledged all of them, because another sink held the checkpoint). */
 static void test_per_sink_watermarks_across_restart(void **state) {
     (void)state;
-    char dir[] = "/tmp/kbtest-ledger-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char why[256];
-    kb_state_opts_t so = {.dir = dir, .map_bytes = 64u << 20, .journal_max_bytes = 1u << 20,
-                          .journal_max_age_s = 3600};
-    kb_state_t *st = kb_state_open(&so, why, sizeof(why));
-    assert_non_null(st);
+    char dir[] = "/tmp/kbtest-ledger-XXXXXX", why[256];
+    kb_state_t *st = tmp_state(dir);
     assert_int_equal(kb_state_begin(st), KB_OK);
     kb_event_t *evs[3];
     for (int i = 0; i < 3; i++) {
@@ -271,9 +276,7 @@ static void test_per_sink_watermarks_across_restart(void **state) {
     kb_state_close(st);
     for (int i = 0; i < 3; i++)
         kb_event_unref(evs[i]);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    rm_dir(dir);
 }
 
 /* The window is bounded: a sink that stopped holds the watermark, and reading
