@@ -552,6 +552,19 @@ void kb_inf__list_synced(kb_reflector_t *r) {
     atomic_fetch_add(&r->inf->synced_refl, 1);
 }
 
+void kb_inf__stream_begin(kb_reflector_t *r) {
+    r->stream_listed = r->stream_ignored = false;
+    kb_inf__list_begin(r);
+    r->initial = true;
+}
+
+bool kb_inf__stream_end(kb_reflector_t *r) {
+    r->initial = false;
+    kb_strmap_destroy(r->seen);
+    r->seen = NULL;
+    return r->stream_listed;
+}
+
 /* One page of the list (the response body; src names the request for error
  * texts): its items are ingested as one batch; cont gets its continue token
  * ("" on the last page). KB_ERR_PARSE,
@@ -1420,6 +1433,25 @@ kb_err_t kb_ingest_watch_bytes(kb_informer_t *inf, size_t refl, const char *data
     if (kb_inf__watch_bytes(r, data, len))
         return KB_OK;
     return r->watch_err != KB_OK ? r->watch_err : KB_ERR_PARSE;
+}
+
+void kb_ingest_stream_begin(kb_informer_t *inf, size_t refl) {
+    KB_ASSERT(refl < inf->n_refl);
+    kb_reflector_t *r = &inf->refl[refl];
+    kb_buf_reset(&r->stream);
+    r->frames = 0;
+    r->watch_err = KB_OK;
+    kb_inf__stream_begin(r);
+}
+
+bool kb_ingest_stream_listed(kb_informer_t *inf, size_t refl) {
+    KB_ASSERT(refl < inf->n_refl);
+    return inf->refl[refl].stream_listed && !inf->refl[refl].initial;
+}
+
+bool kb_ingest_stream_end(kb_informer_t *inf, size_t refl) {
+    KB_ASSERT(refl < inf->n_refl);
+    return kb_inf__stream_end(&inf->refl[refl]);
 }
 
 void kb_ingest_crash(kb_informer_t *inf) {

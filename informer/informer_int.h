@@ -160,6 +160,11 @@ kb_err_t kb_inf__list_end(kb_reflector_t *r);
 /* A list complete (paged, or a streamed list's bookmark committed): the
  * reflector counts as synced, or the list as a relist. Thread: the reflector's. */
 void kb_inf__list_synced(kb_reflector_t *r);
+/* A streamed list begins (the watch about to open sends the initial events
+ * first) / its stream ended, for whatever reason: true if its
+ * initial-events-end BOOKMARK was committed, i.e. the list is complete. */
+void kb_inf__stream_begin(kb_reflector_t *r);
+bool kb_inf__stream_end(kb_reflector_t *r);
 /* Bytes of a watch body (the curl write callback): every complete line is a
  * frame; one call is one batch. False ends the watch (r->watch_err says why).
  * While r->initial (a streamed list, after kb_inf__list_begin), ADDED frames

@@ -243,21 +243,16 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
     memset(&r->status, 0, sizeof(r->status));
     atomic_fetch_add(&inf->st_watches, 1);
     r->stream_listed = r->stream_ignored = false;
-    if (streamed) {
-        kb_inf__list_begin(r);
-        r->initial = true;
-    }
+    if (streamed)
+        kb_inf__stream_begin(r);
     KB_DEBUG("reflector", "informer=%s watch rv=%s sendInitialEvents=%s timeout=%ds", inf->conf->name, rv,
              streamed ? "true" : "false", timeout);
     kb_api_response_t resp;
     kb_apiclient_get(inf->api, path.data, kb_inf__watch_bytes, r, &body, 1u << 20, timeout + 60, &inf->stop, &resp);
     *retry_after = resp.retry_after;
     *status = resp.status;
-    if (streamed) { /* ended before its initial-events-end BOOKMARK (or that chunk did not commit): no list */
-        r->initial = false;
-        kb_strmap_destroy(r->seen);
-        r->seen = NULL;
-    }
+    if (streamed) /* ended before its initial-events-end BOOKMARK (or that chunk did not commit): no list */
+        (void)kb_inf__stream_end(r);
     kb_err_t err = KB_OK;
     if (atomic_load(&inf->stop)) {
         err = KB_ERR_STOPPED;

@@ -12,7 +12,10 @@
  * A history mixes, at random: creates, updates, deletes and re-creates of a
  * few names (so names come back with new uids), unrelated RV bumps, history
  * compaction (a watch or a continue token from before it gets 410), paged
- * lists with changes between pages, watch streams cut at any byte, 410 ERROR
+ * lists with changes between pages, streamed lists (sendInitialEvents: the
+ * initial events, then the initial-events-end BOOKMARK, then changes on the
+ * same stream) dropped or answered with 410 before that BOOKMARK and then
+ * paged, as the reflector does; watch streams cut at any byte, 410 ERROR
  * events mid-stream, bookmarks, sinks that acknowledge late and out of order
  * across keys or refuse a message, checkpoints, clean restarts and crashes
  * (SIGKILL: memory lost, state_dir as the last commit left it) at any step —
@@ -153,7 +156,7 @@ typedef struct { cmsg_t *v; size_t n, cap; } clog_t;
 
 /* ---- kbridge as the simulation runs it ----------------------------------- */
 
-typedef enum { R_NEED_LIST, R_LISTING, R_WATCH_OPEN, R_WATCHING } rstate_t;
+typedef enum { R_NEED_LIST, R_LISTING, R_STREAMING, R_WATCH_OPEN, R_WATCHING } rstate_t;
 
 typedef struct {
     rstate_t st;
@@ -163,6 +166,8 @@ typedef struct {
     size_t n_snap, at_snap;
     uint64_t list_rv;
     bool live_pages;        /* fault: continue pages read the live state, not the snapshot */
+    bool end_sent;          /* streamed: the initial-events-end BOOKMARK is in pending or handed over */
+    bool page_next;         /* a streamed list got 410: the next list is paged (as the reflector does) */
     /* watching */
     size_t cursor;          /* next history index to consider */
     uint64_t from;          /* RV the watch began at */
@@ -198,6 +203,7 @@ typedef struct {
     msink_t sinks[MAX_SINKS];
     int n_sinks;
     bool latest;
+    int stream_pct;         /* chance a list is streamed (sendInitialEvents) rather than paged */
     int64_t window;         /* coalescing window in clock ticks (0 = off; only with latest) */
     int64_t clock;          /* the fifo's clock: one tick per step, and per quiesce round */
     int life;
@@ -210,6 +216,7 @@ static void refl_reset(refl_t *f) {
     free(f->snap);
     f->snap = NULL;
     f->n_snap = f->at_snap = 0;
+    f->end_sent = false;
     kb_buf_reset(&f->pending);
 }
 
@@ -384,9 +391,17 @@ static void start_list(sim_t *s, refl_t *f, int idx) {
                 f->snap[f->n_snap++] = (mev_t){KB_EV_ADDED, ns, n, o->uid, o->rv, o->gen};
         }
     f->list_rv = s->srv.rv;
+    s->lists++;
+    if (!f->page_next && chance(&s->r, (unsigned)s->stream_pct)) {
+        f->live_pages = false; /* the watch cache sends one consistent state */
+        f->st = R_STREAMING;
+        kb_ingest_stream_begin(s->inf, (size_t)idx);
+        TRACE("  refl %d: streamed list at rv %llu (%zu items)\n", idx, (unsigned long long)f->list_rv, f->n_snap);
+        return;
+    }
+    f->page_next = false;
     f->live_pages = chance(&s->r, 25);
     f->st = R_LISTING;
-    s->lists++;
     kb_ingest_list_begin(s->inf, (size_t)idx);
     TRACE("  refl %d: list at rv %llu (%zu items)\n", idx, (unsigned long long)f->list_rv, f->n_snap);
 }
@@ -433,6 +448,15 @@ static void list_page(sim_t *s, refl_t *f, int idx) {
     kb_buf_fini(&cont);
 }
 
+/* Watch from the first change after rv on: the cursor skips what is older. */
+static void watch_from(sim_t *s, refl_t *f, uint64_t from) {
+    f->from = from;
+    f->cursor = 0;
+    while (f->cursor < s->srv.n_hist && s->srv.hist[f->cursor].rv <= from)
+        f->cursor++;
+    f->st = R_WATCHING;
+}
+
 static void watch_open(sim_t *s, refl_t *f, int idx) {
     char rv[KB_RV_MAX];
     kb_ingest_watch_begin(s->inf, (size_t)idx, rv, sizeof(rv));
@@ -448,11 +472,7 @@ static void watch_open(sim_t *s, refl_t *f, int idx) {
         start_list(s, f, idx);
         return;
     }
-    f->from = from;
-    f->cursor = 0;
-    while (f->cursor < s->srv.n_hist && s->srv.hist[f->cursor].rv <= from)
-        f->cursor++;
-    f->st = R_WATCHING;
+    watch_from(s, f, from);
     TRACE("  refl %d: watch from %s\n", idx, rv);
 }
 
@@ -467,6 +487,56 @@ static kb_err_t feed(sim_t *s, refl_t *f, int idx, bool all) {
             break;
     }
     return err;
+}
+
+/* A streamed list ended before it was complete: list again, streamed or paged. */
+static void stream_lost(sim_t *s, refl_t *f, int idx, bool gone) {
+    kb_buf_reset(&f->pending);
+    if (kb_ingest_stream_end(s->inf, (size_t)idx)) {
+        f->st = R_WATCH_OPEN; /* it was complete after all: resume from its RV */
+        return;
+    }
+    f->page_next = gone;
+    start_list(s, f, idx);
+}
+
+/* One step of a streamed list: a few initial ADDED events of the snapshot,
+ * after the last of them the initial-events-end BOOKMARK at the list's RV,
+ * and the same stream goes on as a watch. The stream may drop anywhere, or
+ * send a 410 ERROR before the list is complete. */
+static void stream_step(sim_t *s, refl_t *f, int idx, bool quiet) {
+    if (!quiet && chance(&s->r, 4)) {
+        TRACE("  refl %d: streamed list dropped at item %zu\n", idx, f->at_snap);
+        stream_lost(s, f, idx, false);
+        return;
+    }
+    if (!quiet && chance(&s->r, 2)) {
+        kb_buf_append_str(&f->pending, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+                                       "\"status\":\"Failure\",\"reason\":\"Expired\",\"code\":410}}\n");
+    } else {
+        for (size_t n = 1 + rnd(&s->r, 3); n && f->at_snap < f->n_snap; n--, f->at_snap++) {
+            mev_t *e = &f->snap[f->at_snap];
+            kb_buf_append_str(&f->pending, "{\"type\":\"ADDED\",\"object\":");
+            obj_json(&f->pending, e->ns, e->name, e->uid, e->rv, e->gen);
+            kb_buf_append_str(&f->pending, "}\n");
+        }
+        if (f->at_snap == f->n_snap && !f->end_sent) {
+            f->end_sent = true;
+            kb_buf_appendf(&f->pending, "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
+                                        "\"metadata\":{\"resourceVersion\":\"%llu\",\"annotations\":"
+                                        "{\"k8s.io/initial-events-end\":\"true\"}}}}\n",
+                           (unsigned long long)f->list_rv);
+        }
+    }
+    kb_err_t err = feed(s, f, idx, quiet);
+    if (err != KB_OK) {
+        if (err == KB_ERR_GONE)
+            s->gones++;
+        stream_lost(s, f, idx, err == KB_ERR_GONE);
+    } else if (kb_ingest_stream_listed(s->inf, (size_t)idx)) {
+        TRACE("  refl %d: streamed list complete at rv %llu\n", idx, (unsigned long long)f->list_rv);
+        watch_from(s, f, f->list_rv); /* the rest of the bytes, if any, are changes */
+    }
 }
 
 static void watch_step(sim_t *s, refl_t *f, int idx, bool quiet) {
@@ -514,6 +584,7 @@ static void refl_step(sim_t *s, int idx, bool quiet) {
     switch (f->st) {
     case R_NEED_LIST: start_list(s, f, idx); break;
     case R_LISTING: list_page(s, f, idx); break;
+    case R_STREAMING: stream_step(s, f, idx, quiet); break;
     case R_WATCH_OPEN: watch_open(s, f, idx); break;
     case R_WATCHING: watch_step(s, f, idx, quiet); break;
     }
@@ -645,6 +716,8 @@ static void quiesce(sim_t *s) {
 static void configure(sim_t *s) {
     s->latest = chance(&s->r, 50);
     s->window = s->latest && chance(&s->r, 50) ? 1 + (int64_t)rnd(&s->r, 20) : 0;
+    static const int stream_pcts[] = {0, 50, 100}; /* list_mode paged, a mix (auto falling back), stream */
+    s->stream_pct = stream_pcts[rnd(&s->r, 3)];
     s->n_refl = chance(&s->r, 30) ? 2 : 1;
     s->srv.n_ns = 2;
     s->n_sinks = 1 + (int)rnd(&s->r, MAX_SINKS);
