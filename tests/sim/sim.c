@@ -4,7 +4,8 @@
  * informer's ingest and per-key gate, the journal and persisted index in
  * LMDB, the DeltaFIFO in both compaction modes (and with a coalescing window
  * on the sim's own clock), the ledger, restart from
- * state_dir — is driven on one thread by a seeded scheduler against a model
+ * state_dir, and (one history in five) the cache alone without state_dir,
+ * which has no restarts — is driven on one thread by a seeded scheduler against a model
  * API server, model sinks and a model consumer. Nothing here reads a clock
  * or the network, so a seed is a history: the same seed runs the same steps,
  * and a failure prints the seed that replays it (`kb_sim --seed N -v`).
@@ -203,6 +204,7 @@ typedef struct {
     msink_t sinks[MAX_SINKS];
     int n_sinks;
     bool latest;
+    bool memory;            /* no state_dir: the cache alone (no restarts then: they would start from nothing) */
     int stream_pct;         /* chance a list is streamed (sendInitialEvents) rather than paged */
     int64_t window;         /* coalescing window in clock ticks (0 = off; only with latest) */
     int64_t clock;          /* the fifo's clock: one tick per step, and per quiesce round */
@@ -725,16 +727,19 @@ static void configure(sim_t *s) {
         s->sinks[i].ack_pct = 10 + rnd(&s->r, 90);
         s->sinks[i].refuse_pct = chance(&s->r, 20) ? 2 : 0;
     }
+    s->memory = chance(&s->r, 20);
+    for (int i = 0; i < s->n_sinks && s->memory; i++)
+        s->sinks[i].refuse_pct = 0; /* a stopped sink is tried again by a restart */
     for (int i = 0; i < s->n_refl; i++)
         s->refl[i].ns = s->n_refl == 1 ? -1 : i;
     snprintf(s->cfgtext, sizeof(s->cfgtext),
              "cluster = { name = \"sim\"; server = \"http://127.0.0.1:9\"; };\n"
-             "state_dir = \"%s\";\n"
+             "%s%s%s"
              "informers = ( { name = \"pods\"; version = \"v1\"; resource = \"pods\"; shards = %u; "
              "compaction = \"%s\"; queue_bytes = 1073741824; %s } );\n"
              "sinks = ( { name = \"out\"; type = \"file\"; path = \"/dev/null\"; } );\n"
              "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n",
-             s->dir, 1 + rnd(&s->r, 3), s->latest ? "latest" : "none",
+             s->memory ? "" : "state_dir = \"", s->memory ? "" : s->dir, s->memory ? "" : "\";\n", 1 + rnd(&s->r, 3), s->latest ? "latest" : "none",
              s->n_refl == 2 ? "namespaces = [\"a\", \"b\"];" : "");
 }
 
@@ -774,6 +779,8 @@ static bool run_history(uint64_t seed, unsigned steps) {
             sink_acks(s, &s->sinks[rnd(&s->r, (unsigned)s->n_sinks)], false);
         } else if (w < 97) {
             checkpoint(s);
+        } else if (s->memory) {
+            continue; /* without state_dir a restart begins again from nothing */
         } else if (w < 99) {
             TRACE("CRASH\n");
             s->crashes++;
@@ -802,10 +809,10 @@ static bool run_history(uint64_t seed, unsigned steps) {
     }
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
-               "%u crashes, %u restarts, %u messages)\n",
+               "%u crashes, %u restarts, %u messages%s)\n",
                (unsigned long long)seed, failed ? "FAILED: " : "ok", failed ? failure : "", "",
                s->latest ? (s->window ? "latest+window" : "latest") : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
-               s->crashes, s->restarts, s->msgs);
+               s->crashes, s->restarts, s->msgs, s->memory ? ", no state_dir" : "");
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
     if (system(cmd) != 0)
