@@ -71,6 +71,9 @@ typedef struct kb_informer_stats {
     uint64_t gated;                    /* watch events refused as not newer than the cache */
     uint64_t watches;                  /* watch requests opened */
     uint64_t rv_regressions;           /* lists below the previous resume point */
+    const char *sharding;              /* "none" (one replica), "server" (asked with shardSelector), "client" */
+    const char *shard_basis;           /* what ownership hashes: "name", "uid" or "namespace" */
+    uint64_t shard_foreign;            /* objects received that another replica owns (dropped) */
     uint64_t seq;                      /* the newest event or marker accepted */
     uint64_t ack_seq;                  /* everything up to here is acknowledged by every sink */
     int64_t ack_time_ns;               /* realtime of the newest acknowledgement (0: none) */
