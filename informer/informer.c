@@ -1353,7 +1353,9 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     st->gated = atomic_load(&inf->st_gated);
     st->watches = atomic_load(&inf->st_watches);
     st->rv_regressions = atomic_load(&inf->st_rv_regressions);
-    st->sharding = inf->shard.replicas <= 1 ? "none" : kb_inf__shard_asks(inf) ? "server" : "client";
+    st->sharding = inf->shard.replicas <= 1                                     ? "none"
+                   : !inf->shard.by_range || atomic_load(&inf->shard_fallback) ? "client"
+                                                                               : "server";
     st->shard_basis = kb_shard_basis(&inf->shard);
     st->shard_foreign = atomic_load(&inf->st_shard_foreign);
     st->persistent = inf->state != NULL;

@@ -71,7 +71,9 @@ typedef struct kb_informer_stats {
     uint64_t gated;                    /* watch events refused as not newer than the cache */
     uint64_t watches;                  /* watch requests opened */
     uint64_t rv_regressions;           /* lists below the previous resume point */
-    const char *sharding;              /* "none" (one replica), "server" (asked with shardSelector), "client" */
+    const char *sharding;              /* "none" (one replica); "server": asked with shardSelector and nothing
+                                        * of another replica came; "client": filtered here (by name, or the
+                                        * server ignored shardSelector) */
     const char *shard_basis;           /* what ownership hashes: "name", "uid" or "namespace" */
     uint64_t shard_foreign;            /* objects received that another replica owns (dropped) */
     uint64_t seq;                      /* the newest event or marker accepted */

@@ -327,6 +327,15 @@ def _name_of(informer_text):
     return informer_text.split('name = "', 1)[1].split('"', 1)[0]
 
 
+def fnv1a64(s):
+    """64-bit FNV-1a of s's UTF-8 bytes: kbridge's shard hash and the API server's shardSelector's."""
+    h = 0xcbf29ce484222325
+    for b in s.encode():
+        h ^= b
+        h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 def key_of(e):
     return e["namespace"] + "/" + e["name"] if e["namespace"] else e["name"]
 
