@@ -18,13 +18,11 @@ REPLICAS = 3
 
 
 def owner(uid):
-    h = fnv1a64(uid)
-    return next(i for i in range(REPLICAS) if (i << 64) // REPLICAS <= h < ((i + 1) << 64) // REPLICAS)
+    return uid_shard(uid, REPLICAS)
 
 
 def selector(i):
-    end = "0x10000000000000000" if i == REPLICAS - 1 else "0x%016x" % (((i + 1) << 64) // REPLICAS)
-    return "shardRange(object.metadata.uid, '0x%016x', '%s')" % ((i << 64) // REPLICAS, end)
+    return shard_selector(i, REPLICAS)
 
 
 CONFIG = """cluster = { name = "test"; server = "%s"; };

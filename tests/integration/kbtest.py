@@ -336,6 +336,18 @@ def fnv1a64(s):
     return h
 
 
+def uid_shard(uid, replicas):
+    """The replica owning uid under sharding.server_side: range i of [0, 2^64) cut into replicas equal parts."""
+    h = fnv1a64(uid)
+    return next(i for i in range(replicas) if (i << 64) // replicas <= h < ((i + 1) << 64) // replicas)
+
+
+def shard_selector(i, replicas):
+    """kube-apiserver's shardSelector for replica i of replicas, as kbridge sends it."""
+    end = "0x10000000000000000" if i == replicas - 1 else "0x%016x" % (((i + 1) << 64) // replicas)
+    return "shardRange(object.metadata.uid, '0x%016x', '%s')" % ((i << 64) // replicas, end)
+
+
 def key_of(e):
     return e["namespace"] + "/" + e["name"] if e["namespace"] else e["name"]
 
