@@ -14,8 +14,9 @@
  *     for changed RVs, nothing for unchanged keys, DELETED with
  *     finalStateUnknown for keys that vanished, DELETED(old uid) + ADDED(new
  *     uid) when a name was re-created;
- *   - events go to shard (FNV-1a(key) % shards); replicas other than ours
- *     (hash % sharding.replicas != index) are not taken at all.
+ *   - events go to shard (FNV-1a(key) % shards); objects another replica
+ *     owns (informer/shard.h: by name, or by uid/namespace hash range when
+ *     the server is asked to shard) are not taken at all.
  *
  * With state_dir set, every accepted change is journalled (LMDB, group
  * commit) before it is queued and the cache is persisted. The bridge
