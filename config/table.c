@@ -179,7 +179,8 @@ static const kb_ckey_t kb_keys_sharding[] = {
      .values = kb_v_server_field,
      .doc = "What server_side sharding hashes: \"uid\" (even spread; a re-created name may move to another "
             "replica) or \"namespace\" (a namespace stays on one replica, so does every name in it; the "
-            "spread is as even as the namespaces)."},
+            "spread is uneven: few namespaces, and FNV-1a's top bits mix names that differ only at the end "
+            "poorly — docs/cluster.md)."},
 };
 static const kb_csection_t kb_sec_sharding = {
     .title = "sharding", .doc = "Splitting the objects across several bridge processes.", .line_off = SIZE_MAX,

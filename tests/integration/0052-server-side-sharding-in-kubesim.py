@@ -11,25 +11,35 @@ together every object once, every incarnation in one output only.
 With the gate off (kubesim ignores the parameter, as kube-apiserver does),
 "auto" sees objects of other replicas arrive, says once that the server
 ignored shardSelector, stops asking, and filters by the same ranges, so the
-outputs are the same shares; "on" keeps asking and reports the error."""
+outputs are the same shares; "on" keeps asking and reports the error.
+
+With server_field = "namespace" (gate on) the ranges are over the namespace's
+hash: each replica gets whole namespaces, and a re-created name never moves."""
 from kbtest import *
 
 REPLICAS = 3
 
 
-def owner(uid):
-    return uid_shard(uid, REPLICAS)
+FIELD = {"name": "uid"}  # the phase's sharding.server_field
+
+
+def owner(ns, uid):
+    return range_shard(ns if FIELD["name"] == "namespace" else uid, REPLICAS)
 
 
 def selector(i):
-    return shard_selector(i, REPLICAS)
+    return shard_selector(i, REPLICAS, FIELD["name"])
+
+
+def item_owner(it):  # an item of kubesim's /_sim/state
+    return owner(it["key"].split("/", 1)[0], it["uid"])
 
 
 CONFIG = """cluster = { name = "test"; server = "%s"; };
 http = { listen = "127.0.0.1:0"; };
 log = { level = "debug"; };
 shutdown_timeout = 20;
-sharding = { replicas = 3; index = %d; server_side = "%s"; };
+sharding = { replicas = 3; index = %d; server_side = "%s"; server_field = "%s"; };
 informers = ( { name = "pods"; resource = "pods"; page_size = 40; list_mode = "%s"; } );
 sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
 routes = ( { informer = "pods"; sink = "out"; } );
@@ -37,7 +47,7 @@ routes = ( { informer = "pods"; sink = "out"; } );
 
 
 def server_share(sim, i):
-    return {it["key"]: it["resourceVersion"] for it in sim.state()["items"] if owner(it["uid"]) == i}
+    return {it["key"]: it["resourceVersion"] for it in sim.state()["items"] if item_owner(it) == i}
 
 
 def wait_share(sim, b, i):
@@ -51,32 +61,34 @@ def wait_share(sim, b, i):
                                                                sorted(set(got) - set(want))[:5], b.logtext()[-3000:]))
 
 
-def churn(sim, names):
+def churn(sim, names, a, b, d):
     """Updates, deletes, names deleted and created again (a new uid each), new names."""
-    recreated = names["a"][40:70]
-    sim.bulk(pod_ops("update", "a", names["a"][:40], labels={"app": "a", "v": "2"}) +
-             pod_ops("delete", "a", recreated) + pod_ops("delete", "b", names["b"][:30]) +
-             pod_ops("create", "d", ["new-%d" % n for n in range(45)]))
-    sim.bulk(pod_ops("create", "a", recreated, labels={"app": "a", "v": "again"}))
+    recreated = names[a][40:70]
+    sim.bulk(pod_ops("update", a, names[a][:40], labels={"app": "a", "v": "2"}) +
+             pod_ops("delete", a, recreated) + pod_ops("delete", b, names[b][:30]) +
+             pod_ops("create", d, ["new-%d" % n for n in range(45)]))
+    sim.bulk(pod_ops("create", a, recreated, labels={"app": "a", "v": "again"}))
     return recreated
 
 
-def run_replicas(sim, modes, list_modes):
-    names = {"a": ["p%03d" % n for n in range(120)], "b": ["q%03d" % n for n in range(90)]}
-    sim.bulk([op for ns, ns_names in names.items() for op in pod_ops("create", ns, ns_names)])
-    counts = [sum(1 for it in sim.state()["items"] if owner(it["uid"]) == i) for i in range(REPLICAS)]
-    check(all(c > 0 for c in counts), "every replica owns some of the 210 objects: %s" % counts)
-    bridges = [ConfigBridge(CONFIG % (sim.url, i, modes[i], list_modes[i])) for i in range(REPLICAS)]
-    for i, b in enumerate(bridges):
-        wait_share(sim, b, i)
+def run_replicas(sim, modes, list_modes, namespaces=("a", "b", "d")):
+    a, b, d = namespaces
+    names = {a: ["p%03d" % n for n in range(120)], b: ["q%03d" % n for n in range(90)]}
+    sim.bulk([op for ns, ns_names in names.items() for op in pod_ops("create", ns, ns_names)] +
+             pod_ops("create", d, ["old-%d" % n for n in range(20)]))
+    counts = [sum(1 for it in sim.state()["items"] if item_owner(it) == i) for i in range(REPLICAS)]
+    check(all(c > 0 for c in counts), "every replica owns some of the 230 objects: %s" % counts)
+    bridges = [ConfigBridge(CONFIG % (sim.url, i, modes[i], FIELD["name"], list_modes[i])) for i in range(REPLICAS)]
+    for i, br in enumerate(bridges):
+        wait_share(sim, br, i)
     before = {it["key"]: it["uid"] for it in sim.state()["items"]}
-    recreated = churn(sim, names)
+    recreated = churn(sim, names, a, b, d)
     after = {it["key"]: it["uid"] for it in sim.state()["items"]}
-    moved = [k for k in ("a/" + n for n in recreated) if owner(before[k]) != owner(after[k])]
-    check(moved, "some re-created names changed replica (new uid, new hash)")
+    moved = [k for k in (a + "/" + n for n in recreated) if owner(a, before[k]) != owner(a, after[k])]
+    check(bool(moved) == (FIELD["name"] == "uid"), "re-created names changed replica by uid only: %s" % moved)
     print("shares %s; %d of %d re-created names moved to another replica" % (counts, len(moved), len(recreated)))
-    for i, b in enumerate(bridges):
-        wait_share(sim, b, i)
+    for i, br in enumerate(bridges):
+        wait_share(sim, br, i)
     return bridges, moved
 
 
@@ -85,7 +97,7 @@ def check_outputs(sim, bridges, moved):
     for i, b in enumerate(bridges):
         check(b.stop() == 0, "replica %d exits 0 on SIGTERM" % i)
         evs = b.events()
-        wrong = [key_of(e) for e in evs if owner(e["uid"]) != i]
+        wrong = [key_of(e) for e in evs if owner(e["namespace"], e["uid"]) != i]
         check(not wrong, "replica %d delivered objects of another replica: %s" % (i, wrong[:5]))
         for inc in {(key_of(e), e["uid"]) for e in evs}:
             check(inc not in seen, "%s is in the outputs of replicas %d and %d" % (inc, seen.get(inc, -1), i))
@@ -108,12 +120,12 @@ def pod_requests(sim):
     return [r for r in sim.requests() if r["path"] == "/api/v1/pods"]
 
 
-def gate_on():
+def gate_on(namespaces=("a", "b", "d")):
     sim = Sim("--sharded-list", "on")
-    bridges, moved = run_replicas(sim, ["auto", "auto", "on"], ["stream", "paged", "auto"])
+    bridges, moved = run_replicas(sim, ["auto", "auto", "on"], ["stream", "paged", "auto"], namespaces)
     for i, b in enumerate(bridges):
         doc = b.informer_doc()
-        check(doc["sharding"] == "server" and doc["shardBy"] == "uid", "replica %d: %s" % (i, doc))
+        check(doc["sharding"] == "server" and doc["shardBy"] == FIELD["name"], "replica %d: %s" % (i, doc))
         check(doc["shardForeign"] == 0, "replica %d received %d objects of others" % (i, doc["shardForeign"]))
         check("ignored shardSelector" not in b.logtext(), "replica %d logged a fallback" % i)
     reqs = pod_requests(sim)
@@ -125,7 +137,8 @@ def gate_on():
         check((selector(i), "watch") in kinds, "replica %d watched its shard" % i)
     check((selector(1), "list") in kinds, "replica 1 (list_mode paged) listed its shard in pages")
     check_outputs(sim, bridges, moved)
-    print("gate on: %d pod list/watch requests, each with its replica's shardSelector" % len(reqs))
+    print("gate on, by %s: %d pod list/watch requests, each with its replica's shardSelector"
+          % (FIELD["name"], len(reqs)))
     sim.stop()
 
 
@@ -156,6 +169,10 @@ def gate_off():
 def test():
     gate_on()
     gate_off()
+    # FNV-1a's top bits mix short names poorly ("a", "b", … all land in the last third): namespaces
+    # chosen so each replica has one.
+    FIELD["name"] = "namespace"
+    gate_on(("kube-node-lease", "kube-public", "default"))
 
 
 run(test)

@@ -16,7 +16,7 @@ import os
 import signal
 
 from kbtest import (ConfigBridge, ControlPlane, Failure, assert_no_repeats, assert_rv_monotonic, check, key_of, run,
-                    shard_selector, uid_shard, wait_for)
+                    shard_selector, range_shard, wait_for)
 
 N = 300
 REPLICAS = 2
@@ -44,7 +44,7 @@ def objects(cp):
 
 
 def share(cp, i):
-    return {k: rv for k, (rv, uid) in objects(cp).items() if uid_shard(uid, REPLICAS) == i}
+    return {k: rv for k, (rv, uid) in objects(cp).items() if range_shard(uid, REPLICAS) == i}
 
 
 def wait_share(cp, b, i):
@@ -86,7 +86,7 @@ def probe(cp, gate_on):
     status, body = cp.request("GET", CMS + "?shardSelector=" + quote(sel))
     check(status == 200, "list with shardSelector: %d %s" % (status, str(body)[:300]))
     info = body["metadata"].get("shardInfo")
-    mine = all(uid_shard(i["metadata"]["uid"], REPLICAS) == 0 for i in body["items"])
+    mine = all(range_shard(i["metadata"]["uid"], REPLICAS) == 0 for i in body["items"])
     print("gate %s: list with shardSelector -> %d items, metadata.shardInfo=%s, all in the range: %s"
           % ("on" if gate_on else "off", len(body["items"]), info, mine))
     if gate_on:
@@ -115,7 +115,7 @@ def scenario(gate_on):
             wait_share(cp, b, i)
         after = objects(cp)
         moved = [k for k in ("bulk/" + n for n in again)
-                 if uid_shard(before[k][1], REPLICAS) != uid_shard(after[k][1], REPLICAS)]
+                 if range_shard(before[k][1], REPLICAS) != range_shard(after[k][1], REPLICAS)]
         seen, foreign = {}, []
         for i, b in enumerate(bridges):
             doc = b.informer_doc()
@@ -127,7 +127,7 @@ def scenario(gate_on):
                 check(b.logtext().count("the server ignored shardSelector") == 1, "replica %d said it once" % i)
             check(b.stop(signal.SIGTERM) == 0, "replica %d exits 0" % i)
             evs = b.events()
-            wrong = [key_of(e) for e in evs if uid_shard(e["uid"], REPLICAS) != i]
+            wrong = [key_of(e) for e in evs if range_shard(e["uid"], REPLICAS) != i]
             check(not wrong, "replica %d delivered objects of the other: %s" % (i, wrong[:5]))
             for inc in {(key_of(e), e["uid"]) for e in evs}:
                 check(inc not in seen, "%s in the outputs of replicas %d and %d" % (inc, seen.get(inc, -1), i))

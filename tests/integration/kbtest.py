@@ -336,16 +336,17 @@ def fnv1a64(s):
     return h
 
 
-def uid_shard(uid, replicas):
-    """The replica owning uid under sharding.server_side: range i of [0, 2^64) cut into replicas equal parts."""
-    h = fnv1a64(uid)
+def range_shard(value, replicas):
+    """The replica owning an object under sharding.server_side, by the FNV-1a 64 of value (its uid, or its
+    namespace): range i of [0, 2^64) cut into replicas equal parts."""
+    h = fnv1a64(value)
     return next(i for i in range(replicas) if (i << 64) // replicas <= h < ((i + 1) << 64) // replicas)
 
 
-def shard_selector(i, replicas):
+def shard_selector(i, replicas, field="uid"):
     """kube-apiserver's shardSelector for replica i of replicas, as kbridge sends it."""
     end = "0x10000000000000000" if i == replicas - 1 else "0x%016x" % (((i + 1) << 64) // replicas)
-    return "shardRange(object.metadata.uid, '0x%016x', '%s')" % ((i << 64) // replicas, end)
+    return "shardRange(object.metadata.%s, '0x%016x', '%s')" % (field, (i << 64) // replicas, end)
 
 
 def key_of(e):
