@@ -438,6 +438,13 @@ static void test_server_side_sharding(void **state) {
                   MINIMAL);
     assert_int_equal(cfg->sharding_server_side, KB_SHARD_SERVER_AUTO);
     assert_int_equal(cfg->sharding_server_field, KB_SHARD_FIELD_NAMESPACE);
+    char *summary = NULL;
+    size_t summary_len = 0;
+    FILE *f = open_memstream(&summary, &summary_len);
+    kb_config_summary(cfg, f);
+    fclose(f);
+    assert_non_null(strstr(summary, "sharding: replica 1 of 2, server-side auto by namespace\n"));
+    free(summary);
     kb_config_free(cfg);
     const char *routes = "informers = ( { name = \"pods\"; resource = \"pods\"; } );\n"
                          "sinks = ( { name = \"out\"; type = \"file\"; } );\n"
