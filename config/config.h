@@ -23,16 +23,16 @@ typedef enum { KB_COMPACTION_NONE = 0, KB_COMPACTION_LATEST = 1 } kb_compaction_
 /* How an informer lists: a streamed watch (sendInitialEvents) where the server
  * offers it, else pages (auto); always streamed; always paged. */
 typedef enum { KB_LIST_AUTO = 0, KB_LIST_STREAM = 1, KB_LIST_PAGED = 2 } kb_list_mode_t;
-/* sharding.server_side: never ask the server to shard (replicas split by
- * name); ask, and filter here too where it did not (auto); always ask. */
-typedef enum { KB_SHARD_SERVER_OFF = 0, KB_SHARD_SERVER_AUTO = 1, KB_SHARD_SERVER_ON = 2 } kb_shard_server_t;
-/* sharding.server_field: what the server (and the fallback) hashes. */
-typedef enum { KB_SHARD_FIELD_UID = 0, KB_SHARD_FIELD_NAMESPACE = 1 } kb_shard_field_t;
 typedef enum { KB_SINK_FILE = 0, KB_SINK_KAFKA = 1, KB_SINK_MQTT = 2 } kb_sink_type_t;
 typedef enum { KB_FORMAT_JSON = 0, KB_FORMAT_CE_STRUCTURED = 1, KB_FORMAT_CE_BINARY = 2 } kb_format_t;
 typedef enum { KB_MODE_EVENTS = 0, KB_MODE_STATE = 1 } kb_mode_t;
 typedef enum { KB_REFUSED_STOP = 0, KB_REFUSED_DEAD_LETTER = 1 } kb_refused_t;
 typedef enum { KB_MQTT_CLIENT_PAHO = 0, KB_MQTT_CLIENT_MOSQUITTO = 1 } kb_mqtt_client_t;
+/* sharding.server_side: never ask the server to shard (replicas split by
+ * name); ask, and filter here too where it did not (auto); always ask. */
+typedef enum { KB_SHARD_SERVER_OFF = 0, KB_SHARD_SERVER_AUTO = 1, KB_SHARD_SERVER_ON = 2 } kb_shard_server_t;
+/* sharding.server_field: what the server (and the fallback) hashes. */
+typedef enum { KB_SHARD_FIELD_UID = 0, KB_SHARD_FIELD_NAMESPACE = 1 } kb_shard_field_t;
 
 typedef struct kb_strlist {
     char **v;   /* n strings, owned */
