@@ -938,6 +938,9 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
         }
         kb_buf_append_char(&o, ']');
         kb_http_json_field(&o, "lastError", st.last_error);
+        kb_http_json_field(&o, "sharding", st.sharding);
+        kb_http_json_field(&o, "shardBy", st.shard_basis);
+        kb_buf_appendf(&o, ",\"shardForeign\":%llu", (unsigned long long)st.shard_foreign);
         kb_http_audit_json(&o, &st);
         kb_buf_append_char(&o, '}');
     }

@@ -108,10 +108,15 @@ static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
         fputs(" no server (set server, kubeconfig or in_cluster)", out);
     fprintf(out, ", qps %g burst %d%s\n", c->qps, c->burst,
             c->insecure_skip_tls_verify ? ", TLS verification OFF" : "");
-    fprintf(out, "state_dir %s; shutdown_timeout %ds; log %s/%s; http %s; sharding: replica %d of %d\n",
+    static const char *const server_side[] = {"off", "auto", "on"}, *const field[] = {"uid", "namespace"};
+    fprintf(out, "state_dir %s; shutdown_timeout %ds; log %s/%s; http %s; sharding: replica %d of %d",
             *cfg->state_dir ? cfg->state_dir : "(memory only)", cfg->shutdown_timeout, cfg->log_level,
             cfg->log_format, *cfg->http_listen ? cfg->http_listen : "(off)", cfg->sharding_index,
             cfg->sharding_replicas);
+    if (cfg->sharding_replicas > 1 && cfg->sharding_server_side != KB_SHARD_SERVER_OFF)
+        fprintf(out, ", server-side %s by %s", server_side[cfg->sharding_server_side],
+                field[cfg->sharding_server_field]);
+    fputc('\n', out);
     if (*cfg->http_listen)
         fprintf(out, "http: %s, %s, max_streams %d, max_per_address %d\n",
                 *cfg->http_tls_cert_file ? "HTTPS" : "plain HTTP",

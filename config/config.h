@@ -28,6 +28,11 @@ typedef enum { KB_FORMAT_JSON = 0, KB_FORMAT_CE_STRUCTURED = 1, KB_FORMAT_CE_BIN
 typedef enum { KB_MODE_EVENTS = 0, KB_MODE_STATE = 1 } kb_mode_t;
 typedef enum { KB_REFUSED_STOP = 0, KB_REFUSED_DEAD_LETTER = 1 } kb_refused_t;
 typedef enum { KB_MQTT_CLIENT_PAHO = 0, KB_MQTT_CLIENT_MOSQUITTO = 1 } kb_mqtt_client_t;
+/* sharding.server_side: never ask the server to shard (replicas split by
+ * name); ask, and filter here too where it did not (auto); always ask. */
+typedef enum { KB_SHARD_SERVER_OFF = 0, KB_SHARD_SERVER_AUTO = 1, KB_SHARD_SERVER_ON = 2 } kb_shard_server_t;
+/* sharding.server_field: what the server (and the fallback) hashes. */
+typedef enum { KB_SHARD_FIELD_UID = 0, KB_SHARD_FIELD_NAMESPACE = 1 } kb_shard_field_t;
 
 typedef struct kb_strlist {
     char **v;   /* n strings, owned */
@@ -151,6 +156,8 @@ typedef struct kb_config {
     int kapi_max_watches;          /* kube_api.max_watches: 1000 */
     int sharding_replicas;         /* 1 */
     int sharding_index;            /* 0; -1 = from $HOSTNAME's StatefulSet ordinal (resolved at load) */
+    kb_shard_server_t sharding_server_side; /* off (informer/shard.h) */
+    kb_shard_field_t sharding_server_field; /* uid */
     bool ha_enabled;               /* ha.enabled: false (bridge/ha.h) */
     char *ha_lease_name;           /* "kbridge-{cluster}-{shard}" */
     char *ha_lease_namespace;      /* "" = the pod's namespace (service account), else "default" */

@@ -650,6 +650,27 @@ static bool kb_finish_cluster(kb_loader_t *ld, const kb_config_t *cfg, const con
                            c->server);
 }
 
+/* Server-side sharding by uid may hand a re-created name's two incarnations
+ * to two replicas; for a route in mode "state" (a Kafka tombstone, an MQTT
+ * retained clear) the old one's delete may then land after the new one's
+ * state and erase it. By namespace, or by name, one replica has both. */
+static bool kb_check_shard_state_routes(kb_loader_t *ld, const kb_config_t *cfg, const config_setting_t *grp) {
+    if (cfg->sharding_replicas <= 1 || cfg->sharding_server_side == KB_SHARD_SERVER_OFF ||
+        cfg->sharding_server_field != KB_SHARD_FIELD_UID)
+        return true;
+    const config_setting_t *list = config_setting_get_member(grp, "routes");
+    for (size_t i = 0; i < cfg->n_routes; i++) {
+        if (cfg->routes[i].mode != KB_MODE_STATE)
+            continue;
+        const config_setting_t *at = list ? config_setting_get_elem(list, (unsigned)i) : NULL;
+        return kb_config__fail(ld, at, "route %s: mode = \"state\" with sharding.server_side sharding by uid: a "
+                               "re-created name may move to another replica, whose state could be erased by the old "
+                               "one's delete; set sharding.server_field = \"namespace\" (or server_side = \"off\")",
+                               cfg->routes[i].name);
+    }
+    return true;
+}
+
 /* on_refused = "dead_letter" names a sink that exists, is not the sink
  * itself, and does not lead back to it through other dead-letter sinks. */
 static bool kb_check_dead_letters(kb_loader_t *ld, kb_config_t *cfg, const config_setting_t *grp) {
@@ -723,6 +744,8 @@ bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const con
         return kb_config__fail(ld, at, "sharding.index: %d is not below sharding.replicas = %d",
                                cfg->sharding_index, cfg->sharding_replicas);
     }
+    if (!kb_check_shard_state_routes(ld, cfg, grp))
+        return false;
     if (!kb_finish_http(ld, cfg, grp) || !kb_finish_cluster(ld, cfg, grp) || !kb_finish_ha(ld, cfg, grp))
         return false;
     if (cfg->n_routes == 0)

@@ -30,6 +30,8 @@ static const char *const kb_v_format[] = {"json", "cloudevents-structured", "clo
 static const char *const kb_v_mode[] = {"events", "state", NULL};
 static const char *const kb_v_mqtt_version[] = {"3", "5", NULL};
 static const char *const kb_v_refused[] = {"stop", "dead_letter", NULL};
+static const char *const kb_v_server_side[] = {"off", "auto", "on", NULL};
+static const char *const kb_v_server_field[] = {"uid", "namespace", NULL};
 static const char *const kb_v_mqtt_client[] = {"paho", "mosquitto", NULL};
 
 #define FILE_ONLY (1u << KB_SINK_FILE)
@@ -160,10 +162,25 @@ static const kb_csection_t kb_sec_kapi = {
 static const kb_ckey_t kb_keys_sharding[] = {
     {.name = "replicas", .type = KB_CT_INT, .off = TOP(sharding_replicas), .def = "1", .min = 1, .max = 1024,
      .doc = "Number of bridge replicas sharing the work; each handles the keys whose FNV-1a hash mod "
-            "replicas equals its index."},
+            "replicas equals its index (with server_side \"off\"; else see server_side)."},
     {.name = "index", .type = KB_CT_INT, .off = TOP(sharding_index), .def = "0", .min = -1, .max = 1023,
      .doc = "This replica's index, below replicas. -1: the ordinal N of a StatefulSet pod name "
             "`<name>-<N>` in `$HOSTNAME`."},
+    {.name = "server_side", .type = KB_CT_ENUM, .off = TOP(sharding_server_side), .def = "off",
+     .values = kb_v_server_side,
+     .doc = "With replicas > 1, whether each replica asks the API server for its share only (kube-apiserver "
+            "1.36+, feature gate ShardedListAndWatch): \"off\" reads everything and keeps the keys of its "
+            "index by FNV-1a(namespace/name) mod replicas; \"auto\" and \"on\" own the objects whose "
+            "FNV-1a(server_field) lies in range index of [0, 2^64) cut into replicas equal ranges, send that "
+            "range as shardSelector on every list and watch, and drop what a server ignoring it sends anyway "
+            "(\"auto\" then stops asking, \"on\" reports an error). A re-created name may change replica "
+            "(docs/cluster.md, Server-side sharding). A change moves keys like a change of replicas."},
+    {.name = "server_field", .type = KB_CT_ENUM, .off = TOP(sharding_server_field), .def = "uid",
+     .values = kb_v_server_field,
+     .doc = "What server_side sharding hashes: \"uid\" (even spread; a re-created name may move to another "
+            "replica) or \"namespace\" (a namespace stays on one replica, so does every name in it; the "
+            "spread is uneven: few namespaces, and FNV-1a's top bits mix names that differ only at the end "
+            "poorly — docs/cluster.md)."},
 };
 static const kb_csection_t kb_sec_sharding = {
     .title = "sharding", .doc = "Splitting the objects across several bridge processes.", .line_off = SIZE_MAX,

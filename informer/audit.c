@@ -123,7 +123,7 @@ static void kb_audit_add_item(kb_reflector_t *r, kb_audit_run_t *a, const char *
     if (n <= 0 || (size_t)n >= sizeof(key))
         return;
     uint64_t hash = kb_fnv1a64(key, (size_t)n);
-    if (!kb_inf__ours(inf, hash) || kb_strmap_get(a->items, key, (size_t)n, hash))
+    if (!kb_inf__ours(inf, hash, d + m.uid.off, m.uid.len, d + m.ns.off, m.ns.len) || kb_strmap_get(a->items, key, (size_t)n, hash))
         return;
     kb_audit_item_t *it = kb_calloc(1, sizeof(*it));
     it->ns = kb_strndup(d + m.ns.off, m.ns.len);

@@ -85,9 +85,43 @@ static void kb_refl_set_rv(kb_reflector_t *r, const char *rv, size_t len) {
 
 /* ---- ingestion -------------------------------------------------------- */
 
-bool kb_inf__ours(const kb_informer_t *inf, uint64_t hash) {
-    int n = inf->cfg->sharding_replicas;
-    return n <= 1 || hash % (uint64_t)n == (uint64_t)inf->cfg->sharding_index;
+bool kb_inf__shard_asks(const kb_informer_t *inf) {
+    kb_shard_server_t mode = inf->cfg->sharding_server_side;
+    if (inf->shard.replicas <= 1 || mode == KB_SHARD_SERVER_OFF)
+        return false;
+    return mode == KB_SHARD_SERVER_ON || !atomic_load(&((kb_informer_t *)inf)->shard_fallback);
+}
+
+/* An object of another replica arrived although the server was asked for
+ * ours only: it ignores shardSelector (the gate is off, or it is older).
+ * Ownership does not change (the same range, applied here), so nothing is
+ * lost or sent twice; auto stops asking, on keeps asking and says so. */
+static void kb_inf_shard_ignored(kb_informer_t *inf, const char *uid, size_t uid_len) {
+    if (atomic_exchange(&inf->shard_fallback, true))
+        return;
+    char sel[160];
+    kb_shard_selector(&inf->shard, sel, sizeof(sel));
+    if (inf->cfg->sharding_server_side == KB_SHARD_SERVER_ON) {
+        kb_inf__error(inf, KB_WATCH_ERR_HTTP, "sharding.server_side = \"on\" but the server ignores "
+                      "shardSelector (is the ShardedListAndWatch feature gate on?); filtering here");
+        KB_ERROR("informer", "informer=%s the server ignored shardSelector=%s (object uid=%.*s is another "
+                 "replica's); filtering here, still asking (sharding.server_side = \"on\")", inf->conf->name, sel,
+                 (int)uid_len, uid);
+        return;
+    }
+    KB_INFO("informer", "informer=%s the server ignored shardSelector=%s (object uid=%.*s is another replica's): "
+            "it does not offer sharded lists and watches (feature gate ShardedListAndWatch); filtering here by "
+            "the same ranges from now on", inf->conf->name, sel, (int)uid_len, uid);
+}
+
+bool kb_inf__ours(kb_informer_t *inf, uint64_t key_hash, const char *uid, size_t uid_len, const char *ns,
+                  size_t ns_len) {
+    if (kb_shard_owns(&inf->shard, key_hash, uid, uid_len, ns, ns_len))
+        return true;
+    atomic_fetch_add(&inf->st_shard_foreign, 1);
+    if (kb_inf__shard_asks(inf))
+        kb_inf_shard_ignored(inf, uid, uid_len);
+    return false;
 }
 
 /* ---- acknowledgements: the ledger's ---------------------------------- */
@@ -393,7 +427,7 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     }
     key[key_len] = '\0';
     uint64_t hash = kb_fnv1a64(key, key_len);
-    if (!kb_inf__ours(inf, hash))
+    if (!kb_inf__ours(inf, hash, in.uid, in.uid_len, in.ns, in.ns_len))
         goto out;
     if (src == KB_SRC_LIST && r->seen)
         kb_strmap_put(r->seen, key, key_len, hash, (void *)1);
@@ -1011,14 +1045,17 @@ static void kb_inf_set_resume_points(kb_informer_t *inf) {
         snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", kb_ledger_resume_rv(inf->ledger, i));
 }
 
-/* Open state_dir/<informer>[.replica-<i>-of-<n>], load the cache, the
+/* Open state_dir/<informer>[.replica-<i>-of-<n>[.by-uid|.by-namespace]] (a
+ * change of shard function is a new directory, as a change of replicas is),
+ * load the cache, the
  * checkpoint and the journal's unacknowledged tail (into the ledger). */
 static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errstr_size) {
     const kb_config_t *cfg = inf->cfg;
     char dir[4096], why[512];
     if (cfg->sharding_replicas > 1)
-        snprintf(dir, sizeof(dir), "%s/%s.replica-%d-of-%d", cfg->state_dir, inf->conf->name, cfg->sharding_index,
-                 cfg->sharding_replicas);
+        snprintf(dir, sizeof(dir), "%s/%s.replica-%d-of-%d%s%s", cfg->state_dir, inf->conf->name,
+                 cfg->sharding_index, cfg->sharding_replicas, inf->shard.by_range ? ".by-" : "",
+                 inf->shard.by_range ? kb_shard_basis(&inf->shard) : "");
     else
         snprintf(dir, sizeof(dir), "%s/%s", cfg->state_dir, inf->conf->name);
     kb_state_opts_t so = {.dir = dir, .map_bytes = UINT64_C(64) << 30,
@@ -1094,6 +1131,7 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     }
     kb_informer_t *inf = kb_calloc(1, sizeof(*inf));
     inf->cfg = cfg;
+    kb_shard_from_config(&inf->shard, cfg);
     inf->conf = conf;
     inf->api = api;
     inf->tf = tf;
@@ -1328,6 +1366,11 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     st->gated = atomic_load(&inf->st_gated);
     st->watches = atomic_load(&inf->st_watches);
     st->rv_regressions = atomic_load(&inf->st_rv_regressions);
+    st->sharding = inf->shard.replicas <= 1                                     ? "none"
+                   : !inf->shard.by_range || atomic_load(&inf->shard_fallback) ? "client"
+                                                                               : "server";
+    st->shard_basis = kb_shard_basis(&inf->shard);
+    st->shard_foreign = atomic_load(&inf->st_shard_foreign);
     st->persistent = inf->state != NULL;
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);

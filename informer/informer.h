@@ -14,8 +14,9 @@
  *     for changed RVs, nothing for unchanged keys, DELETED with
  *     finalStateUnknown for keys that vanished, DELETED(old uid) + ADDED(new
  *     uid) when a name was re-created;
- *   - events go to shard (FNV-1a(key) % shards); replicas other than ours
- *     (hash % sharding.replicas != index) are not taken at all.
+ *   - events go to shard (FNV-1a(key) % shards); objects another replica
+ *     owns (informer/shard.h: by name, or by uid/namespace hash range when
+ *     the server is asked to shard) are not taken at all.
  *
  * With state_dir set, every accepted change is journalled (LMDB, group
  * commit) before it is queued and the cache is persisted. The bridge
@@ -71,6 +72,11 @@ typedef struct kb_informer_stats {
     uint64_t gated;                    /* watch events refused as not newer than the cache */
     uint64_t watches;                  /* watch requests opened */
     uint64_t rv_regressions;           /* lists below the previous resume point */
+    const char *sharding;              /* "none" (one replica); "server": asked with shardSelector and nothing
+                                        * of another replica came; "client": filtered here (by name, or the
+                                        * server ignored shardSelector) */
+    const char *shard_basis;           /* what ownership hashes: "name", "uid" or "namespace" */
+    uint64_t shard_foreign;            /* objects received that another replica owns (dropped) */
     uint64_t seq;                      /* the newest event or marker accepted */
     uint64_t ack_seq;                  /* everything up to here is acknowledged by every sink */
     int64_t ack_time_ns;               /* realtime of the newest acknowledgement (0: none) */

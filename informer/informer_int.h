@@ -15,6 +15,7 @@
 #include "informer/informer.h"
 #include "informer/kstatus.h"
 #include "informer/ledger.h"
+#include "informer/shard.h"
 #include "informer/state.h"
 
 #include <pthread.h>
@@ -113,6 +114,9 @@ struct kb_informer {
     _Atomic uint64_t st_frames, st_bookmarks, st_relists, st_lists, st_pages, st_gated, st_watches;
     _Atomic uint64_t st_rv_regressions;
     _Atomic uint64_t st_sync_objects;  /* objects received by reflectors still in their first list */
+    kb_shard_t shard;              /* this replica's ownership (informer/shard.h); set at build */
+    _Atomic bool shard_fallback;   /* server_side auto/on: the server ignored shardSelector; filtered here */
+    _Atomic uint64_t st_shard_foreign; /* objects received that another replica owns */
     pthread_mutex_t err_mtx;
     char last_error[256];          /* err_mtx */
 
@@ -178,8 +182,14 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len);
  * staged, done: whether a change was delivered (false: the cache had moved on). */
 kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, bool *staged);
 kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done);
-/* Whether this replica owns the key (informers[].replicas). Thread: any. */
-bool kb_inf__ours(const kb_informer_t *inf, uint64_t hash);
+/* Whether this replica owns the object (sharding.*, kb_shard_owns): key_hash is
+ * FNV-1a of its key, uid/ns its metadata. An object received that is not ours
+ * while the server was asked to shard shows it ignored shardSelector: counted,
+ * and server_side auto falls back to filtering here (said once). Thread: any. */
+bool kb_inf__ours(kb_informer_t *inf, uint64_t key_hash, const char *uid, size_t uid_len, const char *ns,
+                  size_t ns_len);
+/* Whether list and watch requests carry shardSelector now. Thread: any. */
+bool kb_inf__shard_asks(const kb_informer_t *inf);
 /* The collection path of the informer's resource in ns (NULL: cluster-wide). Caller frees. */
 char *kb_inf__path(const kb_config_informer_t *c, const char *ns);
 /* labelSelector / fieldSelector of the informer, appended to q (reflector.c). */

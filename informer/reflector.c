@@ -25,6 +25,13 @@
  * Where the server refuses it (HTTP 400/422: the WatchList feature is off, or
  * the server is older) or answers with a normal watch instead, auto pages
  * from then on; stream reports the error and retries.
+ *
+ * With sharding.server_side auto or on (and replicas > 1), every list page,
+ * streamed list and watch carries shardSelector for this replica's hash range
+ * (informer/shard.h). Neither a watch event nor a bookmark says whether the
+ * server applied it, so the evidence is what arrives: an object of another
+ * replica means the server ignored it (kb_inf__ours counts it, drops it and,
+ * for auto, stops asking). Ownership is the same either way.
  */
 #include "informer/informer_int.h"
 
@@ -58,6 +65,11 @@ void kb_inf__query_common(const kb_reflector_t *r, kb_buf_t *q) {
         kb_api_query_add(q, "labelSelector", c->label_selector);
     if (c->field_selector && c->field_selector[0])
         kb_api_query_add(q, "fieldSelector", c->field_selector);
+    if (kb_inf__shard_asks(r->inf)) {
+        char sel[160];
+        kb_shard_selector(&r->inf->shard, sel, sizeof(sel));
+        kb_api_query_add(q, "shardSelector", sel);
+    }
 }
 
 void kb_inf__list_path(const kb_reflector_t *r, int limit, const char *cont, kb_buf_t *q, kb_buf_t *path) {

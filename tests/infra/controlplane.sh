@@ -286,7 +286,8 @@ start() {
 --cert-dir=$RUN_DIR/apiserver-certs
 --v=1
 EOF
-    # KB_APISERVER_EXTRA_ARGS: more flags, space-separated (a test turning a feature gate off).
+    # KB_APISERVER_EXTRA_ARGS: more flags, space-separated: a test turning a feature gate off or on,
+    # e.g. --feature-gates=WatchList=false (0174) or --feature-gates=ShardedListAndWatch=true (0053).
     local extra
     for extra in ${KB_APISERVER_EXTRA_ARGS:-}; do echo "$extra" >>"$RUN_DIR/kube-apiserver.args"; done
     start_apiserver

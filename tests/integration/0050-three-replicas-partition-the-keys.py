@@ -10,14 +10,6 @@ from kbtest import *
 REPLICAS = 3
 
 
-def fnv1a64(s):
-    h = 0xcbf29ce484222325
-    for b in s.encode():
-        h ^= b
-        h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
 def share(key):
     return fnv1a64(key) % REPLICAS
 

@@ -327,6 +327,28 @@ def _name_of(informer_text):
     return informer_text.split('name = "', 1)[1].split('"', 1)[0]
 
 
+def fnv1a64(s):
+    """64-bit FNV-1a of s's UTF-8 bytes: kbridge's shard hash and the API server's shardSelector's."""
+    h = 0xcbf29ce484222325
+    for b in s.encode():
+        h ^= b
+        h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def range_shard(value, replicas):
+    """The replica owning an object under sharding.server_side, by the FNV-1a 64 of value (its uid, or its
+    namespace): range i of [0, 2^64) cut into replicas equal parts."""
+    h = fnv1a64(value)
+    return next(i for i in range(replicas) if (i << 64) // replicas <= h < ((i + 1) << 64) // replicas)
+
+
+def shard_selector(i, replicas, field="uid"):
+    """kube-apiserver's shardSelector for replica i of replicas, as kbridge sends it."""
+    end = "0x10000000000000000" if i == replicas - 1 else "0x%016x" % (((i + 1) << 64) // replicas)
+    return "shardRange(object.metadata.%s, '0x%016x', '%s')" % (field, (i << 64) // replicas, end)
+
+
 def key_of(e):
     return e["namespace"] + "/" + e["name"] if e["namespace"] else e["name"]
 

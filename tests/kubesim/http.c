@@ -349,11 +349,27 @@ static kb_sim_obj_t *lookup_locked(kb_sim_res_t *res, const char *key) {
 typedef struct list_q {
     const char *ns;
     kb_sel_t lsel, fsel;
+    kb_shardsel_t ssel;
 } list_q_t;
 
 static bool obj_matches(const list_q_t *q, const kb_sim_obj_t *obj) {
     return (!q->ns || !strcmp(obj->ns, q->ns)) && kb_sim__labelsel_match(&q->lsel, obj->labels, obj->nlabels) &&
-           kb_sim__fieldsel_match(&q->fsel, obj->ns, obj->name);
+           kb_sim__fieldsel_match(&q->fsel, obj->ns, obj->name) && kb_sim__shardsel_match(&q->ssel, obj->ns, obj->uid);
+}
+
+/* shardSelector of the request into ssel: parsed where the gate is on, else
+ * ignored as a server without it does. -1 with the reason in err; the caller
+ * answers 500 as kube-apiserver 1.36.3 does (the parse error is not a Status). */
+static int shardsel_arg(kb_sim_t *sim, struct MHD_Connection *conn, kb_shardsel_t *ssel, char *err, size_t n) {
+    memset(ssel, 0, sizeof(*ssel));
+    if (!sim->opts.sharded_list)
+        return 0;
+    if (kb_sim__shardsel_parse(qarg(conn, "shardSelector"), ssel, err, n) == 0)
+        return 0;
+    char why[256];
+    snprintf(why, sizeof(why), "%s", err);
+    snprintf(err, n, "invalid shard selector: %s", why);
+    return -1;
 }
 
 static enum MHD_Result do_list(kb_sim_t *sim, struct MHD_Connection *conn, const char *method, const char *url,
@@ -385,6 +401,11 @@ static enum MHD_Result do_list(kb_sim_t *sim, struct MHD_Connection *conn, const
         kb_sim__fieldsel_parse(qarg(conn, "fieldSelector"), &q.fsel, err, sizeof(err)) < 0) {
         kb_sim__sel_fini(&q.lsel);
         return kb_sim__respond_status(sim, conn, method, url, 400, "BadRequest", err);
+    }
+    if (shardsel_arg(sim, conn, &q.ssel, err, sizeof(err)) < 0) {
+        kb_sim__sel_fini(&q.lsel);
+        kb_sim__sel_fini(&q.fsel);
+        return kb_sim__respond_status(sim, conn, method, url, 500, "InternalError", err);
     }
     int64_t tok_rv = 0;
     if (cont && kb_sim__token_decode(cont, &tok_rv, &start) < 0) {
@@ -456,8 +477,13 @@ static enum MHD_Result do_list(kb_sim_t *sim, struct MHD_Connection *conn, const
         kb_buf_append_str(&b, ",\"continue\":\"");
         kb_sim__token_encode((int64_t)list_rv, items[nitems - 1]->key + plen, &b);
         kb_buf_append_char(&b, '"');
-        if (!q.lsel.nreqs && !q.fsel.nreqs)
+        if (!q.lsel.nreqs && !q.fsel.nreqs && !q.ssel.n)
             kb_buf_appendf(&b, ",\"remainingItemCount\":%zu", remaining);
+    }
+    if (q.ssel.n) { /* ListMeta.shardInfo: this list is one shard of the collection */
+        kb_buf_append_str(&b, ",\"shardInfo\":{\"selector\":");
+        kb_buf_append_json_str(&b, q.ssel.text, strlen(q.ssel.text));
+        kb_buf_append_char(&b, '}');
     }
     kb_buf_append_str(&b, "},\"items\":[");
     for (size_t i = 0; i < nitems; i++) {
@@ -677,6 +703,11 @@ static enum MHD_Result do_resource(kb_sim_t *sim, struct MHD_Connection *conn, c
             kb_sim__fieldsel_parse(qarg(conn, "fieldSelector"), &wp.fsel, err, sizeof(err)) < 0) {
             kb_sim__sel_fini(&wp.lsel);
             return kb_sim__respond_status(sim, conn, method, url, 400, "BadRequest", err);
+        }
+        if (shardsel_arg(sim, conn, &wp.ssel, err, sizeof(err)) < 0) {
+            kb_sim__sel_fini(&wp.lsel);
+            kb_sim__sel_fini(&wp.fsel);
+            return kb_sim__respond_status(sim, conn, method, url, 500, "InternalError", err);
         }
         return kb_sim__watch_start(sim, conn, &wp);
     }

@@ -30,6 +30,7 @@ typedef struct kb_sim_opts {
     double demo_rate;    /* > 0: churn (update/delete/create) this many changes/s, forever */
     bool no_watch_list;  /* refuse sendInitialEvents (422), as a server with the WatchList feature off */
     bool ignore_watch_list; /* ignore sendInitialEvents: a plain watch, no initial-events-end bookmark */
+    bool sharded_list;   /* honour shardSelector (feature gate ShardedListAndWatch on); else ignore it */
 } kb_sim_opts_t;
 
 /* Start listening. opts may be NULL (all defaults). Returns NULL with the

@@ -106,6 +106,24 @@ void kb_sim__sel_fini(kb_sel_t *sel);
 bool kb_sim__labelsel_match(const kb_sel_t *sel, const kb_sim_label_t *labels, size_t nlabels);
 bool kb_sim__fieldsel_match(const kb_sel_t *sel, const char *ns, const char *name);
 
+/* A shard selector (ShardedListAndWatch): shardRange(object.metadata.uid |
+ * object.metadata.namespace, '0x<16 hex>', '0x<16 hex>' | '0x10000000000000000')
+ * joined by ||, all on one field. An object matches when the FNV-1a 64 of the
+ * field's bytes lies in one of the ranges [start, end). */
+#define KB_SIM_SHARD_RANGES 16
+typedef struct kb_shardsel {
+    size_t n;           /* ranges; 0 = no selector (everything) */
+    bool by_ns;         /* the field is metadata.namespace (else metadata.uid) */
+    struct {
+        uint64_t start, end;
+        bool end_top;   /* end is 2^64 */
+    } r[KB_SIM_SHARD_RANGES];
+    char text[1536];    /* the server's own rendering, echoed in ListMeta.shardInfo.selector */
+} kb_shardsel_t;
+/* Parse shardSelector (NULL: no selector; "" is an error, as on the server). */
+int kb_sim__shardsel_parse(const char *text, kb_shardsel_t *s, char *errstr, size_t errstr_size);
+bool kb_sim__shardsel_match(const kb_shardsel_t *s, const char *ns, const char *uid);
+
 /* ---- continue tokens (kb_sim_token.c) --------------------------------- */
 
 /* base64url (no padding) of {"v":"meta.k8s.io/v1","rv":RV,"start":"<key>\u0000"}. */
@@ -228,6 +246,7 @@ typedef struct kb_sim_watch_params {
     bool initial_events;    /* sendInitialEvents=true */
     int64_t timeout_s;      /* <= 0: server default */
     kb_sel_t lsel, fsel;    /* consumed */
+    kb_shardsel_t ssel;     /* shardSelector; n = 0 when none or the gate is off */
 } kb_sim_watch_params_t;
 /* Queue the watch response on conn. Returns the MHD result. */
 enum MHD_Result kb_sim__watch_start(kb_sim_t *sim, struct MHD_Connection *conn, kb_sim_watch_params_t *p);

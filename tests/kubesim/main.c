@@ -16,7 +16,8 @@
 
 static void usage(FILE *f) {
     fputs("usage: kubesim [--port N] [--host H] [--history N] [--bookmark-ms N]\n"
-          "               [--demo-objects N] [--demo-rate R] [--watch-list on|off|ignore]\n",
+          "               [--demo-objects N] [--demo-rate R] [--watch-list on|off|ignore]\n"
+          "               [--sharded-list on|off]\n",
           f);
 }
 
@@ -53,6 +54,9 @@ int main(int argc, char **argv) {
             opts.no_watch_list = !strcmp(v, "off");
             opts.ignore_watch_list = !strcmp(v, "ignore");
             bad = !opts.no_watch_list && !opts.ignore_watch_list && strcmp(v, "on") != 0;
+        } else if (!strcmp(a, "--sharded-list")) { /* on: honour shardSelector (ShardedListAndWatch) */
+            opts.sharded_list = !strcmp(v, "on");
+            bad = !opts.sharded_list && strcmp(v, "off") != 0;
         } else if (!strcmp(a, "--demo-rate")) {
             char *end;
             opts.demo_rate = strtod(v, &end);

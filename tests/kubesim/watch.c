@@ -34,6 +34,7 @@ typedef struct watcher {
     kb_sim_res_t *res;
     char *ns;                 /* NULL = all namespaces */
     kb_sel_t lsel, fsel;
+    kb_shardsel_t ssel;       /* uid and namespace never change: no enter/leave rule needed */
     bool filtered;            /* any selector: enter/leave rule applies */
     bool bookmarks;
     int fd;                   /* client socket, polled for hang-up while idle */
@@ -78,7 +79,7 @@ static void stage_bookmark(watcher_t *w, uint64_t rv, bool initial_end) {
 
 static bool matches(const watcher_t *w, const kb_sim_obj_t *obj) {
     return (!w->ns || !strcmp(obj->ns, w->ns)) && kb_sim__labelsel_match(&w->lsel, obj->labels, obj->nlabels) &&
-           kb_sim__fieldsel_match(&w->fsel, obj->ns, obj->name);
+           kb_sim__fieldsel_match(&w->fsel, obj->ns, obj->name) && kb_sim__shardsel_match(&w->ssel, obj->ns, obj->uid);
 }
 
 static kb_sim_obj_t *prev_at_rv(kb_sim_event_t *ev) {
@@ -284,6 +285,7 @@ enum MHD_Result kb_sim__watch_start(kb_sim_t *sim, struct MHD_Connection *conn, 
     w->ns = kb_strdup(p->ns);
     w->lsel = p->lsel;
     w->fsel = p->fsel;
+    w->ssel = p->ssel;
     w->filtered = w->lsel.nreqs || w->fsel.nreqs;
     w->bookmarks = p->bookmarks;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);

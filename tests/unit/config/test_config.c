@@ -427,6 +427,40 @@ static void test_hostname_ordinal(void **state) {
     expect_error(text, "t.cfg:2: sharding.index = -1: $HOSTNAME \"\" has no StatefulSet ordinal (\"<name>-<N>\")");
 }
 
+/* sharding.server_side and server_field; uid sharding refuses a state-mode route. */
+static void test_server_side_sharding(void **state) {
+    (void)state;
+    kb_config_t *cfg = load_ok(MINIMAL);
+    assert_int_equal(cfg->sharding_server_side, KB_SHARD_SERVER_OFF);
+    assert_int_equal(cfg->sharding_server_field, KB_SHARD_FIELD_UID);
+    kb_config_free(cfg);
+    cfg = load_ok("sharding = { replicas = 2; index = 1; server_side = \"auto\"; server_field = \"namespace\"; };\n"
+                  MINIMAL);
+    assert_int_equal(cfg->sharding_server_side, KB_SHARD_SERVER_AUTO);
+    assert_int_equal(cfg->sharding_server_field, KB_SHARD_FIELD_NAMESPACE);
+    char *summary = NULL;
+    size_t summary_len = 0;
+    FILE *f = open_memstream(&summary, &summary_len);
+    kb_config_summary(cfg, f);
+    fclose(f);
+    assert_non_null(strstr(summary, "sharding: replica 1 of 2, server-side auto by namespace\n"));
+    free(summary);
+    kb_config_free(cfg);
+    const char *routes = "informers = ( { name = \"pods\"; resource = \"pods\"; } );\n"
+                         "sinks = ( { name = \"out\"; type = \"file\"; } );\n"
+                         "routes = ( { informer = \"pods\"; sink = \"out\";\n  mode = \"state\"; } );\n";
+    char text[1024];
+    snprintf(text, sizeof(text), "sharding = { replicas = 2; server_side = \"on\"; };\n%s", routes);
+    expect_error(text, "t.cfg:4: route pods-out-0: mode = \"state\" with sharding.server_side sharding by uid: a "
+                       "re-created name may move to another replica, whose state could be erased by the old one's "
+                       "delete; set sharding.server_field = \"namespace\" (or server_side = \"off\")");
+    snprintf(text, sizeof(text), "sharding = { replicas = 2; server_side = \"on\"; server_field = \"namespace\"; };\n%s",
+             routes);
+    kb_config_free(load_ok(text));
+    expect_error("sharding = { server_side = \"yes\"; };\n" MINIMAL,
+                 "t.cfg:1: sharding.server_side: unknown value \"yes\" (expected one of: off, auto, on)");
+}
+
 /* ${NAME}, ${NAME:-default} and $$ in string values, lists and properties. */
 static void test_env_expansion(void **state) {
     (void)state;
@@ -615,6 +649,7 @@ int main(void) {
         cmocka_unit_test(test_error_templates_paths),
         cmocka_unit_test(test_error_required_and_variants),
         cmocka_unit_test(test_hostname_ordinal),
+        cmocka_unit_test(test_server_side_sharding),
         cmocka_unit_test(test_env_expansion),
         cmocka_unit_test(test_bom),
         cmocka_unit_test(test_load_file),

@@ -1,4 +1,4 @@
-/* tests/unit/kubesim/test_select.c — the simulator's label and field selectors. */
+/* tests/unit/kubesim/test_select.c — the simulator's label, field and shard selectors. */
 #include "tests/kubesim/kubesim_int.h"
 
 #include <setjmp.h>
@@ -79,12 +79,47 @@ static void test_fields(void **state) {
     assert_int_equal(kb_sim__fieldsel_parse("metadata.name in (a)", &sel, err, sizeof(err)), -1);
 }
 
+/* Shard selectors as kube-apiserver 1.36 parses them; the uid's FNV-1a 64 is
+ * 0x9a23d23ed58baf09 (Python and Go's hash/fnv). */
+static void test_shard(void **state) {
+    (void)state;
+    const char *uid = "0b9c2a7e-5d41-4f6e-9a53-2c8f1e7d4b60";
+    kb_shardsel_t s;
+    char err[200];
+    assert_int_equal(kb_sim__shardsel_parse(NULL, &s, err, sizeof(err)), 0);
+    assert_true(kb_sim__shardsel_match(&s, "x", uid));
+    assert_int_equal(kb_sim__shardsel_parse("shardRange(object.metadata.uid, '0x8000000000000000', "
+                                            "'0x10000000000000000')", &s, err, sizeof(err)), 0);
+    assert_true(kb_sim__shardsel_match(&s, "x", uid));
+    assert_string_equal(s.text, "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')");
+    assert_int_equal(kb_sim__shardsel_parse("shardRange(object.metadata.uid,'0x0000000000000000','0x9a23d23ed58baf09')"
+                                            " || shardRange(object.metadata.uid, \"0x9a23d23ed58baf0a\", "
+                                            "'0xffffffffffffffff')", &s, err, sizeof(err)), 0);
+    assert_int_equal(s.n, 2);
+    assert_false(kb_sim__shardsel_match(&s, "x", uid)); /* the end bound is exclusive, the gap is its hash */
+    assert_int_equal(kb_sim__shardsel_parse("shardRange(object.metadata.namespace, '0x0000000000000000', "
+                                            "'0x8000000000000000')", &s, err, sizeof(err)), 0);
+    assert_false(kb_sim__shardsel_match(&s, "kube-system", uid)); /* 0xdf65c7bc1d82b35e */
+    static const char *const bad[] = {
+        "", "shardRange(object.metadata.uid, '0x0', '0x8000000000000000')",
+        "shardRange(object.metadata.name, '0x0000000000000000', '0x8000000000000000')",
+        "shardRange(object.metadata.uid, '0x8000000000000000', '0x0000000000000000')",
+        "shardRange(object.metadata.uid, '0x00000000000000AA', '0x8000000000000000')",
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000') && true",
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000') || "
+        "shardRange(object.metadata.namespace, '0x8000000000000000', '0x10000000000000000')",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(kb_sim__shardsel_parse(bad[i], &s, err, sizeof(err)), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equality),
         cmocka_unit_test(test_sets_and_existence),
         cmocka_unit_test(test_label_errors),
         cmocka_unit_test(test_fields),
+        cmocka_unit_test(test_shard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
