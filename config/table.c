@@ -231,7 +231,8 @@ static const kb_ckey_t kb_keys_informer[] = {
             "dictionary trained from the informer's first objects (about 1,000), retrained when the ratio "
             "falls by a quarter; a 3.5 KB Pod then takes a few hundred bytes of memory instead of its size. "
             "off: the objects as they are (more memory, no compression work). With state_dir the cache keeps "
-            "identity only and the objects live there; this key has no effect then."},
+            "identity only and the objects live in state_dir: auto compresses them there with the same kind of "
+            "dictionary (stored in state_dir), off with zstd alone."},
     {.name = "resync_seconds", .type = KB_CT_INT, .off = INF(resync_seconds), .def = "0", .min = 0,
      .max = 31536000, .doc = "Every so many seconds queue a SYNC for each cached object with nothing pending; 0 = never."},
     {.name = "audit_seconds", .type = KB_CT_INT, .off = INF(audit_seconds), .def = "0", .min = 0, .max = 31536000,

@@ -1022,7 +1022,8 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
         snprintf(dir, sizeof(dir), "%s/%s", cfg->state_dir, inf->conf->name);
     kb_state_opts_t so = {.dir = dir, .map_bytes = UINT64_C(64) << 30,
                           .journal_max_bytes = (uint64_t)cfg->journal_max_bytes,
-                          .journal_max_age_s = cfg->journal_max_age};
+                          .journal_max_age_s = cfg->journal_max_age,
+                          .dictionaries = inf->conf->cache_compression != KB_CACHE_COMPRESSION_OFF};
     inf->state = kb_state_open(&so, why, sizeof(why));
     if (!inf->state) {
         snprintf(errstr, errstr_size, "%s: %s", cfg->path, why);

@@ -16,7 +16,9 @@
  * and once it is worse by more than retrain_drop, the next objects are
  * sampled again and a new dictionary replaces the current one for new
  * entries. Entries keep a reference to the dictionary they were made with,
- * so old ones stay readable; a dictionary is freed with its last entry.
+ * so old ones stay readable; a dictionary is freed with its last entry. A
+ * dictionary serves at least 4 windows before a retrain, twice as many after
+ * each retrain: objects no dictionary helps cannot keep the informer training.
  *
  * Why the entries before the first dictionary are packed in a sweep: they
  * are the samples (about 1,000 objects); leaving them plain would cost more
@@ -61,9 +63,12 @@ typedef struct kb_zdict {
     kb_event_zdict_t base; /* first: packed events point at it */
     _Atomic unsigned refcnt;
     unsigned id;           /* 1, 2, … per zcache: the log's name for it */
-    ZSTD_CDict *cdict;
+    uint32_t zid;          /* zstd's dictionary id (from the content) */
+    ZSTD_CDict *cdict;     /* NULL for a dictionary read back (kb_zcache_dict_open) */
     ZSTD_DDict *ddict;
-    size_t bytes;          /* ZSTD_sizeof of both */
+    void *content;         /* the dictionary itself (state_dir persists it) */
+    size_t content_len;
+    size_t bytes;          /* ZSTD_sizeof of both, and the content */
     kb_zc_counters_t *cnt; /* reference held */
 } kb_zdict_t;
 
@@ -82,6 +87,7 @@ struct kb_zcache {
     /* Ratio windows since the current dictionary. */
     size_t win_n, win_raw, win_z;
     double baseline;       /* raw/frame of the first window; 0 until it is complete */
+    size_t since_train;    /* objects compressed with the current dictionary */
     _Atomic uint64_t trainings, kept_plain;
 };
 
@@ -110,6 +116,7 @@ static void kb_zdict_unref(kb_zdict_t *d) {
     kb_zc_counters_unref(d->cnt);
     ZSTD_freeCDict(d->cdict);
     ZSTD_freeDDict(d->ddict);
+    free(d->content);
     free(d);
 }
 
@@ -122,10 +129,11 @@ static void kb_zdict_drop(kb_event_zdict_t *zd, const kb_event_t *ev) {
     kb_zdict_unref(d);
 }
 
+/* A dictionary from its content; zc NULL: decompression only, own counters. */
 static kb_zdict_t *kb_zdict_new(kb_zcache_t *zc, const void *dict, size_t len) {
-    ZSTD_CDict *cd = ZSTD_createCDict(dict, len, zc->o.level);
+    ZSTD_CDict *cd = zc ? ZSTD_createCDict(dict, len, zc->o.level) : NULL;
     ZSTD_DDict *dd = ZSTD_createDDict(dict, len);
-    if (!cd || !dd) {
+    if ((zc && !cd) || !dd || ZDICT_getDictID(dict, len) == 0) {
         ZSTD_freeCDict(cd);
         ZSTD_freeDDict(dd);
         return NULL;
@@ -133,11 +141,19 @@ static kb_zdict_t *kb_zdict_new(kb_zcache_t *zc, const void *dict, size_t len) {
     kb_zdict_t *d = kb_calloc(1, sizeof(*d));
     d->base.drop = kb_zdict_drop;
     atomic_init(&d->refcnt, 1);
-    d->id = (unsigned)atomic_load(&zc->trainings) + 1;
+    d->id = zc ? (unsigned)atomic_load(&zc->trainings) + 1 : 0;
+    d->zid = ZDICT_getDictID(dict, len);
     d->cdict = cd;
     d->ddict = dd;
-    d->bytes = ZSTD_sizeof_CDict(cd) + ZSTD_sizeof_DDict(dd);
-    d->cnt = kb_zc_counters_ref(zc->cnt);
+    d->content = kb_memdup(dict, len);
+    d->content_len = len;
+    d->bytes = (cd ? ZSTD_sizeof_CDict(cd) : 0) + ZSTD_sizeof_DDict(dd) + len;
+    if (zc) {
+        d->cnt = kb_zc_counters_ref(zc->cnt);
+    } else {
+        d->cnt = kb_calloc(1, sizeof(*d->cnt));
+        atomic_init(&d->cnt->refcnt, 1);
+    }
     atomic_fetch_add(&d->cnt->dicts, 1);
     atomic_fetch_add(&d->cnt->dict_bytes, d->bytes);
     return d;
@@ -220,8 +236,26 @@ void kb_zcache_destroy(kb_zcache_t *zc) {
 }
 
 static kb_event_t *kb_zc_pack(kb_zcache_t *zc, kb_event_t *ev, bool account);
-
 /* ---- training ------------------------------------------------------------ */
+
+/* Make d (a reference the zcache takes over) the dictionary of new frames. */
+static void kb_zc_use(kb_zcache_t *zc, kb_zdict_t *d) {
+    kb_zdict_unref(zc->cur);
+    zc->cur = d;
+    ZSTD_CCtx_refCDict(zc->cctx, d->cdict);
+    zc->win_n = zc->win_raw = zc->win_z = 0;
+    zc->baseline = 0;
+    zc->since_train = 0;
+}
+
+/* Objects a dictionary serves at least before a retrain: 4 windows after the
+ * first training, doubling with every retrain (up to 4,096 windows), so
+ * objects that no dictionary helps cannot make the informer train forever. */
+static size_t kb_zc_retrain_gap(const kb_zcache_t *zc) {
+    uint64_t t = atomic_load(&((kb_zcache_t *)zc)->trainings);
+    unsigned shift = t > 1 ? (unsigned)(t - 1 < 10 ? t - 1 : 10) : 0;
+    return (zc->o.window * 4) << shift;
+}
 
 /* Train a dictionary from the samples and make it the current one. */
 static void kb_zc_train(kb_zcache_t *zc) {
@@ -246,11 +280,7 @@ static void kb_zc_train(kb_zcache_t *zc) {
     if (!d)
         return;
     bool first = zc->cur == NULL;
-    kb_zdict_unref(zc->cur);
-    zc->cur = d;
-    ZSTD_CCtx_refCDict(zc->cctx, d->cdict);
-    zc->win_n = zc->win_raw = zc->win_z = 0;
-    zc->baseline = 0;
+    kb_zc_use(zc, d);
     if (first && zc->idx) {
         /* The entries cached plain so far (the samples, mostly): pack them now. */
         kb_event_list_t all;
@@ -266,13 +296,13 @@ static void kb_zc_train(kb_zcache_t *zc) {
     }
 }
 
-static void kb_zc_sample(kb_zcache_t *zc, const kb_event_t *ev) {
+static void kb_zc_sample(kb_zcache_t *zc, const char *obj, size_t len) {
     if (zc->n_samples == zc->cap_samples) {
         zc->cap_samples = zc->cap_samples ? zc->cap_samples * 2 : 256;
         zc->sizes = kb_realloc(zc->sizes, zc->cap_samples * sizeof(*zc->sizes));
     }
-    kb_buf_append(&zc->samples, ev->obj, ev->obj_len);
-    zc->sizes[zc->n_samples++] = ev->obj_len;
+    kb_buf_append(&zc->samples, obj, len);
+    zc->sizes[zc->n_samples++] = len;
     if ((zc->n_samples >= zc->o.sample_objects && zc->samples.len >= KB_ZC_MIN_SAMPLES) ||
         zc->samples.len >= zc->o.sample_bytes)
         kb_zc_train(zc);
@@ -282,6 +312,7 @@ static void kb_zc_sample(kb_zcache_t *zc, const kb_event_t *ev) {
  * worse than the first one by more than retrain_drop starts sampling again. */
 static void kb_zc_account(kb_zcache_t *zc, size_t raw, size_t z) {
     zc->win_n++;
+    zc->since_train++;
     zc->win_raw += raw;
     zc->win_z += z;
     if (zc->win_n < zc->o.window)
@@ -289,7 +320,8 @@ static void kb_zc_account(kb_zcache_t *zc, size_t raw, size_t z) {
     double ratio = (double)zc->win_raw / (double)(zc->win_z ? zc->win_z : 1);
     if (zc->baseline == 0) {
         zc->baseline = ratio;
-    } else if (!zc->sampling && ratio < zc->baseline * (1.0 - zc->o.retrain_drop)) {
+    } else if (!zc->sampling && ratio < zc->baseline * (1.0 - zc->o.retrain_drop) &&
+               zc->since_train >= kb_zc_retrain_gap(zc)) {
         KB_INFO("informer", "informer=%s cache: ratio %.1f fell below %.1f (dictionary %u): sampling to retrain",
                 zc->name, ratio, zc->baseline, zc->cur->id);
         zc->sampling = true;
@@ -299,27 +331,33 @@ static void kb_zc_account(kb_zcache_t *zc, size_t raw, size_t z) {
 
 /* ---- pack / unpack ---------------------------------------------------------- */
 
-/* account: count ev in the ratio window (not the samples packed after
- * training: the dictionary was made from them, their ratio flatters it). */
+/* Compress obj with the current dictionary into zc->frame: its length, or
+ * 0 to keep obj as it is. account: count it in the ratio window and sample
+ * it (not the samples packed after training: the dictionary was made from
+ * them, their ratio flatters it). */
+static size_t kb_zc_compress(kb_zcache_t *zc, const char *obj, size_t len, bool account) {
+    if (zc->sampling && account)
+        kb_zc_sample(zc, obj, len);
+    if (!zc->cur)
+        return 0;
+    size_t bound = ZSTD_compressBound(len);
+    kb_buf_reset(&zc->frame);
+    kb_buf_reserve(&zc->frame, bound);
+    size_t n = ZSTD_compress2(zc->cctx, zc->frame.data, bound, obj, len);
+    bool plain = ZSTD_isError(n) || n == 0 || n >= len;
+    if (plain)
+        atomic_fetch_add(&zc->kept_plain, 1);
+    if (account)
+        kb_zc_account(zc, len, plain ? len : n);
+    return plain ? 0 : n;
+}
+
 static kb_event_t *kb_zc_pack(kb_zcache_t *zc, kb_event_t *ev, bool account) {
     if (ev->zdict || !ev->obj_len || ev->obj_len > UINT32_MAX)
         return kb_event_ref(ev);
-    if (zc->sampling && account)
-        kb_zc_sample(zc, ev);
-    if (!zc->cur)
+    size_t n = kb_zc_compress(zc, ev->obj, ev->obj_len, account);
+    if (!n)
         return kb_event_ref(ev);
-    size_t bound = ZSTD_compressBound(ev->obj_len);
-    kb_buf_reset(&zc->frame);
-    kb_buf_reserve(&zc->frame, bound);
-    size_t n = ZSTD_compress2(zc->cctx, zc->frame.data, bound, ev->obj, ev->obj_len);
-    if (ZSTD_isError(n) || n == 0 || n >= ev->obj_len) {
-        atomic_fetch_add(&zc->kept_plain, 1);
-        if (account)
-            kb_zc_account(zc, ev->obj_len, ev->obj_len);
-        return kb_event_ref(ev);
-    }
-    if (account)
-        kb_zc_account(zc, ev->obj_len, n);
     kb_event_t *p = kb_event_pack(ev, &kb_zdict_ref(zc->cur)->base, zc->frame.data, n);
     atomic_fetch_add(&zc->cnt->packed, 1);
     atomic_fetch_add(&zc->cnt->packed_bytes, n);
@@ -331,22 +369,66 @@ kb_event_t *kb_zcache_pack(kb_zcache_t *zc, kb_event_t *ev) {
     return kb_zc_pack(zc, ev, true);
 }
 
+size_t kb_zcache_compress(kb_zcache_t *zc, const char *obj, size_t len, const void **frame,
+                          kb_event_zdict_t **zd) {
+    size_t n = len && len <= UINT32_MAX ? kb_zc_compress(zc, obj, len, true) : 0;
+    *frame = n ? zc->frame.data : NULL;
+    *zd = n ? &zc->cur->base : NULL;
+    return n;
+}
+
+bool kb_zcache_expand(const kb_event_zdict_t *zd, const void *frame, size_t zlen, void *out, size_t raw_len) {
+    const kb_zdict_t *d = (const kb_zdict_t *)zd;
+    ZSTD_DCtx *dctx = kb_zc_dctx_take();
+    if (!dctx)
+        return false;
+    size_t got = ZSTD_decompress_usingDDict(dctx, out, raw_len, frame, zlen, d->ddict);
+    kb_zc_dctx_give(dctx);
+    return !ZSTD_isError(got) && got == raw_len;
+}
+
 kb_event_t *kb_zcache_unpack(const kb_event_t *packed) {
     if (!packed->zdict)
         return kb_event_ref((kb_event_t *)packed);
-    const kb_zdict_t *d = (const kb_zdict_t *)packed->zdict;
     kb_event_t *full = kb_event_unpack_shell(packed);
-    ZSTD_DCtx *dctx = kb_zc_dctx_take();
-    size_t got = dctx ? ZSTD_decompress_usingDDict(dctx, (char *)full->obj, full->obj_len, kb_event_frame(packed),
-                                                   packed->zlen, d->ddict)
-                      : 0;
-    if (dctx)
-        kb_zc_dctx_give(dctx);
-    if (!dctx || ZSTD_isError(got) || got != full->obj_len) {
+    if (!kb_zcache_expand(packed->zdict, kb_event_frame(packed), packed->zlen, (char *)full->obj, full->obj_len)) {
         kb_event_unref(full);
         return NULL;
     }
     return full;
+}
+
+uint32_t kb_zcache_dict_id(const kb_event_zdict_t *zd) {
+    return ((const kb_zdict_t *)zd)->zid;
+}
+
+const void *kb_zcache_dict_content(const kb_event_zdict_t *zd, size_t *len) {
+    const kb_zdict_t *d = (const kb_zdict_t *)zd;
+    *len = d->content_len;
+    return d->content;
+}
+
+kb_event_zdict_t *kb_zcache_dict_open(const void *content, size_t len) {
+    kb_zdict_t *d = kb_zdict_new(NULL, content, len);
+    return d ? &d->base : NULL;
+}
+
+kb_event_zdict_t *kb_zcache_dict_ref(kb_event_zdict_t *zd) {
+    return &kb_zdict_ref((kb_zdict_t *)zd)->base;
+}
+
+void kb_zcache_dict_unref(kb_event_zdict_t *zd) {
+    kb_zdict_unref((kb_zdict_t *)zd);
+}
+
+bool kb_zcache_adopt(kb_zcache_t *zc, const void *content, size_t len) {
+    kb_zdict_t *d = kb_zdict_new(zc, content, len);
+    if (!d)
+        return false;
+    kb_zc_use(zc, d);
+    kb_zc_samples_reset(zc);
+    zc->sampling = false;
+    return true;
 }
 
 void kb_zcache_stats(const kb_zcache_t *zc, kb_zcache_stats_t *st) {

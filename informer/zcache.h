@@ -35,7 +35,8 @@ typedef struct kb_zcache_opts {
     size_t sample_bytes;   /* ... or this many bytes, whichever comes first */
     size_t dict_bytes;     /* the dictionary's size at most */
     size_t window;         /* objects per ratio window */
-    double retrain_drop;   /* retrain when a window's ratio falls below (1 - drop) × the first window's */
+    double retrain_drop;   /* retrain when a window's ratio falls below (1 - drop) × the first window's
+                              (and the dictionary served 4 windows, twice that after each retrain) */
 } kb_zcache_opts_t;
 
 typedef struct kb_zcache_stats {
@@ -72,5 +73,30 @@ kb_event_t *kb_zcache_pack(kb_zcache_t *zc, kb_event_t *ev);
 kb_event_t *kb_zcache_unpack(const kb_event_t *packed);
 
 void kb_zcache_stats(const kb_zcache_t *zc, kb_zcache_stats_t *st);
+
+/* ---- for informer/state.c: state_dir records made with the same kind of
+ * dictionary (persisted there by their zstd dictionary id). ---- */
+
+/* kb_zcache_pack for bytes: compress obj with the current dictionary
+ * (sampling and training as kb_zcache_pack). Returns the frame's length, 0
+ * when obj should be kept as it is (no dictionary yet, or no gain); *frame
+ * is valid until the next call, *zd is the current dictionary (borrowed: take
+ * a reference to keep it). Thread: as kb_zcache_pack. */
+size_t kb_zcache_compress(kb_zcache_t *zc, const char *obj, size_t len, const void **frame,
+                          kb_event_zdict_t **zd);
+/* zstd's id of a dictionary (from its content: the same after a restart) and its content. */
+uint32_t kb_zcache_dict_id(const kb_event_zdict_t *zd);
+const void *kb_zcache_dict_content(const kb_event_zdict_t *zd, size_t *len);
+/* A dictionary read back from its content (decompression only), refcount 1;
+ * NULL when content is not a zstd dictionary. */
+kb_event_zdict_t *kb_zcache_dict_open(const void *content, size_t len);
+kb_event_zdict_t *kb_zcache_dict_ref(kb_event_zdict_t *zd);
+void kb_zcache_dict_unref(kb_event_zdict_t *zd); /* NULL is a no-op */
+/* Make content the current dictionary (a reopened state_dir's newest): no
+ * sampling until the ratio degrades. false when content is not a dictionary. */
+bool kb_zcache_adopt(kb_zcache_t *zc, const void *content, size_t len);
+/* Expand frame (zlen bytes, made with zd) into out: true when it gives
+ * exactly raw_len bytes. Thread: any. */
+bool kb_zcache_expand(const kb_event_zdict_t *zd, const void *frame, size_t zlen, void *out, size_t raw_len);
 
 #endif

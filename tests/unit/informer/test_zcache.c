@@ -4,7 +4,10 @@
 #include "common/event.h"
 #include "common/hash.h"
 #include "informer/indexer.h"
+#include "informer/state.h"
 #include "informer/zcache.h"
+
+#include <lmdb.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -355,6 +358,89 @@ static void test_sizes(void **state) {
     kb_zcache_destroy(zc);
 }
 
+static kb_state_t *open_state(const char *dir) {
+    char why[256];
+    kb_state_opts_t so = {.dir = dir, .map_bytes = 256u << 20, .journal_max_bytes = 1u << 30,
+                          .journal_max_age_s = 3600, .dictionaries = true};
+    kb_state_t *st = kb_state_open(&so, why, sizeof(why));
+    assert_non_null(st);
+    return st;
+}
+
+/* Write orig[from, to) to st, 100 per transaction. */
+static void write_state(kb_state_t *st, kb_event_t **orig, unsigned from, unsigned to) {
+    for (unsigned i = from; i < to; i += 100) {
+        assert_int_equal(kb_state_begin(st), KB_OK);
+        for (unsigned j = i; j < to && j < i + 100; j++)
+            assert_int_equal(kb_state_put_event(st, orig[j], ""), KB_OK);
+        assert_int_equal(kb_state_commit(st), KB_OK);
+    }
+}
+
+static void assert_state_has(kb_state_t *st, kb_event_t **orig, unsigned n) {
+    for (unsigned i = 0; i < n; i++) {
+        kb_event_t *got = kb_state_get(st, orig[i]->key, orig[i]->key_len, res);
+        assert_non_null(got);
+        assert_int_equal(got->obj_len, orig[i]->obj_len);
+        assert_memory_equal(got->obj, orig[i]->obj, orig[i]->obj_len);
+        assert_int_equal(got->labels_off, orig[i]->labels_off);
+        assert_int_equal(got->labels_len, orig[i]->labels_len);
+        kb_event_unref(got);
+    }
+}
+
+/* The id of the dictionary state_dir names as its newest, 0 if none. */
+static uint32_t state_dict(const char *dir) {
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi meta;
+    uint32_t id = 0;
+    assert_int_equal(mdb_env_create(&env), 0);
+    mdb_env_set_maxdbs(env, 4);
+    assert_int_equal(mdb_env_open(env, dir, MDB_RDONLY | MDB_NOLOCK, 0600), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+    MDB_val k = {13, (void *)"zdict_current"}, v;
+    if (mdb_dbi_open(txn, "meta", 0, &meta) == 0 && mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 4)
+        memcpy(&id, v.mv_data, 4);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return id;
+}
+
+/* state_dir records: the first objects without dictionary (as older kbridge
+ * wrote them), then with the trained one, persisted; all read back the same
+ * after a reopen, which continues with the same dictionary. */
+static void test_state_dir_dictionary(void **state) {
+    (void)state;
+    enum { N = 1600, M = 1800 };
+    char dir[] = "/tmp/kbzc-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kb_event_t *orig[M];
+    for (unsigned i = 0; i < M; i++)
+        orig[i] = mk(i, 0);
+    kb_state_t *st = open_state(dir);
+    write_state(st, orig, 0, N);
+    assert_state_has(st, orig, N); /* while open: from the writer's dictionary */
+    kb_state_close(st);
+    uint32_t id = state_dict(dir);
+    assert_true(id != 0);
+
+    st = open_state(dir);
+    assert_state_has(st, orig, N);
+    write_state(st, orig, N, M); /* after the reopen: the same dictionary */
+    kb_state_close(st);
+    assert_int_equal(state_dict(dir), id);
+    st = open_state(dir);
+    assert_state_has(st, orig, M);
+    kb_state_close(st);
+
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    for (unsigned i = 0; i < M; i++)
+        kb_event_unref(orig[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
@@ -362,6 +448,7 @@ int main(void) {
         cmocka_unit_test(test_corrupt_frames_fail),
         cmocka_unit_test(test_plain_until_trained),
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_state_dir_dictionary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
