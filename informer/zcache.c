@@ -12,8 +12,9 @@
  * list is a fair sample of the collection, and training needs no second
  * pass. If the objects change character later (a rollout adds a sidecar to
  * every Pod), frames made with the old dictionary grow: each window of
- * `window` packed objects is compared with the first window after training,
- * and once it is worse by more than retrain_drop, the next objects are
+ * `window` packed objects is compared with the first window after training
+ * (raw bytes over frame bytes plus KB_ZC_SLACK per object), and once it is
+ * worse by more than retrain_drop, the next objects are
  * sampled again and a new dictionary replaces the current one for new
  * entries. Entries keep a reference to the dictionary they were made with,
  * so old ones stay readable; a dictionary is freed with its last entry. A
@@ -51,6 +52,10 @@
 /* Fewer sample bytes than this make no useful dictionary (tiny objects gain
  * nothing from one): sampling goes on until there are, or sample_bytes. */
 #define KB_ZC_MIN_SAMPLES (64u << 10)
+/* Bytes per object added to the frames when ratios are compared: at ratios
+ * of 20 and more a frame a few bytes longer is noise (names, addresses),
+ * worth no new dictionary; a change of shape costs hundreds. */
+#define KB_ZC_SLACK 32
 
 /* The counters a zcache and its dictionaries share: a dictionary may outlive
  * its zcache (held by entries still referenced), so these are refcounted. */
@@ -317,7 +322,7 @@ static void kb_zc_account(kb_zcache_t *zc, size_t raw, size_t z) {
     zc->win_z += z;
     if (zc->win_n < zc->o.window)
         return;
-    double ratio = (double)zc->win_raw / (double)(zc->win_z ? zc->win_z : 1);
+    double ratio = (double)zc->win_raw / (double)(zc->win_z + zc->win_n * KB_ZC_SLACK);
     if (zc->baseline == 0) {
         zc->baseline = ratio;
     } else if (!zc->sampling && ratio < zc->baseline * (1.0 - zc->o.retrain_drop) &&
