@@ -210,6 +210,7 @@ kb_event_t *kb_event_unpack_shell(const kb_event_t *packed) {
 }
 
 kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool final_state_unknown) {
+    KB_ASSERT(!ev->zdict); /* a packed cache entry is expanded first (kb_informer_full) */
     kb_event_init_t in = {
         .type = type,
         .final_state_unknown = final_state_unknown,

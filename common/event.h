@@ -147,7 +147,8 @@ static inline const void *kb_event_frame(const kb_event_t *ev) { return ev->obj 
  * (obj[zraw_len] is already NUL). Refcount 1. */
 kb_event_t *kb_event_unpack_shell(const kb_event_t *packed);
 
-/* A copy of ev with another type (and finalStateUnknown flag); refcount 1. */
+/* A copy of ev with another type (and finalStateUnknown flag); refcount 1.
+ * ev must not be packed (expand it first). */
 kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool final_state_unknown);
 kb_event_t *kb_event_ref(kb_event_t *ev);
 void kb_event_unref(kb_event_t *ev); /* NULL is a no-op */
