@@ -276,7 +276,8 @@ static void kb_zc_train(kb_zcache_t *zc) {
                 zc->cur ? "keeping the current one" : "objects stay uncompressed");
     } else {
         atomic_fetch_add(&zc->trainings, 1);
-        KB_INFO("informer", "informer=%s cache: dictionary %u (%zu bytes) trained from %zu object(s) (%zu bytes) in %.0f ms",
+        KB_INFO("informer",
+                "informer=%s cache: dictionary %u (%zu bytes) trained from %zu object(s) (%zu bytes) in %.0f ms",
                 zc->name, d->id, n, zc->n_samples, zc->samples.len, ms);
     }
     free(dict);
