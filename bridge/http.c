@@ -898,6 +898,17 @@ static void kb_http_ha_json(kb_bridge_t *b, kb_buf_t *o) {
     kb_buf_append_char(o, '}');
 }
 
+/* The cache's memory and compression (docs/informer.md, Compressed cache). */
+static void kb_http_cache_json(kb_buf_t *o, const kb_informer_stats_t *st) {
+    double ratio = st->cache_bytes ? (double)st->cache_raw_bytes / (double)st->cache_bytes : 1.0;
+    kb_buf_appendf(o,
+                   ",\"cache\":{\"compression\":%s,\"objects\":%zu,\"compressed\":%zu,\"bytes\":%zu,"
+                   "\"rawBytes\":%zu,\"ratio\":%.2f,\"dictBytes\":%zu,\"dicts\":%zu,\"dictTrainings\":%llu}",
+                   st->cache_compression ? "true" : "false", st->objects, st->cache_packed, st->cache_bytes,
+                   st->cache_raw_bytes, ratio, st->cache_dict_bytes, st->cache_dicts,
+                   (unsigned long long)st->cache_dict_trainings);
+}
+
 static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *unused) {
     KB_UNUSED(unused);
     kb_buf_t o = KB_BUF_INIT;
@@ -918,6 +929,7 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
         kb_buf_appendf(&o, ",\"synced\":%s,\"objects\":%zu,\"cacheBytes\":%zu", st.synced ? "true" : "false",
                        st.objects, st.cache_bytes);
         kb_http_json_field(&o, "resourceVersion", st.last_rv);
+        kb_http_cache_json(&o, &st);
         kb_buf_appendf(&o,
                        ",\"pendingDeltas\":%zu,\"pendingBytes\":%zu,\"inflight\":%lld,\"lists\":%llu,"
                        "\"relists\":%llu,\"watchEvents\":%llu,\"seq\":%llu",

@@ -1,7 +1,9 @@
 /* common/event.c — immutable, refcounted change events (see event.h).
  *
  * Layout: the struct, then key\0 ns\0 name\0 uid\0 rv\0 obj\0 in one block,
- * so an event is one malloc and one free, and its size is known exactly.
+ * so an event is one malloc and one free, and its size is known exactly. A
+ * packed event has an empty obj and its zstd frame after obj's NUL, in the
+ * same block: a cache entry stays one allocation whether packed or not.
  */
 #include "common/event.h"
 
@@ -108,10 +110,12 @@ static char *kb_put(char *p, const char *s, size_t n) {
     return p + n + 1;
 }
 
-kb_event_t *kb_event_new(const kb_event_init_t *in) {
+/* kb_event_new with extra bytes after obj's NUL; in->obj NULL leaves the
+ * object's room unwritten (only its terminating NUL is set). */
+static kb_event_t *kb_event_alloc(const kb_event_init_t *in, size_t extra) {
     size_t key_len = in->ns_len ? in->ns_len + 1 + in->name_len : in->name_len;
     size_t strs = key_len + 1 + in->ns_len + 1 + in->name_len + 1 + in->uid_len + 1 + in->rv_len + 1 +
-                  in->obj_len + 1;
+                  in->obj_len + 1 + extra;
     kb_event_t *ev = kb_malloc(sizeof(*ev) + strs);
     memset(ev, 0, sizeof(*ev));
     atomic_init(&ev->refcnt, 1);
@@ -142,7 +146,10 @@ kb_event_t *kb_event_new(const kb_event_init_t *in) {
     p = kb_put(p, in->rv, in->rv_len);
     ev->rv_len = in->rv_len;
     ev->obj = p;
-    kb_put(p, in->obj, in->obj_len);
+    if (in->obj)
+        kb_put(p, in->obj, in->obj_len);
+    else
+        p[in->obj_len] = '\0';
     ev->obj_len = in->obj_len;
 
     ev->labels_off = in->labels_off;
@@ -154,7 +161,56 @@ kb_event_t *kb_event_new(const kb_event_init_t *in) {
     return ev;
 }
 
+kb_event_t *kb_event_new(const kb_event_init_t *in) {
+    return kb_event_alloc(in, 0);
+}
+
+/* The init of a copy of ev with its identity, times and type; object none. */
+static kb_event_init_t kb_event_identity(const kb_event_t *ev) {
+    return (kb_event_init_t){
+        .type = ev->type,
+        .final_state_unknown = ev->final_state_unknown,
+        .res = ev->res,
+        .ns = ev->ns, .ns_len = ev->ns_len,
+        .name = ev->name, .name_len = ev->name_len,
+        .uid = ev->uid, .uid_len = ev->uid_len,
+        .rv = ev->rv, .rv_len = ev->rv_len,
+        .obj = "", .obj_len = 0,
+        .observed_ns = ev->observed_ns,
+        .read_mono_ns = ev->read_mono_ns,
+    };
+}
+
+kb_event_t *kb_event_pack(const kb_event_t *ev, kb_event_zdict_t *zd, const void *frame, size_t len) {
+    KB_ASSERT(zd && !ev->zdict && ev->obj_len && len && len <= UINT32_MAX && ev->obj_len <= UINT32_MAX);
+    kb_event_init_t in = kb_event_identity(ev);
+    kb_event_t *p = kb_event_alloc(&in, len);
+    memcpy((char *)p->obj + 1, frame, len);
+    p->seq = ev->seq;
+    p->redelivery = ev->redelivery;
+    p->zdict = zd;
+    p->zlen = (uint32_t)len;
+    p->zraw_len = (uint32_t)ev->obj_len;
+    p->zlabels_off = (uint32_t)ev->labels_off;
+    p->zlabels_len = (uint32_t)ev->labels_len;
+    return p;
+}
+
+kb_event_t *kb_event_unpack_shell(const kb_event_t *packed) {
+    KB_ASSERT(packed->zdict);
+    kb_event_init_t in = kb_event_identity(packed);
+    in.obj = NULL;
+    in.obj_len = packed->zraw_len;
+    in.labels_off = packed->zlabels_off;
+    in.labels_len = packed->zlabels_len;
+    kb_event_t *full = kb_event_alloc(&in, 0);
+    full->seq = packed->seq;
+    full->redelivery = packed->redelivery;
+    return full;
+}
+
 kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool final_state_unknown) {
+    KB_ASSERT(!ev->zdict); /* a packed cache entry is expanded first (kb_informer_full) */
     kb_event_init_t in = {
         .type = type,
         .final_state_unknown = final_state_unknown,
@@ -175,18 +231,7 @@ kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool fin
 }
 
 kb_event_t *kb_event_thin(const kb_event_t *ev) {
-    kb_event_init_t in = {
-        .type = ev->type,
-        .final_state_unknown = ev->final_state_unknown,
-        .res = ev->res,
-        .ns = ev->ns, .ns_len = ev->ns_len,
-        .name = ev->name, .name_len = ev->name_len,
-        .uid = ev->uid, .uid_len = ev->uid_len,
-        .rv = ev->rv, .rv_len = ev->rv_len,
-        .obj = "", .obj_len = 0,
-        .observed_ns = ev->observed_ns,
-        .read_mono_ns = ev->read_mono_ns,
-    };
+    kb_event_init_t in = kb_event_identity(ev);
     kb_event_t *copy = kb_event_new(&in);
     copy->seq = ev->seq;
     copy->redelivery = ev->redelivery;
@@ -201,10 +246,13 @@ kb_event_t *kb_event_ref(kb_event_t *ev) {
 void kb_event_unref(kb_event_t *ev) {
     if (!ev || atomic_fetch_sub_explicit(&ev->refcnt, 1, memory_order_acq_rel) != 1)
         return;
+    if (ev->zdict)
+        ev->zdict->drop(ev->zdict, ev);
     kb_resource_unref(ev->res);
     free(ev);
 }
 
 size_t kb_event_size(const kb_event_t *ev) {
-    return sizeof(*ev) + ev->key_len + ev->ns_len + ev->name_len + ev->uid_len + ev->rv_len + ev->obj_len + 6;
+    return sizeof(*ev) + ev->key_len + ev->ns_len + ev->name_len + ev->uid_len + ev->rv_len + ev->obj_len + 6 +
+           ev->zlen;
 }

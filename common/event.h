@@ -11,6 +11,12 @@
  * apiVersion filled in, drop_fields removed, redact_fields masked. Sinks
  * hand them on without parsing them again.
  *
+ * A packed event (kb_event_pack) is a cache entry whose object is held as a
+ * zstd frame made with a dictionary (informer/zcache.h): its identity fields
+ * are readable as usual, but obj is "" with obj_len 0 and labels_len 0 until
+ * it is expanded (kb_informer_full / kb_zcache_unpack). Only the informer's
+ * cache holds packed events; the queues and the sinks never see one.
+ *
  * kb_resource_t is the identity of what an informer watches (cluster, GVR,
  * kind); every event holds a reference to it, so a sink may outlive the
  * informer that produced its queued events (hot reload).
@@ -66,6 +72,16 @@ void kb_resource_set_kind(kb_resource_t *res, const char *kind, size_t len);
 /* The kind, or "" while unknown. The pointer stays valid for the resource's life. */
 const char *kb_resource_kind(const kb_resource_t *res);
 
+/* The dictionary of packed events, as common/ sees it: informer/zcache.c
+ * embeds this as the first member of its dictionary object. drop is called
+ * once when a packed event that holds a reference to the dictionary is
+ * freed (it gives the reference back and keeps the accounting). */
+typedef struct kb_event_zdict kb_event_zdict_t;
+struct kb_event;
+struct kb_event_zdict {
+    void (*drop)(kb_event_zdict_t *zd, const struct kb_event *ev);
+};
+
 typedef struct kb_event {
     _Atomic unsigned refcnt;
     kb_event_type_t type;
@@ -91,6 +107,12 @@ typedef struct kb_event {
     const char *obj;          /* compact JSON object; NUL-terminated */
     size_t obj_len;
     size_t labels_off, labels_len; /* span of metadata.labels' JSON object in obj; len 0 if none */
+    /* Packed events only (zdict != NULL): the frame of zlen bytes follows
+     * obj's NUL (kb_event_frame); it expands to zraw_len object bytes whose
+     * labels span is zlabels_off/zlabels_len. */
+    kb_event_zdict_t *zdict;   /* reference held; NULL for every event that is not packed */
+    uint32_t zlen, zraw_len;
+    uint32_t zlabels_off, zlabels_len;
 } kb_event_t;
 
 typedef struct kb_event_init {
@@ -112,11 +134,26 @@ kb_event_t *kb_event_new(const kb_event_init_t *init);
  * entry when the object lives in state_dir. Refcount 1. */
 kb_event_t *kb_event_thin(const kb_event_t *ev);
 
-/* A copy of ev with another type (and finalStateUnknown flag); refcount 1. */
+/* A packed copy of ev (see above): identity, type, flags and seq of ev, the
+ * object replaced by frame (len bytes) made with zd. Takes over the caller's
+ * reference to zd (given back through zd->drop when the copy is freed).
+ * ev must have its object (obj_len > 0) and not be packed. Refcount 1. */
+kb_event_t *kb_event_pack(const kb_event_t *ev, kb_event_zdict_t *zd, const void *frame, size_t len);
+/* The frame of a packed event (zlen bytes). */
+static inline const void *kb_event_frame(const kb_event_t *ev) { return ev->obj + 1; }
+/* The expanded form of a packed event, object not yet written: identity,
+ * type, flags and seq of packed, obj_len = zraw_len and the labels span set;
+ * the caller writes zraw_len bytes to (char *)obj before sharing it
+ * (obj[zraw_len] is already NUL). Refcount 1. */
+kb_event_t *kb_event_unpack_shell(const kb_event_t *packed);
+
+/* A copy of ev with another type (and finalStateUnknown flag); refcount 1.
+ * ev must not be packed (expand it first). */
 kb_event_t *kb_event_retype(const kb_event_t *ev, kb_event_type_t type, bool final_state_unknown);
 kb_event_t *kb_event_ref(kb_event_t *ev);
 void kb_event_unref(kb_event_t *ev); /* NULL is a no-op */
-/* Bytes this event occupies in memory (for queue and cache accounting). */
+/* Bytes this event occupies in memory (for queue and cache accounting); for
+ * a packed event, with its frame instead of the object. */
 size_t kb_event_size(const kb_event_t *ev);
 
 /* "123" → 123; anything not a plain decimal fitting in 64 bits → 0. */

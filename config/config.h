@@ -23,6 +23,7 @@ typedef enum { KB_COMPACTION_NONE = 0, KB_COMPACTION_LATEST = 1 } kb_compaction_
 /* How an informer lists: a streamed watch (sendInitialEvents) where the server
  * offers it, else pages (auto); always streamed; always paged. */
 typedef enum { KB_LIST_AUTO = 0, KB_LIST_STREAM = 1, KB_LIST_PAGED = 2 } kb_list_mode_t;
+typedef enum { KB_CACHE_COMPRESSION_AUTO = 0, KB_CACHE_COMPRESSION_OFF = 1 } kb_cache_compression_t;
 typedef enum { KB_SINK_FILE = 0, KB_SINK_KAFKA = 1, KB_SINK_MQTT = 2 } kb_sink_type_t;
 typedef enum { KB_FORMAT_JSON = 0, KB_FORMAT_CE_STRUCTURED = 1, KB_FORMAT_CE_BINARY = 2 } kb_format_t;
 typedef enum { KB_MODE_EVENTS = 0, KB_MODE_STATE = 1 } kb_mode_t;
@@ -69,6 +70,7 @@ typedef struct kb_config_informer {
     char *label_selector, *field_selector;
     int page_size;       /* 500, 1..100000 */
     kb_list_mode_t list_mode; /* auto */
+    kb_cache_compression_t cache_compression; /* auto */
     int resync_seconds;  /* 0 = off */
     int audit_seconds;   /* 0 = off */
     double audit_relist_ratio; /* 0.05, 0..1 */

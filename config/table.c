@@ -25,6 +25,7 @@ static const char *const kb_v_log_level[] = {"debug", "info", "warn", "error", N
 static const char *const kb_v_log_format[] = {"text", "json", NULL};
 static const char *const kb_v_compaction[] = {"none", "latest", NULL};
 static const char *const kb_v_list_mode[] = {"auto", "stream", "paged", NULL};
+static const char *const kb_v_cache_compression[] = {"auto", "off", NULL};
 static const char *const kb_v_sink_type[] = {"file", "kafka", "mqtt", NULL};
 static const char *const kb_v_format[] = {"json", "cloudevents-structured", "cloudevents-binary", NULL};
 static const char *const kb_v_mode[] = {"events", "state", NULL};
@@ -241,6 +242,14 @@ static const kb_ckey_t kb_keys_informer[] = {
             "(the WatchList feature off, an older server), the informer uses paged lists from then on and says so "
             "once in the log. stream: always streamed; a refusal is an error, retried with backoff. paged: always "
             "paged lists (limit=page_size, continue)."},
+    {.name = "cache_compression", .type = KB_CT_ENUM, .off = INF(cache_compression), .def = "auto",
+     .values = kb_v_cache_compression,
+     .doc = "How the informer's cache holds objects when there is no state_dir. auto: zstd-compressed with a "
+            "dictionary trained from the informer's first objects (about 1,000), retrained when the ratio "
+            "falls by a quarter; a 3.5 KB Pod then takes a few hundred bytes of memory instead of its size. "
+            "off: the objects as they are (more memory, no compression work). With state_dir the cache keeps "
+            "identity only and the objects live in state_dir: auto compresses them there with the same kind of "
+            "dictionary (stored in state_dir), off with zstd alone."},
     {.name = "resync_seconds", .type = KB_CT_INT, .off = INF(resync_seconds), .def = "0", .min = 0,
      .max = 31536000, .doc = "Every so many seconds queue a SYNC for each cached object with nothing pending; 0 = never."},
     {.name = "audit_seconds", .type = KB_CT_INT, .off = INF(audit_seconds), .def = "0", .min = 0, .max = 31536000,

@@ -45,6 +45,7 @@
 #include "informer/ingest.h"
 #include "informer/ledger.h"
 #include "informer/state.h"
+#include "informer/zcache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -143,21 +144,30 @@ static void kb_inf_dropped(void *opaque, const kb_event_t *ev) {
     kb_informer_done(opaque, ev->seq);
 }
 
-/* A cache entry with its object: itself, or (when the cache keeps only
- * identity because state_dir holds the objects) read back from state_dir.
- * Never returns an event without an object: if the stored one cannot be read,
- * a minimal object with the identity is made up. Returns a new reference. */
-static kb_event_t *kb_inf_full(kb_informer_t *inf, kb_event_t *ev) {
-    if (ev->obj_len || !inf->state)
-        return kb_event_ref(ev);
+/* The stored object of a thin entry, read back from state_dir and given the
+ * entry's type, flag and seq; NULL if it cannot be read. */
+static kb_event_t *kb_inf_stored(kb_informer_t *inf, kb_event_t *ev) {
     kb_event_t *full = kb_state_get(inf->state, ev->key, ev->key_len, inf->res);
+    kb_event_t *typed = NULL;
     if (full && full->uid_len == ev->uid_len && !memcmp(full->uid, ev->uid, ev->uid_len)) {
-        kb_event_t *typed = kb_event_retype(full, ev->type, ev->final_state_unknown);
+        typed = kb_event_retype(full, ev->type, ev->final_state_unknown);
         typed->seq = ev->seq;
-        kb_event_unref(full);
-        return typed;
     }
     kb_event_unref(full);
+    return typed;
+}
+
+/* A cache entry with its object: itself; expanded when packed (zcache.h);
+ * or (when the cache keeps only identity because state_dir holds the
+ * objects) read back from state_dir. Never returns an event without an
+ * object: if the packed or stored one cannot be read, a minimal object with
+ * the identity is made up. */
+kb_event_t *kb_informer_full(kb_informer_t *inf, kb_event_t *ev) {
+    if (ev->obj_len || (!ev->zdict && !inf->state))
+        return kb_event_ref(ev);
+    kb_event_t *full = ev->zdict ? kb_zcache_unpack(ev) : kb_inf_stored(inf, ev);
+    if (full)
+        return full;
     kb_buf_t o = KB_BUF_INIT;
     kb_buf_appendf(&o, "{\"kind\":\"%s\",\"apiVersion\":\"%s\",\"metadata\":{\"name\":", kb_resource_kind(inf->res),
                    inf->res->api_version);
@@ -178,14 +188,14 @@ static kb_event_t *kb_inf_full(kb_informer_t *inf, kb_event_t *ev) {
                           .read_mono_ns = ev->read_mono_ns};
     kb_event_t *made = kb_event_new(&in);
     kb_buf_fini(&o);
-    KB_WARN("informer", "informer=%s key=%s: stored object unreadable; using its identity only", inf->conf->name,
-            ev->key);
+    KB_WARN("informer", "informer=%s key=%s: %s object unreadable; using its identity only", inf->conf->name,
+            ev->key, ev->zdict ? "compressed" : "stored");
     return made;
 }
 
 /* A synthesized event (type/flag) for a cache entry, with the object. */
 static kb_event_t *kb_inf_retype_full(kb_informer_t *inf, kb_event_t *cached, kb_event_type_t type, bool fsu) {
-    kb_event_t *full = kb_inf_full(inf, cached);
+    kb_event_t *full = kb_informer_full(inf, cached);
     kb_event_t *ev = kb_event_retype(full, type, fsu);
     kb_event_unref(full);
     return ev;
@@ -255,7 +265,9 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
             kb_indexer_put(inf->idx, thin, &u->old);
             kb_event_unref(thin);
         } else {
-            kb_indexer_put(inf->idx, ev, &u->old);
+            kb_event_t *entry = inf->zc ? kb_zcache_pack(inf->zc, ev) : kb_event_ref(ev); /* zcache.h */
+            kb_indexer_put(inf->idx, entry, &u->old);
+            kb_event_unref(entry);
         }
     }
     kb_inf_push_staged(inf, ev, ev->seq, refl, rv_after);
@@ -1060,7 +1072,8 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
         snprintf(dir, sizeof(dir), "%s/%s", cfg->state_dir, inf->conf->name);
     kb_state_opts_t so = {.dir = dir, .map_bytes = UINT64_C(64) << 30,
                           .journal_max_bytes = (uint64_t)cfg->journal_max_bytes,
-                          .journal_max_age_s = cfg->journal_max_age};
+                          .journal_max_age_s = cfg->journal_max_age,
+                          .dictionaries = inf->conf->cache_compression != KB_CACHE_COMPRESSION_OFF};
     inf->state = kb_state_open(&so, why, sizeof(why));
     if (!inf->state) {
         snprintf(errstr, errstr_size, "%s: %s", cfg->path, why);
@@ -1166,6 +1179,8 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
         }
     } else {
         inf->ledger = kb_inf_ledger_new(inf);
+        if (conf->cache_compression != KB_CACHE_COMPRESSION_OFF)
+            inf->zc = kb_zcache_new(NULL, conf->name, inf->idx);
     }
     return inf;
 }
@@ -1246,6 +1261,7 @@ void kb_informer_destroy(kb_informer_t *inf) {
     for (size_t i = 0; i < inf->n_shards; i++)
         kb_deltafifo_destroy(inf->fifos[i]);
     free(inf->fifos);
+    kb_zcache_destroy(inf->zc);
     kb_indexer_destroy(inf->idx);
     kb_transform_free(inf->tf);
     kb_resource_unref(inf->res);
@@ -1379,7 +1395,16 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     st->ack_time_ns = ls.ack_time_ns;
     memcpy(st->checkpoint_rv, ls.resume_rv, sizeof(st->checkpoint_rv));
     st->objects = kb_indexer_count(inf->idx);
-    st->cache_bytes = kb_indexer_bytes(inf->idx);
+    kb_zcache_stats_t zs;
+    kb_zcache_stats(inf->zc, &zs);
+    size_t entries = kb_indexer_bytes(inf->idx);
+    st->cache_bytes = entries + zs.dict_bytes;
+    st->cache_raw_bytes = entries + zs.packed_raw - zs.packed_bytes;
+    st->cache_packed = zs.packed;
+    st->cache_dict_bytes = zs.dict_bytes;
+    st->cache_dicts = zs.dicts;
+    st->cache_dict_trainings = zs.trainings;
+    st->cache_compression = inf->zc != NULL;
     for (size_t i = 0; i < inf->n_shards; i++) {
         kb_deltafifo_stats_t fs;
         kb_deltafifo_stats(inf->fifos[i], &fs);
@@ -1411,7 +1436,7 @@ void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, c
     for (size_t i = first; out && i < out->n; i++) {
         if (out->ev[i]->obj_len)
             continue;
-        kb_event_t *full = kb_inf_full(inf, out->ev[i]);
+        kb_event_t *full = kb_informer_full(inf, out->ev[i]);
         kb_event_unref(out->ev[i]);
         out->ev[i] = full;
     }
@@ -1434,7 +1459,7 @@ kb_event_t *kb_informer_get(kb_informer_t *inf, const char *key, size_t len) {
     kb_event_t *ev = kb_indexer_get(inf->idx, key, len, kb_fnv1a64(key, len));
     if (!ev || ev->obj_len)
         return ev;
-    kb_event_t *full = kb_inf_full(inf, ev);
+    kb_event_t *full = kb_informer_full(inf, ev);
     kb_event_unref(ev);
     return full;
 }

@@ -83,7 +83,14 @@ typedef struct kb_informer_stats {
     char checkpoint_rv[KB_RV_MAX];            /* resume RV at ack_seq (of the first reflector) */
     bool persistent;                   /* state_dir is in use */
     size_t objects;                    /* keys in the indexer */
-    size_t cache_bytes;
+    size_t cache_bytes;                /* memory of the cache: entries, table, dictionaries */
+    /* The compressed cache (informer/zcache.h; all 0 when off or with state_dir). */
+    bool cache_compression;            /* the cache compresses its objects */
+    size_t cache_raw_bytes;            /* what cache_bytes would be with every object uncompressed */
+    size_t cache_packed;               /* entries held compressed */
+    size_t cache_dict_bytes;           /* memory of the dictionaries (included in cache_bytes) */
+    size_t cache_dicts;                /* dictionaries alive (older ones live while entries use them) */
+    uint64_t cache_dict_trainings;     /* dictionaries trained */
     size_t pending_deltas, pending_bytes;
     bool synced;                       /* every reflector finished its first list */
     uint64_t sync_objects;             /* while not synced: objects the first lists received so far; else 0 */
@@ -180,6 +187,14 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st);
  * Thread: any. Locks: the ingest lock, briefly. */
 void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size,
                      uint64_t *seq);
+/* A new reference to entry (a cache entry: from kb_indexer_get/list or a
+ * cut) with its object readable: entry itself when it has it, else its
+ * expanded form (a compressed entry, zcache.h) or the object read back from
+ * state_dir; an object that cannot be read is replaced by a minimal one with
+ * the identity (and a warning). Every reader of a cache entry's obj or labels
+ * goes through this first. Thread: any. Takes no informer lock. */
+kb_event_t *kb_informer_full(kb_informer_t *inf, kb_event_t *entry);
+
 /* The cached state of key ("ns/name" or "name") with its object (read back
  * from state_dir when the cache keeps identity only), or NULL. A new reference.
  * Thread: any. */

@@ -98,6 +98,7 @@ struct kb_informer {
     kb_resource_t *res;
     kb_transform_t *tf;
     kb_indexer_t *idx;
+    struct kb_zcache *zc;          /* compresses the cache's objects (zcache.h); NULL with state_dir or off */
     kb_deltafifo_t **fifos;
     size_t n_shards;
     kb_reflector_t *refl;

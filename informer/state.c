@@ -3,12 +3,24 @@
  * Design note. Three named databases in one environment:
  *   "index"   key bytes → record
  *   "journal" 8-byte big-endian seq → record (+ key and resume RV)
- *   "meta"    "ack_seq" (8 bytes BE), "ack_rv", "trimmed_rv" (string)
+ *   "meta"    "ack_seq" (8 bytes BE), "ack_rv", "trimmed_rv" (string),
+ *             "zdict/<id>" (a dictionary), "zdict_current" (4-byte id, LE)
  * A record is a fixed little header followed by the strings and the object;
  * objects of 512 bytes and more are stored as a zstd frame (level 1: a 5 KB
  * Pod becomes ~1.5 KB, so it fits a leaf page instead of two overflow pages,
  * and the object is compressed once for both journal and index). Big-endian seqs sort
  * in numeric order under LMDB's default byte comparison.
+ *
+ * Dictionaries: once the informer has written enough objects, a dictionary
+ * is trained from them (informer/zcache.h, the same as the in-memory cache's)
+ * and later objects are stored as frames made with it: a record with
+ * KB_REC_ZDICT holds the dictionary's id (zstd's, from its content), the
+ * object's length and the frame. The dictionary is written to "meta" in the
+ * same transaction as the first record that uses it, so no committed record
+ * names a dictionary that is not there; it is never deleted (a few tens of
+ * KB each). Records without the flag (plain, or KB_REC_ZSTD without
+ * dictionary, as older kbridge wrote them) read as before. A reopened
+ * state_dir continues with its newest dictionary ("zdict_current").
  *
  * Durability: MDB_NOMETASYNC makes every commit flush its data pages while
  * the meta page is flushed lazily; a crash can undo the last commit but never
@@ -25,6 +37,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "informer/zcache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,13 +55,14 @@
 #define KB_STATE_FORMAT 1
 #define KB_REC_MARK 0xff /* journal entry type of a resume-point marker */
 #define KB_REC_ZSTD 0x01 /* flags: the object is a zstd frame */
+#define KB_REC_ZDICT 0x02 /* flags: dictionary id (4, LE), object length (4, LE), frame made with it */
 #define KB_ZSTD_MIN 512  /* objects shorter than this are stored as they are */
 
 typedef struct kb_rec_hdr {
     uint8_t format;
     uint8_t type;        /* kb_event_type_t, or KB_REC_MARK */
     uint8_t fsu;
-    uint8_t flags;       /* KB_REC_ZSTD */
+    uint8_t flags;       /* KB_REC_ZSTD, KB_REC_ZDICT */
     uint32_t key_len, uid_len, rv_len, rv_after_len, obj_len;
     uint32_t labels_off, labels_len;
     int64_t observed_ns;
@@ -61,6 +75,11 @@ struct kb_state {
     MDB_txn *txn;                 /* the open write txn (writer thread) */
     ZSTD_CCtx *zc;                /* writer thread */
     kb_buf_t zbuf;                /* the compressed object of the event being written */
+    kb_zcache_t *zcache;          /* writer thread: trains and applies the dictionaries; NULL: none */
+    uint32_t txn_dict;            /* writer thread: the dictionary known to be in the open txn (0: none) */
+    pthread_mutex_t dict_mtx;     /* guards dicts (readers: any thread) */
+    struct kb_st_dict { uint32_t id; kb_event_zdict_t *zd; } *dicts;
+    size_t n_dicts;
     uint64_t journal_max_bytes;
     int64_t journal_max_age_s;
     pthread_mutex_t err_mtx;
@@ -202,6 +221,98 @@ static void kb_state_private_files(const char *dir) {
     }
 }
 
+/* ---- dictionaries ------------------------------------------------------- */
+
+static void kb_st_dict_key(uint32_t id, char key[16]) {
+    snprintf(key, 16, "zdict/%08x", id);
+}
+
+/* Continue with the newest dictionary of a reopened state_dir. */
+static void kb_st_adopt_dict(kb_state_t *st, MDB_txn *txn) {
+    MDB_val k = {13, (void *)"zdict_current"}, v;
+    if (!st->zcache || mdb_get(txn, st->meta, &k, &v) || v.mv_size != 4)
+        return;
+    uint32_t id;
+    memcpy(&id, v.mv_data, 4);
+    char key[16];
+    kb_st_dict_key(id, key);
+    k = (MDB_val){strlen(key), key};
+    if (mdb_get(txn, st->meta, &k, &v) || !kb_zcache_adopt(st->zcache, v.mv_data, v.mv_size))
+        KB_WARN("state", "dir=%s dictionary %08x unreadable: a new one will be trained", st->dir, id);
+}
+
+/* Make sure zd is in the open write txn (written with the first record that
+ * uses it). KB_ERR_IO: not stored (the caller keeps the object without it). */
+static kb_err_t kb_st_dict_persist(kb_state_t *st, kb_event_zdict_t *zd) {
+    uint32_t id = kb_zcache_dict_id(zd);
+    if (id == st->txn_dict)
+        return KB_OK;
+    size_t len;
+    const void *content = kb_zcache_dict_content(zd, &len);
+    char key[16];
+    kb_st_dict_key(id, key);
+    MDB_val k = {strlen(key), key}, v;
+    int rc = mdb_get(st->txn, st->meta, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        v = (MDB_val){len, (void *)content};
+        rc = mdb_put(st->txn, st->meta, &k, &v, 0);
+        MDB_val ck = {13, (void *)"zdict_current"}, cv = {4, &id};
+        if (!rc)
+            rc = mdb_put(st->txn, st->meta, &ck, &cv, 0);
+    } else if (!rc && (v.mv_size != len || memcmp(v.mv_data, content, len))) {
+        rc = MDB_KEYEXIST; /* another dictionary with the same id: do without */
+    }
+    if (rc)
+        return KB_ERR_IO;
+    st->txn_dict = id;
+    return KB_OK;
+}
+
+/* The dictionary id names, read from txn the first time (a reference), or NULL. */
+static kb_event_zdict_t *kb_st_dict(kb_state_t *st, MDB_txn *txn, uint32_t id) {
+    kb_event_zdict_t *zd = NULL;
+    pthread_mutex_lock(&st->dict_mtx);
+    for (size_t i = 0; i < st->n_dicts && !zd; i++)
+        if (st->dicts[i].id == id)
+            zd = kb_zcache_dict_ref(st->dicts[i].zd);
+    pthread_mutex_unlock(&st->dict_mtx);
+    if (zd)
+        return zd;
+    char key[16];
+    kb_st_dict_key(id, key);
+    MDB_val k = {strlen(key), key}, v;
+    if (mdb_get(txn, st->meta, &k, &v) || !(zd = kb_zcache_dict_open(v.mv_data, v.mv_size)))
+        return NULL;
+    pthread_mutex_lock(&st->dict_mtx);
+    st->dicts = kb_realloc(st->dicts, (st->n_dicts + 1) * sizeof(*st->dicts));
+    st->dicts[st->n_dicts++] = (struct kb_st_dict){id, kb_zcache_dict_ref(zd)};
+    pthread_mutex_unlock(&st->dict_mtx);
+    return zd;
+}
+
+/* The object of a KB_REC_ZDICT record (p, n bytes), expanded into a new allocation. */
+static char *kb_st_expand(kb_state_t *st, MDB_txn *txn, const char *p, size_t n, size_t *len) {
+    if (n <= 8)
+        return NULL;
+    uint32_t id, raw;
+    memcpy(&id, p, 4);
+    memcpy(&raw, p + 4, 4);
+    if (raw > (64u << 20))
+        return NULL;
+    kb_event_zdict_t *zd = kb_st_dict(st, txn, id);
+    if (!zd)
+        return NULL;
+    char *plain = kb_malloc((size_t)raw + 1);
+    bool ok = kb_zcache_expand(zd, p + 8, n - 8, plain, raw);
+    kb_zcache_dict_unref(zd);
+    if (!ok) {
+        free(plain);
+        return NULL;
+    }
+    *len = raw;
+    return plain;
+}
+
 kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errstr_size) {
     if (kb_mkdirs(opts->dir) != 0) {
         snprintf(errstr, errstr_size, "state_dir: cannot create \"%s\": %s", opts->dir, strerror(errno));
@@ -214,6 +325,8 @@ kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errs
     st->journal_max_bytes = opts->journal_max_bytes;
     st->journal_max_age_s = opts->journal_max_age_s;
     pthread_mutex_init(&st->err_mtx, NULL);
+    pthread_mutex_init(&st->dict_mtx, NULL);
+    st->zcache = opts->dictionaries ? kb_zcache_new(NULL, opts->dir, NULL) : NULL;
     int rc = mdb_env_create(&st->env);
     if (!rc)
         rc = mdb_env_set_maxdbs(st->env, 4);
@@ -247,6 +360,8 @@ kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errs
         }
     }
     if (!rc)
+        kb_st_adopt_dict(st, txn);
+    if (!rc)
         rc = mdb_txn_commit(txn);
     else if (txn)
         mdb_txn_abort(txn);
@@ -270,6 +385,11 @@ void kb_state_close(kb_state_t *st) {
         mdb_env_close(st->env);
     }
     pthread_mutex_destroy(&st->err_mtx);
+    for (size_t i = 0; i < st->n_dicts; i++)
+        kb_zcache_dict_unref(st->dicts[i].zd);
+    free(st->dicts);
+    pthread_mutex_destroy(&st->dict_mtx);
+    kb_zcache_destroy(st->zcache);
     ZSTD_freeCCtx(st->zc);
     kb_buf_fini(&st->zbuf);
     free(st->dir);
@@ -278,9 +398,9 @@ void kb_state_close(kb_state_t *st) {
 
 /* ---- records ---------------------------------------------------------- */
 
-/* obj/obj_len: the object bytes to store (the event's, or their zstd frame when zstd). */
+/* obj/obj_len: the object bytes to store (the event's, or their zstd form as flags say). */
 static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const char *rv_after, bool with_key,
-                          const char *obj, size_t obj_len, bool zstd) {
+                          const char *obj, size_t obj_len, uint8_t flags) {
     size_t rva = rv_after ? strlen(rv_after) : 0;
     kb_rec_hdr_t h = {
         .format = KB_STATE_FORMAT,
@@ -291,7 +411,7 @@ static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const
         .rv_len = (uint32_t)(ev ? ev->rv_len : 0),
         .rv_after_len = (uint32_t)rva,
         .obj_len = (uint32_t)(ev ? obj_len : 0),
-        .flags = zstd ? KB_REC_ZSTD : 0,
+        .flags = flags,
         .labels_off = (uint32_t)(ev ? ev->labels_off : 0),
         .labels_len = (uint32_t)(ev ? ev->labels_len : 0),
         .observed_ns = ev ? ev->observed_ns : kb_now_real_ns(),
@@ -311,8 +431,9 @@ static void kb_rec_encode(kb_buf_t *b, const kb_event_t *ev, uint8_t type, const
 }
 
 /* Decode a record; key comes from the record (journal) or from the caller (index). */
-static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_len, kb_resource_t *res,
-                                 char *rv_after, size_t rv_after_size, bool *is_mark, bool identity_only) {
+static kb_event_t *kb_rec_decode(kb_state_t *st, MDB_txn *txn, const MDB_val *v, const char *key, size_t key_len,
+                                 kb_resource_t *res, char *rv_after, size_t rv_after_size, bool *is_mark,
+                                 bool identity_only) {
     kb_rec_hdr_t h;
     if (v->mv_size < sizeof(h))
         return NULL;
@@ -343,6 +464,10 @@ static kb_event_t *kb_rec_decode(const MDB_val *v, const char *key, size_t key_l
     if (identity_only) {
         obj = "";
         obj_len = 0;
+    } else if (h.flags & KB_REC_ZDICT) {
+        if (!(plain = kb_st_expand(st, txn, p, h.obj_len, &obj_len)))
+            return NULL;
+        obj = plain;
     } else if (h.flags & KB_REC_ZSTD) {
         unsigned long long size = ZSTD_getFrameContentSize(p, h.obj_len);
         if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (64u << 20))
@@ -438,7 +563,7 @@ kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, bool identity_o
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         bool mark;
         /* The first entry whole: the caller may learn the kind from it. */
-        kb_event_t *ev = kb_rec_decode(&v, k.mv_data, k.mv_size, res, rv_after, sizeof(rv_after), &mark,
+        kb_event_t *ev = kb_rec_decode(st, txn, &v, k.mv_data, k.mv_size, res, rv_after, sizeof(rv_after), &mark,
                                        identity_only && !first);
         first = false;
         if (!ev) {
@@ -463,7 +588,7 @@ kb_event_t *kb_state_get(kb_state_t *st, const char *key, size_t key_len, kb_res
     char rv_after[8];
     bool mark;
     if (mdb_get(txn ? txn : own, st->index, &k, &v) == 0)
-        ev = kb_rec_decode(&v, key, key_len, res, rv_after, sizeof(rv_after), &mark, false);
+        ev = kb_rec_decode(st, txn ? txn : own, &v, key, key_len, res, rv_after, sizeof(rv_after), &mark, false);
     if (own)
         mdb_txn_abort(own);
     return ev;
@@ -489,7 +614,7 @@ kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, size_t limit,
         if (k.mv_size != 8)
             continue;
         bool mark = false;
-        kb_event_t *ev = kb_rec_decode(&v, NULL, 0, res, rv_after, sizeof(rv_after), &mark, false);
+        kb_event_t *ev = kb_rec_decode(st, txn, &v, NULL, 0, res, rv_after, sizeof(rv_after), &mark, false);
         uint64_t seq = kb_from_be64(k.mv_data);
         if (ev)
             ev->seq = seq;
@@ -558,6 +683,7 @@ kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
 kb_err_t kb_state_begin(kb_state_t *st) {
     KB_ASSERT(!st->txn);
     int rc = mdb_txn_begin(st->env, NULL, 0, &st->txn);
+    st->txn_dict = 0;
     if (rc) {
         st->txn = NULL;
         return kb_st_fail(st, "begin", rc);
@@ -575,23 +701,40 @@ static kb_err_t kb_state_journal_put(kb_state_t *st, uint64_t seq, kb_buf_t *rec
     return rc ? kb_st_fail(st, "journal put", rc) : KB_OK;
 }
 
+/* The stored form of an object of KB_ZSTD_MIN bytes or more into st->zbuf:
+ * a frame made with the current dictionary (KB_REC_ZDICT), or without one
+ * (KB_REC_ZSTD); 0 when neither is smaller than the object. */
+static uint8_t kb_st_compress(kb_state_t *st, const char *obj, size_t len) {
+    const void *frame = NULL;
+    kb_event_zdict_t *zd = NULL;
+    size_t n = st->zcache ? kb_zcache_compress(st->zcache, obj, len, &frame, &zd) : 0;
+    kb_buf_reset(&st->zbuf);
+    if (n && n + 8 < len && kb_st_dict_persist(st, zd) == KB_OK) {
+        uint32_t id = kb_zcache_dict_id(zd), raw = (uint32_t)len;
+        kb_buf_append(&st->zbuf, &id, 4);
+        kb_buf_append(&st->zbuf, &raw, 4);
+        kb_buf_append(&st->zbuf, frame, n);
+        return KB_REC_ZDICT;
+    }
+    if (!st->zc)
+        st->zc = ZSTD_createCCtx();
+    size_t bound = ZSTD_compressBound(len);
+    kb_buf_reserve(&st->zbuf, bound);
+    n = ZSTD_compressCCtx(st->zc, st->zbuf.data, bound, obj, len, 1);
+    if (ZSTD_isError(n) || n >= len)
+        return 0;
+    st->zbuf.len = n;
+    return KB_REC_ZSTD;
+}
+
 kb_err_t kb_state_put_event(kb_state_t *st, const kb_event_t *ev, const char *rv_after) {
     kb_buf_t rec = KB_BUF_INIT;
     const char *obj = ev->obj;
     size_t obj_len = ev->obj_len;
-    bool zstd = false;
-    if (obj_len >= KB_ZSTD_MIN) {
-        if (!st->zc)
-            st->zc = ZSTD_createCCtx();
-        size_t bound = ZSTD_compressBound(obj_len);
-        kb_buf_reset(&st->zbuf);
-        kb_buf_reserve(&st->zbuf, bound);
-        size_t n = ZSTD_compressCCtx(st->zc, st->zbuf.data, bound, obj, obj_len, 1);
-        if (!ZSTD_isError(n) && n < obj_len) {
-            obj = st->zbuf.data;
-            obj_len = n;
-            zstd = true;
-        }
+    uint8_t zstd = obj_len >= KB_ZSTD_MIN && obj_len <= UINT32_MAX ? kb_st_compress(st, obj, obj_len) : 0;
+    if (zstd) {
+        obj = st->zbuf.data;
+        obj_len = st->zbuf.len;
     }
     kb_rec_encode(&rec, ev, (uint8_t)ev->type, rv_after, true, obj, obj_len, zstd);
     kb_err_t err = kb_state_journal_put(st, ev->seq, &rec);
@@ -616,7 +759,7 @@ kb_err_t kb_state_put_event(kb_state_t *st, const kb_event_t *ev, const char *rv
 
 kb_err_t kb_state_put_mark(kb_state_t *st, uint64_t seq, const char *rv_after) {
     kb_buf_t rec = KB_BUF_INIT;
-    kb_rec_encode(&rec, NULL, KB_REC_MARK, rv_after, false, NULL, 0, false);
+    kb_rec_encode(&rec, NULL, KB_REC_MARK, rv_after, false, NULL, 0, 0);
     kb_err_t err = kb_state_journal_put(st, seq, &rec);
     kb_buf_fini(&rec);
     return err;

@@ -38,6 +38,7 @@ typedef struct kb_state_opts {
     uint64_t map_bytes;         /* LMDB map size (the most the files may grow to) */
     uint64_t journal_max_bytes; /* acknowledged journal entries beyond this are trimmed */
     int64_t journal_max_age_s;  /* … and so are acknowledged entries older than this */
+    bool dictionaries;          /* objects compressed with a dictionary trained from them (zcache.h) */
 } kb_state_opts_t;
 
 kb_state_t *kb_state_open(const kb_state_opts_t *opts, char *errstr, size_t errstr_size);

@@ -1,0 +1,128 @@
+/* bench/bench_zcache.c — the compressed cache's cost per object, by level.
+ *
+ * Benchmark, not a test. Reads objects (one compact JSON object per line,
+ * e.g. a list's items as kbridge caches them) and, for zstd levels 1 to 3,
+ * caches them all through a zcache into an indexer as the informer does:
+ * prints the cache's memory per object (entries, table, dictionary) beside
+ * the same cache uncompressed, the time to train, the pack cost per object
+ * (the reflector thread pays it) and the expand cost per object (snapshots,
+ * resync, kube API lists pay it).
+ *
+ * Usage: bench_zcache FILE.jsonl [repeat]
+ */
+#include "common/event.h"
+#include "common/time.h"
+#include "informer/indexer.h"
+#include "informer/zcache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kb_event_t **kb_bz_read(const char *path, kb_resource_t *res, size_t *n_out) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t n = 0, cap = 0;
+    kb_event_t **evs = NULL;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &lcap, f)) > 1) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            evs = realloc(evs, cap * sizeof(*evs));
+        }
+        char name[32], rv[24];
+        snprintf(name, sizeof(name), "obj-%zu", n);
+        snprintf(rv, sizeof(rv), "%zu", n + 1);
+        kb_event_init_t in = {.type = KB_EV_ADDED, .res = res, .ns = "ns", .ns_len = 2, .name = name,
+                              .name_len = strlen(name), .uid = "0f0c2f3e-8d4b-4a4c-9c55-3a1f9e2b7d10",
+                              .uid_len = 36, .rv = rv, .rv_len = strlen(rv), .obj = line,
+                              .obj_len = (size_t)len - 1};
+        evs[n++] = kb_event_new(&in);
+    }
+    free(line);
+    fclose(f);
+    *n_out = n;
+    return evs;
+}
+
+static void kb_bz_level(kb_event_t **evs, size_t n, int level, size_t plain_bytes) {
+    kb_zcache_opts_t o;
+    kb_zcache_opts_default(&o);
+    o.level = level;
+    kb_indexer_t *idx = kb_indexer_new(16);
+    kb_zcache_t *zc = kb_zcache_new(&o, "bench", idx);
+    kb_zcache_stats_t st;
+    int64_t t0 = kb_now_mono_ns(), trained = 0, t_end;
+    size_t after = 0; /* objects put after the training */
+    for (size_t i = 0; i < n; i++) {
+        kb_event_t *e = kb_zcache_pack(zc, evs[i]);
+        kb_indexer_put(idx, e, NULL);
+        kb_event_unref(e);
+        if (!trained) {
+            kb_zcache_stats(zc, &st);
+            if (st.trainings) {
+                trained = kb_now_mono_ns();
+                after = n - i - 1;
+            }
+        }
+    }
+    t_end = kb_now_mono_ns();
+    double train_ms = trained ? (double)(trained - t0) / 1e6 : 0;
+    double put_us = after ? (double)(t_end - trained) / 1e3 / (double)after : 0;
+    kb_zcache_stats(zc, &st);
+    kb_zcache_stats(zc, &st);
+    size_t mem = kb_indexer_bytes(idx) + st.dict_bytes;
+    kb_event_list_t all;
+    kb_event_list_init(&all);
+    kb_indexer_list(idx, NULL, &all);
+    t0 = kb_now_mono_ns();
+    size_t bad = 0;
+    for (size_t i = 0; i < all.n; i++) {
+        kb_event_t *full = kb_zcache_unpack(all.ev[i]);
+        bad += full == NULL;
+        kb_event_unref(full);
+    }
+    double get_s = (double)(kb_now_mono_ns() - t0) / 1e9;
+    kb_event_list_fini(&all);
+    printf("level %d: %5.0f B/object cached (uncompressed %5.0f B), frames %4.0f B, dictionary %zu B; first "
+           "objects and training %.0f ms, then pack+put %.2f us/object; expand %.2f us/object%s\n",
+           level, (double)mem / (double)n, (double)plain_bytes / (double)n,
+           (double)st.packed_bytes / (double)(st.packed ? st.packed : 1), st.dict_bytes, train_ms, put_us,
+           get_s * 1e6 / (double)n, bad ? " (SOME FAILED)" : "");
+    kb_indexer_destroy(idx);
+    kb_zcache_destroy(zc);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s FILE.jsonl [repeat]\n", argv[0]);
+        return 2;
+    }
+    int repeat = argc > 2 ? atoi(argv[2]) : 1;
+    kb_resource_t *res = kb_resource_new("bench", "bench", "", "v1", "pods");
+    size_t n = 0;
+    kb_event_t **evs = kb_bz_read(argv[1], res, &n);
+    if (!evs || n == 0) {
+        fprintf(stderr, "%s: no objects\n", argv[1]);
+        return 1;
+    }
+    kb_indexer_t *plain = kb_indexer_new(16);
+    size_t raw = 0;
+    for (size_t i = 0; i < n; i++) {
+        kb_indexer_put(plain, evs[i], NULL);
+        raw += evs[i]->obj_len;
+    }
+    printf("%zu objects, %.0f B each on average\n", n, (double)raw / (double)n);
+    for (int r = 0; r < repeat; r++)
+        for (int level = 1; level <= 3; level++)
+            kb_bz_level(evs, n, level, kb_indexer_bytes(plain));
+    kb_indexer_destroy(plain);
+    for (size_t i = 0; i < n; i++)
+        kb_event_unref(evs[i]);
+    free(evs);
+    kb_resource_unref(res);
+    return 0;
+}
