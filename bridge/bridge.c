@@ -565,6 +565,8 @@ static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, co
         b->providers[b->n_providers++] = pv;
         sink->ops->set_checkpoint_provider(sink->state, kb_eos_records, pv);
     }
+    if (b->ha && kb_ha_leads(b->ha) && sink->ops->activate)
+        sink->ops->activate(sink->state); /* a reload on the leader: no takeover will */
     return bs;
 }
 

@@ -48,6 +48,10 @@
  *    initialisation (it fences and aborts a killed predecessor's open
  *    transaction, which would otherwise hold back the last stable offset),
  *    then reads the topic with a short-lived read_committed consumer.
+ *  - ha.enabled: both replicas have the same transactional.id, and
+ *    initialising transactions fences whoever had it. So a standby's poller
+ *    waits (ks->held) until activate() says this replica leads; a producer
+ *    the broker fenced stays fatal until the process restarts.
  *
  * Locks: ks->mtx guards the transaction's ack list and is the condition
  * variable's mutex; it is never held while calling librdkafka or an ack.
@@ -1216,7 +1220,7 @@ static kb_err_t kb_kafka_read_checkpoint(void *state, const char *key, char *val
 /* ha.enabled: this replica leads; the poller initialises transactions
  * (fencing the previous leader's producer) on its next turn. A producer the
  * broker fenced while this replica led before stays fatal: that replica must
- * restart to deliver through this sink again (said once here). */
+ * restart to deliver through this sink again (logged when it is asked to lead). */
 static void kb_kafka_activate(void *state) {
     kb_kafka_sink_t *ks = state;
     if (ks->transactional && atomic_exchange(&ks->held, false))
