@@ -46,6 +46,7 @@
 #include "sinks/sink.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -564,6 +565,8 @@ static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, co
         b->providers[b->n_providers++] = pv;
         sink->ops->set_checkpoint_provider(sink->state, kb_eos_records, pv);
     }
+    if (b->ha && kb_ha_leads(b->ha) && sink->ops->activate)
+        sink->ops->activate(sink->state); /* a reload on the leader: no takeover will */
     return bs;
 }
 
@@ -713,28 +716,85 @@ static void kb_eos_records(void *opaque, kb_ckpt_rec_t **recs, size_t *n) {
     pthread_rwlock_unlock(&b->lock);
 }
 
-/* Before an exactly-once informer starts: what its sink committed last. */
-static void kb_eos_read_back(kb_bridge_t *b, kb_pipeline_t *p) {
+/* What p's transactional sink committed last, into value: KB_OK, KB_ERR_NOTFOUND
+ * (nothing yet, or no such sink), or an error (logged). */
+static kb_err_t kb_eos_read_cut(kb_bridge_t *b, kb_pipeline_t *p, char *value, size_t size) {
     kb_bsink_t *bs = atomic_load(&p->eos);
     if (!bs || !bs->sink->ops->read_checkpoint)
-        return;
-    char key[512], value[65536];
+        return KB_ERR_NOTFOUND;
+    char key[512];
     kb_eos_key(b, p->inf, key, sizeof(key));
     kb_err_t err = KB_ERR_TIMEDOUT;
     for (int attempt = 0; attempt < 3 && err != KB_OK && err != KB_ERR_NOTFOUND; attempt++)
-        err = bs->sink->ops->read_checkpoint(bs->sink->state, key, value, sizeof(value), 10000);
-    if (err == KB_ERR_NOTFOUND)
-        return;
-    if (err != KB_OK) {
-        KB_ERROR("bridge", "informer=%s cannot read its checkpoint back from sink=%s (%s): resuming from state_dir; "
+        err = bs->sink->ops->read_checkpoint(bs->sink->state, key, value, size, 10000);
+    if (err != KB_OK && err != KB_ERR_NOTFOUND)
+        KB_ERROR("bridge", "informer=%s cannot read its checkpoint back from sink=%s (%s): %s; "
                  "changes committed after that checkpoint may be repeated", kb_informer_conf(p->inf)->name,
-                 bs->sink->name, kb_err_str(err));
+                 bs->sink->name, kb_err_str(err), b->ha ? "resuming from the leader's published watermark"
+                                                        : "resuming from state_dir");
+    return err;
+}
+
+/* Before an exactly-once informer starts: what its sink committed last. Not
+ * with ha.enabled: the cut counts the seqs of whichever replica wrote it, and
+ * a standby must not touch the sink (kb_bridge_ha_prepare reads it by RV). */
+static void kb_eos_read_back(kb_bridge_t *b, kb_pipeline_t *p) {
+    char value[65536];
+    if (b->cfg->ha_enabled || kb_eos_read_cut(b, p, value, sizeof(value)) != KB_OK)
         return;
-    }
     char why[512];
     if (kb_informer_apply_cut(p->inf, value, strlen(value), why, sizeof(why)) != KB_OK)
         KB_ERROR("bridge", "informer=%s checkpoint in sink=%s not used: %s; resuming from state_dir",
-                 kb_informer_conf(p->inf)->name, bs->sink->name, why);
+                 kb_informer_conf(p->inf)->name, atomic_load(&p->eos)->sink->name, why);
+}
+
+/* The resourceVersion every resume point of a cut ({"rv":"ns/RV,…"}) reaches:
+ * the lowest; 0 unless each of the informer's n_scopes has a numeric one. */
+static uint64_t kb_eos_cut_rv(const char *cut, size_t n_scopes) {
+    json_t *j = json_loads(cut, 0, NULL);
+    const char *list = json_string_value(json_object_get(j, "rv"));
+    uint64_t low = UINT64_MAX;
+    size_t n = 0;
+    for (const char *p = list; p && *p; n++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *rv = memchr(p, '/', len) ? (const char *)memchr(p, '/', len) + 1 : p;
+        uint64_t v = kb_rv_parse(rv, len - (size_t)(rv - p));
+        low = v < low ? v : low;
+        p = comma ? comma + 1 : NULL;
+    }
+    json_decref(j);
+    return n == n_scopes && low != UINT64_MAX ? low : 0;
+}
+
+/* ha: this replica is about to lead. Its sinks get ready (a transactional one
+ * fences the previous leader's producer now), then each exactly-once
+ * informer's committed cut is read back by RV: what the old leader committed
+ * after its last publication is not delivered again. Thread: ha. */
+static size_t kb_bridge_ha_prepare(void *opaque, kb_ha_mark_t *out, size_t max) {
+    kb_bridge_t *b = opaque;
+    size_t n = 0;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->cfg->n_sinks; i++)
+        if (b->sinks[i]->sink && b->sinks[i]->sink->ops->activate)
+            b->sinks[i]->sink->ops->activate(b->sinks[i]->sink->state);
+    for (size_t i = 0; i < b->n_pipes && n < max; i++) {
+        kb_pipeline_t *p = b->pipes[i];
+        const kb_config_informer_t *conf = kb_informer_conf(p->inf);
+        char value[65536];
+        if (kb_eos_read_cut(b, p, value, sizeof(value)) != KB_OK)
+            continue;
+        uint64_t rv = kb_eos_cut_rv(value, conf->namespaces.n ? conf->namespaces.n : 1);
+        if (!rv)
+            continue;
+        snprintf(out[n].informer, sizeof(out[n].informer), "%s", conf->name);
+        out[n++].rv = rv;
+        KB_INFO("bridge", "informer=%s takes over from sink=%s's committed checkpoint: changes up to "
+                "resourceVersion %llu are there already and are not delivered again", conf->name,
+                atomic_load(&p->eos)->sink->name, (unsigned long long)rv);
+    }
+    pthread_rwlock_unlock(&b->lock);
+    return n;
 }
 
 /* ---- heartbeats --------------------------------------------------------- */
@@ -936,7 +996,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         kb_eos_read_back(b, p);
     }
     if (cfg->ha_enabled)
-        b->ha = kb_ha_new(cfg, b->api, kb_bridge_ha_marks, b);
+        b->ha = kb_ha_new(cfg, b->api, kb_bridge_ha_marks, kb_bridge_ha_prepare, b);
     return b;
 fail:
     kb_bridge_destroy(b);

@@ -45,6 +45,19 @@
  * at-least-once; a consumer applying only a greater (RV, deleted) per key
  * converges.
  *
+ * Exactly-once across a takeover (a transactional Kafka sink, the same
+ * transactional.id on both replicas): a standby must not initialise
+ * transactions — that fences the leader's producer — so the sink waits for
+ * the prepare callback, which runs after the Lease is ours and before the
+ * first delivery: the sink initialises transactions (the broker fences the
+ * old producer and aborts its open transaction), then the committed
+ * checkpoint is read back and its resume point (an RV, like the published
+ * marks) raises the marks. The workers test the marks before leadership, so
+ * what the old leader committed after its last publication is skipped, not
+ * delivered twice. Exact with one shard and one scope per informer: the
+ * checkpoint's RV is the end of a prefix; what several shards committed past
+ * a gap in that prefix is named by the old leader's seqs, so it is repeated.
+ *
  * Threads: the kb:ha thread does every request; workers call kb_ha_admit.
  */
 #include "bridge/ha.h"
@@ -67,6 +80,7 @@
 struct kb_ha {
     kb_apiclient_t *api;
     kb_ha_marks_fn marks;
+    kb_ha_prepare_fn prepare;
     void *marks_opaque;
     char ns[128], name[256], identity[128];
     int lease_s, renew_s, shard;
@@ -135,10 +149,12 @@ static void kb_ha_namespace(kb_ha_t *ha, const kb_config_t *cfg) {
     fclose(f);
 }
 
-kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, void *opaque) {
+kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, kb_ha_prepare_fn prepare,
+                   void *opaque) {
     kb_ha_t *ha = kb_calloc(1, sizeof(*ha));
     ha->api = api;
     ha->marks = marks;
+    ha->prepare = prepare;
     ha->marks_opaque = opaque;
     ha->lease_s = cfg->ha_lease_seconds;
     ha->renew_s = cfg->ha_renew_seconds;
@@ -282,9 +298,31 @@ static void kb_ha_set_holder(kb_ha_t *ha, const char *holder, const char *marks)
     pthread_mutex_unlock(&ha->mtx);
 }
 
+/* About to lead: what the sinks committed raises the published marks (the
+ * workers skip up to them, as the leader's acknowledgements). */
+static void kb_ha_prepare(kb_ha_t *ha) {
+    kb_ha_mark_t m[KB_HA_MAX_MARKS];
+    size_t n = ha->prepare ? ha->prepare(ha->marks_opaque, m, KB_HA_MAX_MARKS) : 0;
+    pthread_mutex_lock(&ha->mtx);
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < ha->n_pub && strcmp(ha->pub[j].informer, m[i].informer) != 0)
+            j++;
+        if (j == ha->n_pub && ha->n_pub == KB_HA_MAX_MARKS)
+            continue;
+        if (j == ha->n_pub)
+            ha->pub[ha->n_pub++] = m[i];
+        else if (m[i].rv > ha->pub[j].rv)
+            ha->pub[j].rv = m[i].rv;
+    }
+    pthread_mutex_unlock(&ha->mtx);
+}
+
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
  * marks taken over from the previous leader (NULL: renewed our own). */
 static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
+    if (!atomic_load(&ha->leader))
+        kb_ha_prepare(ha);
     atomic_store(&ha->deadline_ns, t0 + ha->lease_s * KB_NS_PER_SEC - KB_HA_MARGIN_NS);
     if (!atomic_exchange(&ha->leader, true)) {
         pthread_mutex_lock(&ha->mtx);
@@ -420,20 +458,20 @@ static uint64_t kb_ha_pub_rv(const kb_ha_t *ha, const char *informer) {
 
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
                           const _Atomic bool *hard_stop) {
-    if (kb_ha_leads(ha))
-        return KB_HA_DELIVER;
     /* What the leader must have acknowledged for this change to be known. */
     uint64_t need = ev->final_state_unknown ? (tracked_rv > ev->rv_num ? tracked_rv : ev->rv_num) : ev->rv_num;
     kb_ha_admit_t r = KB_HA_DROP;
     pthread_mutex_lock(&ha->mtx);
     for (;;) {
-        if (kb_ha_leads(ha)) {
-            r = KB_HA_DELIVER;
-            break;
-        }
+        /* Known first, even to a new leader: what the old one published or
+         * a sink committed is not delivered again. */
         uint64_t pub = kb_ha_pub_rv(ha, informer);
         if (need && pub && need <= pub) {
             r = KB_HA_SKIP;
+            break;
+        }
+        if (kb_ha_leads(ha)) {
+            r = KB_HA_DELIVER;
             break;
         }
         if (atomic_load(&ha->stopping) || atomic_load(hard_stop))

@@ -36,7 +36,16 @@ typedef struct kb_ha_mark {
  * the ha thread with no ha lock held. */
 typedef size_t (*kb_ha_marks_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
 
-kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, void *opaque);
+/* This replica is about to lead (called before it delivers anything as the
+ * leader): make the sinks ready — a transactional sink fences the previous
+ * leader's producer — and give, per informer, the resourceVersion up to which
+ * a sink has committed everything (its exactly-once checkpoint); changes up
+ * to it are not delivered again. Returns how many; may block (it reads the
+ * sink). Called on the ha thread with no ha lock held. */
+typedef size_t (*kb_ha_prepare_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
+
+kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, kb_ha_prepare_fn prepare,
+                   void *opaque);
 void kb_ha_start(kb_ha_t *ha);
 /* Shutdown begins: a standby's workers stop waiting (kb_ha_admit → DROP). */
 void kb_ha_begin_stop(kb_ha_t *ha);

@@ -375,7 +375,9 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "uri", .type = KB_CT_STRING, .off = SNK(uri), .def = "", .only = MQTT_ONLY,
      .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY, .doc = "Broker URI, e.g. \"tcp://127.0.0.1:1883\" or \"ssl://host:8883\"."},
     {.name = "client_id", .type = KB_CT_STRING, .off = SNK(client_id), .defdoc = "\"kbridge-<cluster.name>\"",
-     .only = MQTT_ONLY, .flags = KB_CF_NONEMPTY, .doc = "MQTT client identifier."},
+     .only = MQTT_ONLY, .flags = KB_CF_NONEMPTY,
+     .doc = "MQTT client identifier. With ha.enabled the default gets \"-<ha.identity>\" appended: two "
+            "replicas with one id would take each other's session over, back and forth."},
     {.name = "qos", .type = KB_CT_INT, .off = SNK(qos), .def = "1", .min = 0, .max = 2, .only = MQTT_ONLY,
      .doc = "Quality of service of published messages."},
     {.name = "version", .type = KB_CT_INT, .off = SNK(version), .def = "5", .min = 3, .max = 5,

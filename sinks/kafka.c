@@ -48,6 +48,10 @@
  *    initialisation (it fences and aborts a killed predecessor's open
  *    transaction, which would otherwise hold back the last stable offset),
  *    then reads the topic with a short-lived read_committed consumer.
+ *  - ha.enabled: both replicas have the same transactional.id, and
+ *    initialising transactions fences whoever had it. So a standby's poller
+ *    waits (ks->held) until activate() says this replica leads; a producer
+ *    the broker fenced stays fatal until the process restarts.
  *
  * Locks: ks->mtx guards the transaction's ack list and is the condition
  * variable's mutex; it is never held while calling librdkafka or an ack.
@@ -107,6 +111,7 @@ typedef struct kb_kafka_sink {
     _Atomic uint64_t txn_msgs;  /* produced into the open transaction */
     int64_t txn_started_ns;     /* poller only */
     atomic_bool txn_ready;      /* transactions initialised (a predecessor is fenced) */
+    atomic_bool held;           /* ha.enabled standby: transactions wait for activate() */
     bool ckpt_topic_done;       /* created, found, or given up on; poller only */
     int ckpt_create_tries;      /* poller only */
     char *ckpt_topic;           /* checkpoint_topic; immutable */
@@ -712,7 +717,7 @@ static void *kb_kafka_poller(void *arg) {
 
     bool ready = !ks->transactional;
     while (!atomic_load(&ks->stop)) {
-        if (!ready && !atomic_load(&ks->fatal)) {
+        if (!ready && !atomic_load(&ks->fatal) && !atomic_load(&ks->held)) {
             ready = kb_kafka_txn_init(ks);
             if (ready || atomic_load(&ks->fatal))
                 pthread_rwlock_unlock(&ks->gate);
@@ -743,6 +748,7 @@ static kb_err_t kb_kafka_create(const kb_config_sink_t *conf, const kb_config_t 
     kb_kafka_sink_t *ks = kb_calloc(1, sizeof(*ks));
     ks->name = kb_strdup(conf->name);
     ks->transactional = conf->transactional;
+    atomic_store(&ks->held, conf->transactional && cfg->ha_enabled);
     ks->ckpt_topic = kb_strdup(conf->checkpoint_topic && conf->checkpoint_topic[0] ? conf->checkpoint_topic
                                                                                    : KB_KAFKA_CKPT_TOPIC_DEFAULT);
     if (ks->transactional)
@@ -1211,6 +1217,20 @@ static kb_err_t kb_kafka_read_checkpoint(void *state, const char *key, char *val
     return err;
 }
 
+/* ha.enabled: this replica leads; the poller initialises transactions
+ * (fencing the previous leader's producer) on its next turn. A producer the
+ * broker fenced while this replica led before stays fatal: that replica must
+ * restart to deliver through this sink again (logged when it is asked to lead). */
+static void kb_kafka_activate(void *state) {
+    kb_kafka_sink_t *ks = state;
+    if (ks->transactional && atomic_exchange(&ks->held, false))
+        KB_INFO("kafka", "sink=%s leading: initialising transactions (this fences the previous leader's producer)",
+                ks->name);
+    else if (ks->transactional && atomic_load(&ks->fatal))
+        KB_ERROR("kafka", "sink=%s leading again with a producer that is fenced or failed: it delivers nothing; "
+                 "restart this replica", ks->name);
+}
+
 const kb_sink_ops_t kb_sink_kafka_ops = {
     .type = "kafka",
     .validate = kb_kafka_validate,
@@ -1222,4 +1242,5 @@ const kb_sink_ops_t kb_sink_kafka_ops = {
     .is_transactional = kb_kafka_is_transactional,
     .set_checkpoint_provider = kb_kafka_set_checkpoint_provider,
     .read_checkpoint = kb_kafka_read_checkpoint,
+    .activate = kb_kafka_activate,
 };

@@ -809,6 +809,20 @@ static void kb_mqtt_settings(const kb_mqtt_t *mq, kb_mqtt_settings_t *s) {
     s->will_qos = mq->qos > 0 ? mq->qos : 1;
 }
 
+/* ha.enabled: both replicas run the same config, and two clients with one
+ * client_id take each other's session over, back and forth. The default id
+ * gets this replica's ha.identity appended; an id set otherwise is kept. */
+static char *kb_mqtt_client_id(const kb_config_sink_t *conf, const kb_config_t *cfg) {
+    kb_buf_t def = KB_BUF_INIT;
+    kb_buf_appendf(&def, "kbridge-%s", cfg->cluster.name);
+    bool is_default = !strcmp(conf->client_id, def.data);
+    if (cfg->ha_enabled && is_default)
+        kb_buf_appendf(&def, "-%s", cfg->ha_identity);
+    char *id = kb_strdup(cfg->ha_enabled && is_default ? def.data : conf->client_id);
+    kb_buf_fini(&def);
+    return id;
+}
+
 static kb_mqtt_t *kb_mqtt_new(const kb_config_sink_t *conf, const kb_config_t *cfg) {
     kb_mqtt_t *mq = kb_calloc(1, sizeof(*mq));
     pthread_mutex_init(&mq->mtx, NULL);
@@ -816,7 +830,7 @@ static kb_mqtt_t *kb_mqtt_new(const kb_config_sink_t *conf, const kb_config_t *c
     kb_cond_init_mono(&mq->space_cond);
     mq->name = kb_strdup(conf->name ? conf->name : "mqtt");
     mq->uri = kb_strdup(conf->uri);
-    mq->client_id = kb_strdup(conf->client_id);
+    mq->client_id = kb_mqtt_client_id(conf, cfg);
     mq->username = kb_mqtt_dup_opt(conf->username);
     mq->ca_file = kb_mqtt_dup_opt(conf->ca_file);
     mq->cert_file = kb_mqtt_dup_opt(conf->cert_file);

@@ -94,6 +94,11 @@ typedef struct kb_sink_ops {
     /* The last committed checkpoint value of key (read_committed), into value.
      * KB_ERR_NOTFOUND if there is none yet; blocks up to timeout_ms. */
     kb_err_t (*read_checkpoint)(void *state, const char *key, char *value, size_t value_size, int timeout_ms);
+    /* Optional (ha.enabled): this replica is about to lead. A transactional
+     * sink created with ha.enabled initialises its transactions only now —
+     * a standby that did so would fence the leader's producer, which has the
+     * same transactional.id. Must not block. Thread: ha. */
+    void (*activate)(void *state);
     /* Optional: SIGHUP reached a sink the reload kept (the file sink reopens
      * its path). Must not block. Thread: main. NULL = nothing to do. */
     void (*reopen)(void *state);

@@ -36,9 +36,14 @@ def least_privilege_token(cp):
     return path
 
 
-def replica(cp, identity, lease_seconds, renew_seconds, token_file, workdir=None):
-    """A kbridge replica leading or standing by for shard 0 (file sink, own state_dir), with the
-    least-privilege token."""
+FILE_SINK = ('sinks = ( { name = "out"; type = "file"; path = "{out}"; } );\n'
+             'routes = ( { informer = "cms"; sink = "out"; } );\n')
+
+
+def replica(cp, identity, lease_seconds, renew_seconds, token_file, workdir=None, sinks=FILE_SINK, server=None,
+            informer_opts=""):
+    """A kbridge replica leading or standing by for shard 0 (by default a file sink; own state_dir), with
+    the least-privilege token; server: another address for the API server (a proxy)."""
     text = """
 cluster = { name = "real"; server = "%s"; ca_file = "%s"; token_file = "%s"; };
 http = { listen = "127.0.0.1:0"; };
@@ -46,10 +51,9 @@ state_dir = "{dir}/state";
 shutdown_timeout = 10;
 log = { level = "info"; };
 ha = { enabled = true; lease_namespace = "%s"; lease_seconds = %d; renew_seconds = %d; identity = "%s"; };
-informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "%s" ]; } );
-sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
-routes = ( { informer = "cms"; sink = "out"; } );
-""" % (cp.server, cp.ca, token_file, LEASE_NS, lease_seconds, renew_seconds, identity, NS)
+informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "%s" ]; %s } );
+%s""" % (server or cp.server, cp.ca, token_file, LEASE_NS, lease_seconds, renew_seconds, identity, NS, informer_opts,
+       sinks)
     b = ConfigBridge(text, start=False, workdir=workdir)
     with open(b.config) as f:
         cfg = f.read().replace("{dir}", b.dir)
@@ -59,16 +63,22 @@ routes = ( { informer = "cms"; sink = "out"; } );
     return b
 
 
-def start_pair(cp, prefix, lease_seconds, renew_seconds):
-    """Namespace NS with 30 changes, replica-a leading, replica-b standing by with its list done."""
+def start_pair(cp, prefix, lease_seconds, renew_seconds, sinks=FILE_SINK, servers=(None, None), before=None,
+               informer_opts=""):
+    """Namespace NS with 30 changes, replica-a leading, replica-b standing by with its list done.
+    before(): called once the 30 changes are made, before any replica starts."""
     cp.kubectl("create", "namespace", NS)
     churn = Churn(cp, prefix)
     for _ in range(30):
         churn.step()
+    if before:
+        before()
     token = least_privilege_token(cp)
-    a = replica(cp, "replica-a", lease_seconds, renew_seconds, token)
+    a = replica(cp, "replica-a", lease_seconds, renew_seconds, token, sinks=sinks, server=servers[0],
+                informer_opts=informer_opts)
     wait_for(lambda: leads(a), 60, 0.1, "replica-a to lead")
-    b = replica(cp, "replica-b", lease_seconds, renew_seconds, token)
+    b = replica(cp, "replica-b", lease_seconds, renew_seconds, token, sinks=sinks, server=servers[1],
+                informer_opts=informer_opts)
     b.wait_log("standby until leading lease %s/kbridge-real-0" % LEASE_NS, 60)
     b.wait_log("informer=cms namespace=%s listed" % NS, 60)
     check(not leads(b), "the second replica leads too:\n" + b.logtext()[-2000:])
@@ -177,3 +187,162 @@ def check_converged(cp, replicas, deleted, timeout=120):
 def percentile(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+class History:
+    """The API server's own history of NS's configmaps: the list at start() (each object once, at its
+    resourceVersion) and then every watch event, as (key, type, rv) — read by a watch of its own that
+    resumes from its last event when the server ends it (bounded: at most 100 watches)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+        self.events = []
+        self.stop_flag = False
+        self.failed = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        st, body = self.cp.request("GET", CMS)
+        check(st == 200, "list %s -> %d" % (CMS, st))
+        for i in body["items"]:
+            self.events.append((NS + "/" + i["metadata"]["name"], "ADDED", int(i["metadata"]["resourceVersion"])))
+        self.rv = body["metadata"]["resourceVersion"]
+        self.thread.start()
+        return self
+
+    def _run(self):
+        import ssl
+        ctx = ssl.create_default_context(cafile=self.cp.ca)
+        for _ in range(100):
+            if self.stop_flag:
+                return
+            try:
+                self._watch(ctx)
+            except OSError as e:  # the server ended the watch (or stopped at the end of the test)
+                self.error = e
+                time.sleep(0.2)
+
+    def _watch(self, ctx):
+        """One watch from self.rv, until the server ends it (timeoutSeconds=5)."""
+        import urllib.request
+        req = urllib.request.Request("%s%s?watch=1&resourceVersion=%s&timeoutSeconds=5" % (
+            self.cp.server, CMS, self.rv))
+        req.add_header("Authorization", "Bearer " + self.cp.env["KB_K8S_ADMIN_TOKEN"])
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+            for line in r:
+                ev = json.loads(line)
+                if ev["type"] == "ERROR":
+                    self.failed = "the test's own watch from %s: %s" % (self.rv, ev)
+                    self.stop_flag = True
+                    return
+                md = ev["object"]["metadata"]
+                self.rv = md["resourceVersion"]
+                if ev["type"] != "BOOKMARK":
+                    self.events.append((NS + "/" + md["name"], ev["type"], int(md["resourceVersion"])))
+
+    def stop(self):
+        """Ends once the server has shown every change made so far: it creates one configmap more
+        (ha-end, a change like the others) and waits for the watch to show it."""
+        st, body = self.cp.request("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "ha-end", "namespace": NS}})
+        check(st == 201, "creating the end marker -> %d" % st)
+        wait_for(lambda: self.failed or any(k == NS + "/ha-end" for k, _, _ in self.events), 30, 0.1,
+                 "the test's watch to show the end marker")
+        check(not self.failed, self.failed)
+        self.stop_flag = True
+        self.thread.join(30)
+        return self.events
+
+    def per_key(self):
+        """{key: [(rv, deleted?1:0), ...]} in the server's order."""
+        out = {}
+        for k, t, rv in self.events:
+            out.setdefault(k, []).append((rv, 1 if t == "DELETED" else 0))
+        return out
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 (a free port) in front of the API server, for one replica: TLS passes
+    through untouched (the server's certificate names 127.0.0.1). cut() closes every connection it
+    carries and closes each new one at once; restore() lets them through again. Stopped at exit
+    (daemon threads; at most MAX_CONNS connections at a time)."""
+    MAX_CONNS = 64
+
+    def __init__(self, server):
+        import socket
+        host, port = server[len("https://"):].rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.url = "https://127.0.0.1:%d" % self.lsock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.conns = set()
+        self.is_cut = False
+        self.refused = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            with self.lock:
+                if self.is_cut or len(self.conns) >= 2 * self.MAX_CONNS:
+                    self.refused += 1
+                    c.close()
+                    continue
+            try:
+                u = socket.create_connection(self.upstream, timeout=10)
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                late = self.is_cut  # cut while this one was connecting
+                if not late:
+                    self.conns.update((c, u))
+            if late:
+                c.close()
+                u.close()
+                continue
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src, dst):
+        import socket
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self.lock:
+            for s in (src, dst):
+                if s in self.conns:
+                    self.conns.discard(s)
+                    s.close()
+
+    def cut(self):
+        import socket
+        with self.lock:
+            self.is_cut = True
+            conns = list(self.conns)
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def restore(self):
+        with self.lock:
+            self.is_cut = False
