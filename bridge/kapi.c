@@ -764,6 +764,27 @@ static bool kb_kapi_matches(const kb_kapi_query_t *q, const kb_event_t *ev) {
                                               ev->labels_len));
 }
 
+/* The cut a list or a watch's initial events are served from: the candidates
+ * the informer's indexes give for sel (only the matching objects when sel has
+ * an equality term on an indexed label key), each materialized after the
+ * ingest lock is released, those sel does not match dropped. */
+static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_selector_t *sel, kb_event_list_t *all,
+                        char *rv, size_t rv_size, uint64_t *seq) {
+    bool exact = false;
+    kb_informer_select(inf, ns, sel, all, &exact, rv, rv_size, seq);
+    size_t keep = 0;
+    for (size_t i = 0; i < all->n; i++) {
+        kb_event_t *full = kb_informer_full(inf, all->ev[i]);
+        kb_event_unref(all->ev[i]);
+        if (sel && !exact &&
+            !kb_selector_match_json(sel, full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len))
+            kb_event_unref(full);
+        else
+            all->ev[keep++] = full;
+    }
+    all->n = keep;
+}
+
 /* Wait up to KB_KAPI_RV_WAIT_MS for the informer to reach rv. cur gets the
  * newest cut RV. */
 static bool kb_kapi_wait_rv(kb_kapi_t *k, kb_informer_t *inf, uint64_t rv, char *cur, size_t cur_size) {
@@ -1089,7 +1110,7 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_list_fill);
     kb_event_list_t all;
     kb_event_list_init(&all);
-    kb_informer_cut(r->inf, p->has_ns ? p->ns : NULL, &all, s->rv, sizeof(s->rv), NULL);
+    kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q->sel, &all, s->rv, sizeof(s->rv), NULL);
     if (all.n > 1)
         qsort(all.ev, all.n, sizeof(all.ev[0]), kb_kapi_by_key);
     if (q->rv && !strcmp(q->rv, "0"))
@@ -1310,7 +1331,7 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         kb_event_list_t all;
         kb_event_list_init(&all);
         uint64_t seq = 0;
-        kb_informer_cut(r->inf, p->has_ns ? p->ns : NULL, &all, s->rv, sizeof(s->rv), &seq);
+        kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q->sel, &all, s->rv, sizeof(s->rv), &seq);
         if (all.n > 1)
             qsort(all.ev, all.n, sizeof(all.ev[0]), kb_kapi_by_key);
         const char *last = NULL;
