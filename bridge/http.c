@@ -409,9 +409,9 @@ struct kb_http_stream {
     bool replayed;        /* the journal is read to its end */
     const char *kind, *api_version; /* borrowed from the informer's resource */
     char rv[64];          /* snapshot: the cut; replay: the newest RV sent */
+    kb_informer_t *inf;   /* snapshot; replay with watch=true */
+    char inf_name[128];   /* a copy: a reload may free the config that named it (snapshot and watch) */
     /* watch=true only */
-    kb_informer_t *inf;
-    char inf_name[128];   /* a copy: a reload may free the config that named it */
     bool subscribed;
     int fd;               /* the client's socket, to notice a hang-up */
     uint64_t last_seq;    /* live events up to here were replayed already */
@@ -517,6 +517,12 @@ static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
         kb_event_t *ev = kb_informer_full(s->inf, s->items.ev[s->next]);
         kb_event_unref(s->items.ev[s->next]);
         s->items.ev[s->next++] = NULL;
+        if (!ev->obj_len) { /* state_dir closed under us (a reload removed the informer): no object to send */
+            KB_WARN("http", "snapshot of %s: the informer was closed while its snapshot was sent; ending the stream",
+                    s->inf_name);
+            kb_event_unref(ev);
+            return KB_FILL_ERR;
+        }
         bool match = !s->sel || kb_selector_match_json(s->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL,
                                                        ev->labels_len);
         if (match) {
@@ -564,6 +570,7 @@ static enum MHD_Result kb_http_get_snapshot(kb_http_t *h, struct MHD_Connection 
     bool exact = false;
     kb_informer_select(inf, ns && *ns ? ns : NULL, sel, &s->items, &exact, s->rv, sizeof(s->rv), NULL);
     s->inf = inf;
+    snprintf(s->inf_name, sizeof(s->inf_name), "%s", kb_informer_conf(inf)->name);
     if (exact)
         kb_selector_free(sel);
     else
