@@ -8,8 +8,9 @@
  *
  * The namespace index is a strmap ns → set, and each label index a strmap
  * "key=value" → set (all configured keys share one map: a key has no '='),
- * where a set is a strmap key → kb_event_t* (borrowed: the stripe owns the
- * reference). They sit under one mutex taken after a stripe's write lock
+ * where a set holds kb_event_t* (borrowed: the stripe owns the reference),
+ * hashed by the event's key hash and compared by pointer — eight bytes a
+ * slot, no second copy of the key. They sit under one mutex taken after a stripe's write lock
  * (order: stripe → index), and are updated in the same critical section as
  * the stripe, before the replaced event is released. So while a lister holds
  * ix_mtx every pointer in a set is still owned by a stripe, and it can take
@@ -66,8 +67,8 @@ struct kb_indexer {
     char **label_keys;     /* the configured keys (owned), n_label_keys of them */
     size_t n_label_keys;   /* 0: stripe values are bare events, no label index */
     pthread_mutex_t ix_mtx;/* guards by_ns, by_label and every set in them; taken after a stripe lock */
-    kb_strmap_t *by_ns;    /* namespace → kb_strmap_t* set of key → kb_event_t* (borrowed) */
-    kb_strmap_t *by_label; /* "key=value" → kb_strmap_t* set of key → kb_event_t* (borrowed) */
+    kb_strmap_t *by_ns;    /* namespace → kb_ix_set_t* of kb_event_t* (borrowed) */
+    kb_strmap_t *by_label; /* "key=value" → kb_ix_set_t* of kb_event_t* (borrowed) */
     _Atomic uint64_t st_queries, st_by_label, st_by_ns, st_candidates, st_last;
 };
 
@@ -100,6 +101,9 @@ kb_indexer_t *kb_indexer_new(unsigned stripes, const char *const *label_keys, si
     return idx;
 }
 
+typedef struct kb_ix_set kb_ix_set_t;
+static void kb_ix_set_free(kb_ix_set_t *set);
+
 /* The event of a stripe value. */
 static kb_event_t *kb_ix_ev(const kb_indexer_t *idx, void *v) {
     return idx->n_label_keys ? ((kb_ix_entry_t *)v)->ev : v;
@@ -127,7 +131,7 @@ static void kb_ix_destroy_sets(kb_strmap_t *m) {
     size_t pos = 0;
     void *set;
     while (kb_strmap_next(m, &pos, NULL, NULL, &set))
-        kb_strmap_destroy(set);
+        kb_ix_set_free(set);
     kb_strmap_destroy(m);
 }
 
@@ -159,33 +163,125 @@ static kb_stripe_t *kb_stripe_of(kb_indexer_t *idx, uint64_t hash) {
 
 /* --- sets (ix_mtx held) ---------------------------------------------------- */
 
-/* File ev in the set called name of m (made when missing). */
-static void kb_ix_set_add(kb_strmap_t *m, const char *name, size_t len, kb_event_t *ev) {
-    uint64_t h = kb_fnv1a64(name, len);
-    kb_strmap_t *set = kb_strmap_get(m, name, len, h);
-    if (!set) {
-        set = kb_strmap_new(0);
-        kb_strmap_put(m, name, len, h, set);
-    }
-    kb_strmap_put(set, ev->key, ev->key_len, ev->key_hash, ev);
+/* A set of cache entries: open addressing by the event's key hash, compared
+ * by pointer (the stripe owns the events), linear probing, load at most 3/4,
+ * backward-shift deletion, shrinking below 1/8 full. Eight bytes a slot:
+ * a strmap would copy every key once more per index. */
+struct kb_ix_set {
+    kb_event_t **slot; /* cap of them, NULL = empty; an event's home is key_hash & (cap - 1) */
+    size_t cap;        /* power of two, at least KB_IX_SET_MIN */
+    size_t n;
+};
+
+#define KB_IX_SET_MIN 4u
+
+static kb_ix_set_t *kb_ix_set_new(void) {
+    kb_ix_set_t *set = kb_calloc(1, sizeof(*set));
+    set->cap = KB_IX_SET_MIN;
+    set->slot = kb_calloc(set->cap, sizeof(*set->slot));
+    return set;
 }
 
-/* Take ev's key out of the set called name; an emptied set goes at once. */
-static void kb_ix_set_del(kb_strmap_t *m, const char *name, size_t len, const kb_event_t *ev) {
+static void kb_ix_set_free(kb_ix_set_t *set) {
+    free(set->slot);
+    free(set);
+}
+
+static void kb_ix_set_place(kb_event_t **slot, size_t cap, kb_event_t *ev) {
+    size_t i = ev->key_hash & (cap - 1);
+    while (slot[i])
+        i = (i + 1) & (cap - 1);
+    slot[i] = ev;
+}
+
+static void kb_ix_set_resize(kb_ix_set_t *set, size_t cap) {
+    kb_event_t **slot = kb_calloc(cap, sizeof(*slot));
+    for (size_t i = 0; i < set->cap; i++)
+        if (set->slot[i])
+            kb_ix_set_place(slot, cap, set->slot[i]);
+    free(set->slot);
+    set->slot = slot;
+    set->cap = cap;
+}
+
+/* The slot holding ev, or SIZE_MAX. */
+static size_t kb_ix_set_find(const kb_ix_set_t *set, const kb_event_t *ev) {
+    size_t mask = set->cap - 1;
+    for (size_t i = ev->key_hash & mask; set->slot[i]; i = (i + 1) & mask)
+        if (set->slot[i] == ev)
+            return i;
+    return SIZE_MAX;
+}
+
+static void kb_ix_set_insert(kb_ix_set_t *set, kb_event_t *ev) {
+    KB_ASSERT(kb_ix_set_find(set, ev) == SIZE_MAX);
+    if ((set->n + 1) * 4 > set->cap * 3)
+        kb_ix_set_resize(set, set->cap * 2);
+    kb_ix_set_place(set->slot, set->cap, ev);
+    set->n++;
+}
+
+static void kb_ix_set_remove(kb_ix_set_t *set, const kb_event_t *ev) {
+    size_t i = kb_ix_set_find(set, ev), mask = set->cap - 1;
+    if (i == SIZE_MAX)
+        return;
+    set->slot[i] = NULL;
+    set->n--;
+    /* Knuth's algorithm R: move back each later entry of the run whose home
+     * is not cyclically in (i, j], so every entry stays reachable. */
+    for (size_t j = (i + 1) & mask; set->slot[j]; j = (j + 1) & mask) {
+        size_t k = set->slot[j]->key_hash & mask;
+        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            set->slot[i] = set->slot[j];
+            set->slot[j] = NULL;
+            i = j;
+        }
+    }
+    if (set->cap > KB_IX_SET_MIN && set->n * 8 < set->cap)
+        kb_ix_set_resize(set, set->cap / 2);
+}
+
+static size_t kb_ix_set_memory(const kb_ix_set_t *set) {
+    return sizeof(*set) + set->cap * sizeof(*set->slot);
+}
+
+/* File ev in the set called name of m (made when missing), in prev's place if
+ * prev (the entry ev replaces: the same key, so the same home) is in it. */
+static void kb_ix_file_in(kb_strmap_t *m, const char *name, size_t len, const kb_event_t *prev, kb_event_t *ev) {
     uint64_t h = kb_fnv1a64(name, len);
-    kb_strmap_t *set = kb_strmap_get(m, name, len, h);
+    kb_ix_set_t *set = kb_strmap_get(m, name, len, h);
+    if (!set) {
+        set = kb_ix_set_new();
+        kb_strmap_put(m, name, len, h, set);
+    }
+    size_t at = prev ? kb_ix_set_find(set, prev) : SIZE_MAX;
+    if (at != SIZE_MAX)
+        set->slot[at] = ev;
+    else
+        kb_ix_set_insert(set, ev);
+}
+
+/* Take ev out of the set called name; an emptied set goes at once. */
+static void kb_ix_unfile_from(kb_strmap_t *m, const char *name, size_t len, const kb_event_t *ev) {
+    uint64_t h = kb_fnv1a64(name, len);
+    kb_ix_set_t *set = kb_strmap_get(m, name, len, h);
     if (!set)
         return;
-    kb_strmap_del(set, ev->key, ev->key_len, ev->key_hash);
-    if (kb_strmap_count(set) == 0) {
+    kb_ix_set_remove(set, ev);
+    if (set->n == 0) {
         kb_strmap_del(m, name, len, h);
-        kb_strmap_destroy(set);
+        kb_ix_set_free(set);
     }
+}
+
+static const kb_ix_set_t *kb_ix_set_of(const kb_strmap_t *m, const char *name, size_t len) {
+    return kb_strmap_get(m, name, len, kb_fnv1a64(name, len));
 }
 
 static size_t kb_ix_set_count(const kb_strmap_t *m, const char *name, size_t len) {
-    const kb_strmap_t *set = kb_strmap_get(m, name, len, kb_fnv1a64(name, len));
-    return set ? kb_strmap_count(set) : 0;
+    const kb_ix_set_t *set = kb_ix_set_of(m, name, len);
+    return set ? set->n : 0;
 }
 
 static bool kb_same_ns(const kb_event_t *a, const kb_event_t *b) {
@@ -202,17 +298,18 @@ static bool kb_ix_filed_has(const kb_ix_entry_t *e, const char *s, size_t len) {
     return false;
 }
 
-/* File e's event under each of its label strings (ix_mtx held). */
-static void kb_ix_file(kb_indexer_t *idx, const kb_ix_entry_t *e) {
+/* File e's event under each of its label strings, in place of prev's where
+ * prev (the entry e replaces, or NULL) is filed too (ix_mtx held). */
+static void kb_ix_file(kb_indexer_t *idx, const kb_ix_entry_t *e, const kb_ix_entry_t *prev) {
     for (const char *p = e->filed; p < e->filed + e->filed_len; p += strlen(p) + 1)
-        kb_ix_set_add(idx->by_label, p, strlen(p), e->ev);
+        kb_ix_file_in(idx->by_label, p, strlen(p), prev ? prev->ev : NULL, e->ev);
 }
 
 /* Unfile prev's strings that next is not filed under (next NULL: all of them). */
 static void kb_ix_unfile(kb_indexer_t *idx, const kb_ix_entry_t *prev, const kb_ix_entry_t *next) {
     for (const char *p = prev->filed; p < prev->filed + prev->filed_len; p += strlen(p) + 1)
         if (!next || !kb_ix_filed_has(next, p, strlen(p)))
-            kb_ix_set_del(idx->by_label, p, strlen(p), prev->ev);
+            kb_ix_unfile_from(idx->by_label, p, strlen(p), prev->ev);
 }
 
 /* The stripe value for ev: its filing under the configured keys labels has. */
@@ -256,13 +353,14 @@ static void *kb_ix_store(kb_indexer_t *idx, void *v) {
     s->ev_bytes += kb_ix_size(idx, v);
     if (prev)
         s->ev_bytes -= kb_ix_size(idx, prev);
+    kb_event_t *pev = prev ? kb_ix_ev(idx, prev) : NULL;
     pthread_mutex_lock(&idx->ix_mtx);
     /* The namespace is part of the key, so it cannot change; be safe anyway. */
-    if (prev && !kb_same_ns(kb_ix_ev(idx, prev), ev))
-        kb_ix_set_del(idx->by_ns, kb_ix_ev(idx, prev)->ns, kb_ix_ev(idx, prev)->ns_len, kb_ix_ev(idx, prev));
-    kb_ix_set_add(idx->by_ns, ev->ns, ev->ns_len, ev);
+    if (pev && !kb_same_ns(pev, ev))
+        kb_ix_unfile_from(idx->by_ns, pev->ns, pev->ns_len, pev);
+    kb_ix_file_in(idx->by_ns, ev->ns, ev->ns_len, pev, ev);
     if (idx->n_label_keys) {
-        kb_ix_file(idx, v); /* replaces prev's pointer in the sets both are in */
+        kb_ix_file(idx, v, prev); /* in prev's place in the sets both are in */
         if (prev)
             kb_ix_unfile(idx, prev, v);
     }
@@ -314,7 +412,7 @@ bool kb_indexer_delete(kb_indexer_t *idx, const char *key, size_t len, uint64_t 
         kb_event_t *pev = kb_ix_ev(idx, prev);
         s->ev_bytes -= kb_ix_size(idx, prev);
         pthread_mutex_lock(&idx->ix_mtx);
-        kb_ix_set_del(idx->by_ns, pev->ns, pev->ns_len, pev);
+        kb_ix_unfile_from(idx->by_ns, pev->ns, pev->ns_len, pev);
         if (idx->n_label_keys)
             kb_ix_unfile(idx, prev, NULL);
         pthread_mutex_unlock(&idx->ix_mtx);
@@ -350,7 +448,7 @@ static size_t kb_ix_sets_memory(const kb_strmap_t *m) {
     size_t pos = 0;
     void *set;
     while (kb_strmap_next(m, &pos, NULL, NULL, &set))
-        n += kb_strmap_memory(set);
+        n += kb_ix_set_memory(set);
     return n;
 }
 
@@ -396,14 +494,12 @@ void kb_event_list_fini(kb_event_list_t *l) {
     kb_event_list_init(l);
 }
 
-/* Append a reference to every event of set (ix_mtx held), of namespace ns only when not NULL. */
-static void kb_ix_list_set(const kb_strmap_t *set, const char *ns, size_t ns_len, kb_event_list_t *out) {
-    size_t pos = 0;
-    void *v;
-    while (kb_strmap_next(set, &pos, NULL, NULL, &v)) {
-        const kb_event_t *ev = v;
-        if (!ns || (ev->ns_len == ns_len && !memcmp(ev->ns, ns, ns_len)))
-            kb_event_list_push(out, kb_event_ref(v));
+/* Append a reference to every event of set (ix_mtx held; NULL: none), of namespace ns only when not NULL. */
+static void kb_ix_list_set(const kb_ix_set_t *set, const char *ns, size_t ns_len, kb_event_list_t *out) {
+    for (size_t i = 0; set && i < set->cap; i++) {
+        kb_event_t *ev = set->slot[i];
+        if (ev && (!ns || (ev->ns_len == ns_len && !memcmp(ev->ns, ns, ns_len))))
+            kb_event_list_push(out, kb_event_ref(ev));
     }
 }
 
@@ -425,11 +521,8 @@ void kb_indexer_list(kb_indexer_t *idx, const char *ns, kb_event_list_t *out) {
         kb_ix_list_all(idx, out);
         return;
     }
-    size_t len = strlen(ns);
     pthread_mutex_lock(&idx->ix_mtx);
-    kb_strmap_t *set = kb_strmap_get(idx->by_ns, ns, len, kb_fnv1a64(ns, len));
-    if (set)
-        kb_ix_list_set(set, NULL, 0, out);
+    kb_ix_list_set(kb_ix_set_of(idx->by_ns, ns, strlen(ns)), NULL, 0, out);
     pthread_mutex_unlock(&idx->ix_mtx);
 }
 
@@ -479,9 +572,7 @@ static void kb_ix_list_term(kb_indexer_t *idx, const kb_selector_t *sel, size_t 
         if (kb_ix_repeated(values, j))
             continue;
         kb_ix_name(b, key, values[j]);
-        const kb_strmap_t *set = kb_strmap_get(idx->by_label, b->data, b->len, kb_fnv1a64(b->data, b->len));
-        if (set)
-            kb_ix_list_set(set, ns, ns ? strlen(ns) : 0, out);
+        kb_ix_list_set(kb_ix_set_of(idx->by_label, b->data, b->len), ns, ns ? strlen(ns) : 0, out);
     }
 }
 
@@ -506,9 +597,7 @@ kb_indexer_via_t kb_indexer_select(kb_indexer_t *idx, const char *ns, const kb_s
         via = KB_INDEXER_BY_LABEL;
         *exact = n_req == 1;
     } else if (ns) {
-        kb_strmap_t *set = kb_strmap_get(idx->by_ns, ns, strlen(ns), kb_fnv1a64(ns, strlen(ns)));
-        if (set)
-            kb_ix_list_set(set, NULL, 0, out);
+        kb_ix_list_set(kb_ix_set_of(idx->by_ns, ns, strlen(ns)), NULL, 0, out);
         via = KB_INDEXER_BY_NS;
         *exact = n_req == 0;
     }

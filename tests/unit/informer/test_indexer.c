@@ -515,6 +515,83 @@ static void test_label_index_memory(void **state) {
     kb_indexer_destroy(ix);
 }
 
+/* Random puts, deletes and undos against a model: every label set and
+ * namespace set holds exactly the keys the model says (the sets' probing and
+ * deletion keep every member reachable through growth and shrinking). */
+static void test_sets_match_a_model(void **state) {
+    (void)state;
+    enum { KEYS = 3000, OPS = 60000, VALUES = 5, NSS = 3 };
+    static const char *const keys[] = {"app"};
+    kb_indexer_t *idx = kb_indexer_new(8, keys, 1);
+    int model[KEYS]; /* -1 absent, else the app value */
+    for (int k = 0; k < KEYS; k++)
+        model[k] = -1;
+    unsigned seed = 12345;
+    char ns[8], name[16], key[32], labels[32];
+    for (int op = 0; op < OPS; op++) {
+        int k = (int)(rand_r(&seed) % KEYS);
+        int r = (int)(rand_r(&seed) % 10); /* 0..5 put (0: then undone), 6..9 delete (6: then undone) */
+        if (op >= OPS / 2 && k >= KEYS / 10) { /* the second half deletes most keys: the sets shrink */
+            if (model[k] < 0)
+                continue;
+            r = 9;
+        }
+        snprintf(ns, sizeof(ns), "n%d", k % NSS);
+        snprintf(name, sizeof(name), "k%d", k);
+        snprintf(key, sizeof(key), "%s/%s", ns, name);
+        if (r < 6) {
+            int v = (int)(rand_r(&seed) % VALUES);
+            snprintf(labels, sizeof(labels), "{\"app\":\"v%d\"}", v);
+            kb_event_t *ev = mk_l(ns, name, (unsigned)op + 1, labels);
+            kb_indexer_old_t old = {0};
+            put_ev(idx, ev, &old);
+            kb_event_unref(ev);
+            if (r == 0 && old.ev) { /* undone: the old entry comes back */
+                kb_indexer_restore(idx, &old);
+            } else if (r == 0) {
+                assert_true(del(idx, key));
+                model[k] = -1;
+            } else {
+                kb_indexer_old_release(&old);
+                model[k] = v;
+            }
+        } else {
+            kb_indexer_old_t old = {0};
+            bool had = kb_indexer_delete(idx, key, strlen(key), kb_fnv1a64(key, strlen(key)), &old);
+            assert_int_equal(had, model[k] >= 0);
+            if (had && r == 6)
+                kb_indexer_restore(idx, &old);
+            else
+                model[k] = -1;
+            kb_indexer_old_release(&old);
+        }
+        if (op % 5000 != 4999 && op != OPS - 1)
+            continue;
+        for (int v = 0; v < VALUES; v++) {
+            char text[16];
+            snprintf(text, sizeof(text), "app=v%d", v);
+            size_t want = 0;
+            for (int j = 0; j < KEYS; j++)
+                want += model[j] == v;
+            bool exact = false;
+            assert_int_equal(sel_count(idx, NULL, text, &exact), want);
+            assert_true(exact);
+        }
+        size_t live = 0;
+        for (int j = 0; j < KEYS; j++)
+            live += model[j] >= 0;
+        assert_int_equal(kb_indexer_count(idx), live);
+        for (int n = 0; n < NSS; n++) {
+            size_t want = 0;
+            for (int j = 0; j < KEYS; j++)
+                want += model[j] >= 0 && j % NSS == n;
+            snprintf(ns, sizeof(ns), "n%d", n);
+            assert_int_equal(list_ns(idx, ns, NULL, NULL), want);
+        }
+    }
+    kb_indexer_destroy(idx);
+}
+
 /* --- concurrency ---------------------------------------------------------- */
 
 enum { CONC_KEYS = 64, CONC_NS = 4, CONC_ROUNDS = 200, CONC_READERS = 4 };
@@ -641,6 +718,7 @@ int main(void) {
         cmocka_unit_test(test_select_terms_and_namespaces),
         cmocka_unit_test(test_restore_puts_the_filing_back),
         cmocka_unit_test(test_label_index_memory),
+        cmocka_unit_test(test_sets_match_a_model),
         cmocka_unit_test(test_concurrent_readers_and_writer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
