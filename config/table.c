@@ -259,8 +259,7 @@ static const kb_ckey_t kb_keys_informer[] = {
     {.name = "index_labels", .type = KB_CT_STRLIST, .off = INF(index_labels), .def = "",
      .doc = "Label keys indexed for snapshot / list queries: a label selector with an equality term on one of "
             "them (app=web, app in (web,db)) reads only the matching objects instead of the whole cache. Each "
-            "costs a few tens of bytes per object that has the label. At most 16 keys. A change rebuilds the "
-            "informer on reload (it lists again)."},
+            "costs a few tens of bytes per object that has the label. At most 16 keys."},
     {.name = "queue_bytes", .type = KB_CT_INT64, .off = INF(queue_bytes), .def = "67108864",
      .defdoc = "67108864 (64 MiB)", .min = 65536, .max = 1099511627776.0,
      .doc = "Bound on the bytes queued over all shards; when full the bridge stops reading the watch."},
