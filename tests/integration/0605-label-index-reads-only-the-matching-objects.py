@@ -6,7 +6,8 @@ that only the matches were read. Selectors on a key that is not indexed,
 set-based and negative ones, and a namespace, give the server's answer too
 (read through the namespace or the whole cache). The index follows label
 changes and deletes. With state_dir, where the cache keeps identities only
-and each object is read back after the cut."""
+and each object is read back after the cut, and without it (the cache holds
+the objects)."""
 import subprocess
 import urllib.parse
 from kbtest import *
@@ -160,6 +161,16 @@ def test():
     check(len(got) == 40, "40 moved pods remain: %d" % len(got))
     log = b.logtext()
     check("stored object unreadable" not in log, "a cut read an object it could not find:\n" + log[-2000:])
+    check(b.stop() == 0, "kbridge exit code")
+
+    # The same answers from a cache without state_dir.
+    b = Bridge(sim, http='listen = "127.0.0.1:0";',
+               informers=['{ name = "pods"; version = "v1"; resource = "pods"; page_size = 500; '
+                          'index_labels = [ "app" ]; }'])
+    url = b.http_url()
+    b.wait_converged(sim, timeout=300)
+    kube_list(url, "app=app-0", None)
+    check_queries(sim, b, url, "no state_dir")
     check(b.stop() == 0, "kbridge exit code")
 
 
