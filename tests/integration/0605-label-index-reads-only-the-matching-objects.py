@@ -55,6 +55,20 @@ def kube_list(url, sel, ns):
     return keys_of(fetch(url, path_of(ns, "kube") + "?labelSelector=" + urllib.parse.quote(sel))["items"])
 
 
+def paged(url, sel):
+    """A list in pages of 50, following continue."""
+    items, cont = [], None
+    for _ in range(1000):
+        q = "?limit=50&labelSelector=" + urllib.parse.quote(sel) + ("&continue=" + urllib.parse.quote(cont)
+                                                                  if cont else "")
+        page = fetch(url, "/api/v1/pods" + q)
+        items += page["items"]
+        cont = page["metadata"].get("continue")
+        if not cont:
+            return keys_of(items)
+    raise Failure("more than 1000 pages")
+
+
 def index(b):
     return b.informer_doc()["index"]
 
@@ -116,6 +130,16 @@ def check_queries(sim, b, url, scope):
                 limit = len(server(sim, reads, ns))
             check(read == limit, "%s %s -l %r ns=%s read %d objects, expected %d (%s)"
                   % (scope, name, sel, ns, read, limit, reads))
+    # Paged: every page from the first page's cut, only the matches read once.
+    for sel in ("app=app-7", "app!=app-3"):
+        want = server(sim, sel, None)
+        got, read = read_by(b, lambda: paged(url, sel))
+        check(got == want, "%s paged -l %r: %d objects, the server has %d" % (scope, sel, len(got), len(want)))
+        check(read == (len(want) if sel == "app=app-7" else total), "%s paged -l %r read %d" % (scope, sel, read))
+    first = fetch(url, "/api/v1/pods?limit=10&labelSelector=app%3Dapp-7")
+    code, _, body = http_request(url + "/api/v1/pods?limit=10&labelSelector=app%3Dapp-8&continue=" +
+                                 urllib.parse.quote(first["metadata"]["continue"]))
+    check(code == 400 and b"labelSelector differs" in body, "continue with another selector -> %d %r" % (code, body))
     # kubectl through the kube API, as a user would.
     for args, sel, ns in ((["-A", "-l", "app=app-7"], "app=app-7", None),
                           (["-n", "ns1", "-l", "app in (app-1,app-2)"], "app in (app-1,app-2)", "ns1"),
