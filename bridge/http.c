@@ -512,7 +512,8 @@ static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
         kb_buf_append_str(&s->out, "},\"items\":[");
         s->head_done = true;
     }
-    /* Each candidate is read (state_dir, decompression) as it is written. */
+    /* Each candidate is read (state_dir, decompression) as it is written, a
+     * block's worth at a time. */
     while (s->next < s->items.n) {
         kb_event_t *ev = kb_informer_full(s->inf, s->items.ev[s->next]);
         kb_event_unref(s->items.ev[s->next]);
@@ -531,7 +532,7 @@ static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
             kb_buf_append(&s->out, ev->obj, ev->obj_len);
         }
         kb_event_unref(ev);
-        if (match)
+        if (s->out.len >= KB_HTTP_BLOCK)
             return KB_FILL_OK;
     }
     kb_buf_append_str(&s->out, "]}\n");
