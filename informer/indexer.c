@@ -10,9 +10,9 @@
  * "key=value" → set (all configured keys share one map: a key has no '='),
  * where a set holds kb_event_t* (borrowed: the stripe owns the reference),
  * hashed by the event's key hash and compared by pointer — eight bytes a
- * slot, no second copy of the key. They sit under one mutex taken after a stripe's write lock
- * (order: stripe → index), and are updated in the same critical section as
- * the stripe, before the replaced event is released. So while a lister holds
+ * slot, no second copy of the key. They sit under one mutex taken after a
+ * stripe's write lock (order: stripe → index), and are updated in the same
+ * critical section as the stripe, before the replaced event is released. So while a lister holds
  * ix_mtx every pointer in a set is still owned by a stripe, and it can take
  * its own references without going back to the stripes (which would invert
  * the lock order). Empty sets are removed at once, so churn does not leak.
@@ -28,9 +28,9 @@
  * though the old event's own labels are not readable.
  *
  * Byte accounting: each stripe keeps the kb_event_size sum of its entries
- * plus their filings; kb_indexer_bytes adds the strmaps' own memory. Strmaps
- * shrink back to their initial size when emptied, so an emptied indexer is
- * back to its starting size.
+ * plus their filings; kb_indexer_bytes adds the strmaps' and the sets' own
+ * memory. Strmaps shrink back to their initial size when emptied and empty
+ * sets are freed, so an emptied indexer is back to its starting size.
  *
  * Events are released (kb_event_unref) only after every lock is dropped.
  */
