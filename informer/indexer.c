@@ -404,6 +404,36 @@ void kb_indexer_old_release(kb_indexer_old_t *old) {
     old->filed = NULL;
 }
 
+bool kb_indexer_swap(kb_indexer_t *idx, kb_event_t *cur, kb_event_t *repl) {
+    KB_ASSERT(cur->key_hash == repl->key_hash && cur->key_len == repl->key_len &&
+              !memcmp(cur->key, repl->key, cur->key_len));
+    kb_stripe_t *s = kb_stripe_of(idx, cur->key_hash);
+    pthread_rwlock_wrlock(&s->lock);
+    void *v = kb_strmap_get(s->map, cur->key, cur->key_len, cur->key_hash);
+    bool swapped = v && kb_ix_ev(idx, v) == cur;
+    if (swapped) {
+        kb_event_ref(repl);
+        s->ev_bytes += kb_event_size(repl);
+        s->ev_bytes -= kb_event_size(cur);
+        pthread_mutex_lock(&idx->ix_mtx);
+        /* Same key, same filing: repl takes cur's slot in each set. */
+        kb_ix_file_in(idx->by_ns, cur->ns, cur->ns_len, cur, repl);
+        if (idx->n_label_keys) {
+            kb_ix_entry_t *e = v;
+            for (const char *p = e->filed; p < e->filed + e->filed_len; p += strlen(p) + 1)
+                kb_ix_file_in(idx->by_label, p, strlen(p), cur, repl);
+            e->ev = repl;
+        } else {
+            kb_strmap_put(s->map, cur->key, cur->key_len, cur->key_hash, repl);
+        }
+        pthread_mutex_unlock(&idx->ix_mtx);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    if (swapped)
+        kb_event_unref(cur);
+    return swapped;
+}
+
 bool kb_indexer_delete(kb_indexer_t *idx, const char *key, size_t len, uint64_t hash, kb_indexer_old_t *old) {
     kb_stripe_t *s = kb_stripe_of(idx, hash);
     pthread_rwlock_wrlock(&s->lock);

@@ -60,6 +60,11 @@ bool kb_indexer_delete(kb_indexer_t *idx, const char *key, size_t len, uint64_t 
 void kb_indexer_restore(kb_indexer_t *idx, kb_indexer_old_t *old);
 /* Drop what old holds; a zeroed old is a no-op. */
 void kb_indexer_old_release(kb_indexer_old_t *old);
+/* If the entry of cur's key is still cur, make repl (another form of the
+ * same version: packed, thin) the entry, filed exactly as cur was (no labels
+ * needed), and return true; else change nothing and return false. Takes a
+ * new reference to repl; cur's is released. */
+bool kb_indexer_swap(kb_indexer_t *idx, kb_event_t *cur, kb_event_t *repl);
 /* A new reference to the entry, or NULL. */
 kb_event_t *kb_indexer_get(kb_indexer_t *idx, const char *key, size_t len, uint64_t hash);
 

@@ -469,6 +469,43 @@ static void test_restore_puts_the_filing_back(void **state) {
     check_own_labels = true;
 }
 
+/* Another form of the same version (packed, thin) takes an entry's place
+ * with its filing, only while the entry is still that version. */
+static void test_swap_keeps_the_filing(void **state) {
+    (void)state;
+    static const char *const keys[] = {"app"};
+    for (int labelled = 0; labelled < 2; labelled++) {
+        kb_indexer_t *idx = kb_indexer_new(4, keys, (size_t)labelled);
+        size_t base = kb_indexer_bytes(idx);
+        kb_event_t *v1 = mk_l("ns1", "a", 1, "{\"app\":\"web\"}");
+        put_ev(idx, v1, NULL);
+        kb_event_t *thin = mk("ns1", "a", 1); /* no labels of its own */
+        check_own_labels = false;
+        assert_true(kb_indexer_swap(idx, v1, thin));
+        assert_int_equal(atomic_load(&v1->refcnt), 1); /* the cache let go of it */
+        kb_event_t *got = get(idx, "ns1/a");
+        assert_ptr_equal(got, thin);
+        kb_event_unref(got);
+        if (labelled)
+            expect_sel(idx, NULL, "app=web", "ns1/a", KB_INDEXER_BY_LABEL, true);
+        assert_int_equal(list_ns(idx, "ns1", NULL, NULL), 1);
+        /* Not the entry any more: nothing changes. */
+        kb_event_t *other = mk("ns1", "a", 1);
+        assert_false(kb_indexer_swap(idx, v1, other));
+        got = get(idx, "ns1/a");
+        assert_ptr_equal(got, thin);
+        kb_event_unref(got);
+        assert_true(del(idx, "ns1/a"));
+        assert_false(kb_indexer_swap(idx, thin, other)); /* absent */
+        assert_int_equal(kb_indexer_bytes(idx), base);
+        check_own_labels = true;
+        kb_event_unref(v1);
+        kb_event_unref(thin);
+        kb_event_unref(other);
+        kb_indexer_destroy(idx);
+    }
+}
+
 /* Cost per entry: without label keys it is the event and the tables, as
  * before; with them a few tens of bytes more, and nothing for the labels that
  * are not configured. */
@@ -717,6 +754,7 @@ int main(void) {
         cmocka_unit_test(test_label_sets_follow_put_replace_delete),
         cmocka_unit_test(test_select_terms_and_namespaces),
         cmocka_unit_test(test_restore_puts_the_filing_back),
+        cmocka_unit_test(test_swap_keeps_the_filing),
         cmocka_unit_test(test_label_index_memory),
         cmocka_unit_test(test_sets_match_a_model),
         cmocka_unit_test(test_concurrent_readers_and_writer),
