@@ -52,14 +52,14 @@ static void kb_bz_level(kb_event_t **evs, size_t n, int level, size_t plain_byte
     kb_zcache_opts_t o;
     kb_zcache_opts_default(&o);
     o.level = level;
-    kb_indexer_t *idx = kb_indexer_new(16);
+    kb_indexer_t *idx = kb_indexer_new(16, NULL, 0);
     kb_zcache_t *zc = kb_zcache_new(&o, "bench", idx);
     kb_zcache_stats_t st;
     int64_t t0 = kb_now_mono_ns(), trained = 0, t_end;
     size_t after = 0; /* objects put after the training */
     for (size_t i = 0; i < n; i++) {
         kb_event_t *e = kb_zcache_pack(zc, evs[i]);
-        kb_indexer_put(idx, e, NULL);
+        kb_indexer_put(idx, e, NULL, 0, NULL);
         kb_event_unref(e);
         if (!trained) {
             kb_zcache_stats(zc, &st);
@@ -109,10 +109,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: no objects\n", argv[1]);
         return 1;
     }
-    kb_indexer_t *plain = kb_indexer_new(16);
+    kb_indexer_t *plain = kb_indexer_new(16, NULL, 0);
     size_t raw = 0;
     for (size_t i = 0; i < n; i++) {
-        kb_indexer_put(plain, evs[i], NULL);
+        kb_indexer_put(plain, evs[i], NULL, 0, NULL);
         raw += evs[i]->obj_len;
     }
     printf("%zu objects, %.0f B each on average\n", n, (double)raw / (double)n);

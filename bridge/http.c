@@ -399,17 +399,19 @@ struct kb_http_stream {
     size_t out_off;
     bool ended;
     bool head_done;       /* snapshot: the List's head is out */
-    kb_event_list_t items; /* snapshot: the cut; replay: one page of the journal */
+    kb_event_list_t items; /* snapshot: the cut's candidates; replay: one page of the journal */
     size_t next;
+    size_t written;       /* snapshot: items sent */
+    kb_selector_t *sel;   /* snapshot: checked on each candidate as it is read (NULL: the index answered) */
     /* replay */
     uint64_t from_rv;     /* the cut asked for */
     uint64_t after;       /* journal position (kb_informer_replay) */
     bool replayed;        /* the journal is read to its end */
     const char *kind, *api_version; /* borrowed from the informer's resource */
     char rv[64];          /* snapshot: the cut; replay: the newest RV sent */
+    kb_informer_t *inf;   /* snapshot; replay with watch=true */
+    char inf_name[128];   /* a copy: a reload may free the config that named it (snapshot and watch) */
     /* watch=true only */
-    kb_informer_t *inf;
-    char inf_name[128];   /* a copy: a reload may free the config that named it */
     bool subscribed;
     int fd;               /* the client's socket, to notice a hang-up */
     uint64_t last_seq;    /* live events up to here were replayed already */
@@ -457,6 +459,7 @@ static void kb_http_stream_free(void *cls) {
         pthread_mutex_destroy(&s->mtx);
     }
     kb_event_list_fini(&s->items);
+    kb_selector_free(s->sel);
     kb_buf_fini(&s->out);
     atomic_fetch_sub(&s->h->streams, 1);
     free(s);
@@ -509,12 +512,28 @@ static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
         kb_buf_append_str(&s->out, "},\"items\":[");
         s->head_done = true;
     }
-    if (s->next < s->items.n) {
-        const kb_event_t *ev = s->items.ev[s->next];
-        if (s->next++)
-            kb_buf_append_char(&s->out, ',');
-        kb_buf_append(&s->out, ev->obj, ev->obj_len);
-        return KB_FILL_OK;
+    /* Each candidate is read (state_dir, decompression) as it is written, a
+     * block's worth at a time. */
+    while (s->next < s->items.n) {
+        kb_event_t *ev = kb_informer_full(s->inf, s->items.ev[s->next]);
+        kb_event_unref(s->items.ev[s->next]);
+        s->items.ev[s->next++] = NULL;
+        if (!ev->obj_len) { /* state_dir closed under us (a reload removed the informer): no object to send */
+            KB_WARN("http", "snapshot of %s: the informer was closed while its snapshot was sent; ending the stream",
+                    s->inf_name);
+            kb_event_unref(ev);
+            return KB_FILL_ERR;
+        }
+        bool match = !s->sel || kb_selector_match_json(s->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL,
+                                                       ev->labels_len);
+        if (match) {
+            if (s->written++)
+                kb_buf_append_char(&s->out, ',');
+            kb_buf_append(&s->out, ev->obj, ev->obj_len);
+        }
+        kb_event_unref(ev);
+        if (s->out.len >= KB_HTTP_BLOCK)
+            return KB_FILL_OK;
     }
     kb_buf_append_str(&s->out, "]}\n");
     return KB_FILL_END;
@@ -547,19 +566,16 @@ static enum MHD_Result kb_http_get_snapshot(kb_http_t *h, struct MHD_Connection 
         kb_selector_free(sel);
         return kb_http_busy(h, c);
     }
-    kb_informer_snapshot(inf, ns && *ns ? ns : NULL, &s->items, s->rv, sizeof(s->rv));
-    if (sel) {
-        size_t keep = 0;
-        for (size_t i = 0; i < s->items.n; i++) {
-            kb_event_t *ev = s->items.ev[i];
-            if (kb_selector_match_json(sel, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len))
-                s->items.ev[keep++] = ev;
-            else
-                kb_event_unref(ev);
-        }
-        s->items.n = keep;
+    /* References to the candidates only (the indexes narrow them); their
+     * objects are read as the body is written, outside the ingest lock. */
+    bool exact = false;
+    kb_informer_select(inf, ns && *ns ? ns : NULL, sel, &s->items, &exact, s->rv, sizeof(s->rv), NULL);
+    s->inf = inf;
+    snprintf(s->inf_name, sizeof(s->inf_name), "%s", kb_informer_conf(inf)->name);
+    if (exact)
         kb_selector_free(sel);
-    }
+    else
+        s->sel = sel;
     if (s->items.n > 1)
         qsort(s->items.ev, s->items.n, sizeof(s->items.ev[0]), kb_http_by_key);
     return kb_http_stream_send(c, s);
@@ -881,6 +897,26 @@ static void kb_http_audit_json(kb_buf_t *o, const kb_informer_stats_t *st) {
     kb_buf_append_str(o, "}}");
 }
 
+/* ,"index":{…}: the indexed label keys, and what queries read through the indexes. */
+static void kb_http_index_json(kb_buf_t *o, kb_indexer_t *idx) {
+    const char *const *keys;
+    size_t n = kb_indexer_label_keys(idx, &keys);
+    kb_indexer_stats_t st;
+    kb_indexer_stats(idx, &st);
+    kb_buf_append_str(o, ",\"index\":{\"labels\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            kb_buf_append_char(o, ',');
+        kb_buf_append_json_str(o, keys[i], strlen(keys[i]));
+    }
+    kb_buf_appendf(o,
+                   "],\"labelSets\":%zu,\"queries\":%llu,\"byLabel\":%llu,\"byNamespace\":%llu,"
+                   "\"read\":%llu,\"lastRead\":%llu}",
+                   st.label_sets, (unsigned long long)st.queries, (unsigned long long)st.by_label,
+                   (unsigned long long)st.by_ns, (unsigned long long)st.candidates,
+                   (unsigned long long)st.last_candidates);
+}
+
 /* ,"ha":{…}: who leads this shard (ha.enabled), from the Lease as last read or written. */
 static void kb_http_ha_json(kb_bridge_t *b, kb_buf_t *o) {
     kb_ha_t *ha = kb_bridge_ha(b);
@@ -954,6 +990,7 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
         kb_http_json_field(&o, "shardBy", st.shard_basis);
         kb_buf_appendf(&o, ",\"shardForeign\":%llu", (unsigned long long)st.shard_foreign);
         kb_http_audit_json(&o, &st);
+        kb_http_index_json(&o, kb_informer_indexer(inf));
         kb_buf_append_char(&o, '}');
     }
     kb_buf_append_char(&o, ']');

@@ -94,7 +94,8 @@ typedef struct kb_kapi_cut {
     kb_informer_t *inf;
     char ns[256];               /* "" = all namespaces */
     char rv[64];
-    kb_event_list_t items;      /* sorted by key */
+    uint64_t sel_hash;          /* FNV-1a of the labelSelector the items were selected by ("" if none) */
+    kb_event_list_t items;      /* sorted by key; only what the labelSelector matches */
 } kb_kapi_cut_t;
 
 typedef struct kb_kapi_counter {
@@ -661,6 +662,7 @@ static bool kb_kapi_fsel_match(const kb_kapi_fsel_t *fs, const kb_event_t *ev) {
 /* What one list or watch request asks for. */
 typedef struct kb_kapi_query {
     const char *rv, *rvm, *cont;
+    const char *sel_text;   /* labelSelector as sent, NULL if none */
     long limit;
     bool watch, bookmarks, initial_set, initial;
     long timeout_s;
@@ -751,6 +753,7 @@ static unsigned kb_kapi_query_parse(struct MHD_Connection *c, kb_kapi_query_t *q
         return 422;
     }
     const char *ls = kb_kapi_arg(c, "labelSelector");
+    q->sel_text = ls;
     if (ls && !(q->sel = kb_selector_parse(ls, err, err_size)))
         return MHD_HTTP_BAD_REQUEST;
     if (!kb_kapi_fsel_parse(kb_kapi_arg(c, "fieldSelector"), &q->fsel, err, err_size))
@@ -762,6 +765,30 @@ static bool kb_kapi_matches(const kb_kapi_query_t *q, const kb_event_t *ev) {
     return kb_kapi_fsel_match(&q->fsel, ev) &&
            (!q->sel || kb_selector_match_json(q->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL,
                                               ev->labels_len));
+}
+
+/* The cut a list or a watch's initial events are served from: the candidates
+ * the informer's indexes give for sel (only the matching objects when sel has
+ * an equality term on an indexed label key). When the index did not answer
+ * sel, each candidate is read after the ingest lock is released and those
+ * sel does not match are dropped; otherwise the entries stay as the cache
+ * holds them, read one at a time as they are written (kb_kapi_item). */
+static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_selector_t *sel, kb_event_list_t *all,
+                        char *rv, size_t rv_size, uint64_t *seq) {
+    bool exact = false;
+    kb_informer_select(inf, ns, sel, all, &exact, rv, rv_size, seq);
+    if (!sel || exact)
+        return;
+    size_t keep = 0;
+    for (size_t i = 0; i < all->n; i++) {
+        kb_event_t *full = kb_informer_full(inf, all->ev[i]);
+        kb_event_unref(all->ev[i]);
+        if (!kb_selector_match_json(sel, full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len))
+            kb_event_unref(full);
+        else
+            all->ev[keep++] = full;
+    }
+    all->n = keep;
 }
 
 /* Wait up to KB_KAPI_RV_WAIT_MS for the informer to reach rv. cur gets the
@@ -795,7 +822,9 @@ struct kb_kapi_stream {
     size_t out_off;
     bool ended;
     char kind[256], api_version[300];
-    /* list: the page; watch: the initial events */
+    /* list: the page; watch: the initial events — cache entries, each read
+     * (kb_informer_full: state_dir, decompression) as it is written */
+    kb_informer_t *inf;
     kb_event_list_t items;
     size_t next;
     char rv[64];
@@ -876,6 +905,7 @@ static kb_kapi_stream_t *kb_kapi_stream_new(kb_kapi_t *k, const kb_kapi_res_t *r
     s->fill = fill;
     s->fd = -1;
     s->remaining = -1;
+    s->inf = r->inf;
     kb_event_list_init(&s->items);
     kb_event_list_init(&s->j_page);
     snprintf(s->kind, sizeof(s->kind), "%s", r->kind);
@@ -899,6 +929,16 @@ static enum MHD_Result kb_kapi_stream_send(struct MHD_Connection *c, kb_kapi_str
 
 /* ---- get / list ------------------------------------------------------------- */
 
+/* The next item with its object readable (a new reference), read now, after
+ * the cut's lock; its reference in items is dropped. */
+static kb_event_t *kb_kapi_item(kb_kapi_stream_t *s) {
+    kb_event_t *entry = s->items.ev[s->next];
+    s->items.ev[s->next++] = NULL;
+    kb_event_t *ev = kb_informer_full(s->inf, entry);
+    kb_event_unref(entry);
+    return ev;
+}
+
 static bool kb_kapi_list_fill(kb_kapi_stream_t *s) {
     if (!s->head_done) {
         kb_buf_appendf(&s->out, "{\"kind\":\"%sList\",\"apiVersion\":", s->kind);
@@ -915,10 +955,11 @@ static bool kb_kapi_list_fill(kb_kapi_stream_t *s) {
         s->head_done = true;
     }
     while (s->next < s->items.n && s->out.len < KB_KAPI_BLOCK) {
-        const kb_event_t *ev = s->items.ev[s->next];
-        if (s->next++)
+        kb_event_t *ev = kb_kapi_item(s);
+        if (s->next > 1)
             kb_buf_append_char(&s->out, ',');
         kb_buf_append(&s->out, ev->obj, ev->obj_len);
+        kb_event_unref(ev);
     }
     if (s->next < s->items.n)
         return true;
@@ -953,8 +994,13 @@ static bool kb_kapi_unhex(const char *s, char *out, size_t out_size) {
 }
 
 /* Keep a cut for its later pages (new references); returns its id. Caller holds k->mtx. */
+static uint64_t kb_kapi_sel_hash(const kb_kapi_query_t *q) {
+    const char *t = q->sel_text ? q->sel_text : "";
+    return kb_fnv1a64(t, strlen(t));
+}
+
 static uint64_t kb_kapi_cut_keep(kb_kapi_t *k, kb_informer_t *inf, const char *ns, const char *rv,
-                                 const kb_event_list_t *items) {
+                                 const kb_kapi_query_t *q, const kb_event_list_t *items) {
     int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
     kb_kapi_cut_t *slot = &k->cuts[0];
     for (size_t i = 0; i < KB_KAPI_CUTS; i++) {
@@ -973,15 +1019,18 @@ static uint64_t kb_kapi_cut_keep(kb_kapi_t *k, kb_informer_t *inf, const char *n
     slot->inf = inf;
     snprintf(slot->ns, sizeof(slot->ns), "%s", ns);
     snprintf(slot->rv, sizeof(slot->rv), "%s", rv);
+    slot->sel_hash = kb_kapi_sel_hash(q);
     kb_event_list_init(&slot->items);
     for (size_t i = 0; i < items->n; i++)
         kb_event_list_push(&slot->items, kb_event_ref(items->ev[i]));
     return slot->id;
 }
 
-/* Select the page: items matching q after key `after` ("" = from the start),
- * at most limit (0 = all). The selected references are added to out. Returns
- * the index after the last one taken. */
+/* Select the page: items matching q's field selector after key `after` ("" =
+ * from the start), at most limit (0 = all); the items are what its label
+ * selector matched already (kb_kapi_cut), and may carry no readable labels.
+ * The selected references are added to out. Returns the index after the last
+ * one taken. */
 static size_t kb_kapi_page(const kb_event_list_t *all, const kb_kapi_query_t *q, const char *after, long limit,
                            kb_event_list_t *out, const char **last_key) {
     size_t lo = 0, hi = all->n;
@@ -994,7 +1043,7 @@ static size_t kb_kapi_page(const kb_event_list_t *all, const kb_kapi_query_t *q,
     }
     size_t i = *after ? lo : 0;
     for (; i < all->n && (limit == 0 || (long)out->n < limit); i++) {
-        if (!kb_kapi_matches(q, all->ev[i]))
+        if (!kb_kapi_fsel_match(&q->fsel, all->ev[i]))
             continue;
         kb_event_list_push(out, kb_event_ref(all->ev[i]));
         *last_key = all->ev[i]->key;
@@ -1012,7 +1061,7 @@ static enum MHD_Result kb_kapi_expired_continue(struct MHD_Connection *c) {
 static long kb_kapi_count_rest(const kb_event_list_t *all, const kb_kapi_query_t *q, size_t i) {
     long n = 0;
     for (; i < all->n; i++)
-        n += kb_kapi_matches(q, all->ev[i]);
+        n += kb_kapi_fsel_match(&q->fsel, all->ev[i]);
     return n;
 }
 
@@ -1039,19 +1088,25 @@ static enum MHD_Result kb_kapi_list_continue(kb_kapi_t *k, struct MHD_Connection
     if (!colon || sscanf(q->cont, "%llu:", &id) != 1 || !kb_kapi_unhex(colon + 1, after, sizeof(after)))
         return kb_kapi_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", NULL, "continue key is not valid");
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_list_fill);
-    bool found = false;
+    bool found = false, same_sel = true;
     pthread_mutex_lock(&k->mtx);
     for (size_t i = 0; i < KB_KAPI_CUTS && !found; i++) {
         kb_kapi_cut_t *cut = &k->cuts[i];
         if (cut->id != id || cut->inf != r->inf || strcmp(cut->ns, p->has_ns ? p->ns : ""))
             continue;
         found = true;
+        /* The cut keeps only what the first page's selector matched. */
+        same_sel = cut->sel_hash == kb_kapi_sel_hash(q);
         snprintf(s->rv, sizeof(s->rv), "%s", cut->rv);
-        kb_kapi_page_to(s, &cut->items, q, after, cut->id);
+        if (same_sel)
+            kb_kapi_page_to(s, &cut->items, q, after, cut->id);
     }
     pthread_mutex_unlock(&k->mtx);
-    if (!found) {
+    if (!found || !same_sel) {
         kb_kapi_stream_free(s);
+        if (!same_sel)
+            return kb_kapi_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", NULL,
+                                  "continue: the labelSelector differs from the one the list began with");
         return kb_kapi_expired_continue(c);
     }
     return kb_kapi_stream_send(c, s);
@@ -1089,7 +1144,7 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_list_fill);
     kb_event_list_t all;
     kb_event_list_init(&all);
-    kb_informer_cut(r->inf, p->has_ns ? p->ns : NULL, &all, s->rv, sizeof(s->rv), NULL);
+    kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q->sel, &all, s->rv, sizeof(s->rv), NULL);
     if (all.n > 1)
         qsort(all.ev, all.n, sizeof(all.ev[0]), kb_kapi_by_key);
     if (q->rv && !strcmp(q->rv, "0"))
@@ -1097,7 +1152,7 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     uint64_t id = 0;
     if (q->limit > 0 && (size_t)q->limit < all.n) {
         pthread_mutex_lock(&k->mtx);
-        id = kb_kapi_cut_keep(k, r->inf, p->has_ns ? p->ns : "", s->rv, &all);
+        id = kb_kapi_cut_keep(k, r->inf, p->has_ns ? p->ns : "", s->rv, q, &all);
         kb_kapi_page_to(s, &all, q, "", id);
         pthread_mutex_unlock(&k->mtx);
     } else {
@@ -1278,8 +1333,11 @@ static bool kb_kapi_watch_fill(kb_kapi_stream_t *s) {
         kb_buf_append_str(&s->out, "}\n");
         return false;
     }
-    while (s->next < s->items.n && s->out.len < KB_KAPI_BLOCK)
-        kb_kapi_frame(s, KB_EV_ADDED, s->items.ev[s->next++]);
+    while (s->next < s->items.n && s->out.len < KB_KAPI_BLOCK) {
+        kb_event_t *ev = kb_kapi_item(s);
+        kb_kapi_frame(s, KB_EV_ADDED, ev);
+        kb_event_unref(ev);
+    }
     if (s->next < s->items.n)
         return true;
     if (s->end_bookmark) {
@@ -1310,7 +1368,7 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         kb_event_list_t all;
         kb_event_list_init(&all);
         uint64_t seq = 0;
-        kb_informer_cut(r->inf, p->has_ns ? p->ns : NULL, &all, s->rv, sizeof(s->rv), &seq);
+        kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q->sel, &all, s->rv, sizeof(s->rv), &seq);
         if (all.n > 1)
             qsort(all.ev, all.n, sizeof(all.ev[0]), kb_kapi_by_key);
         const char *last = NULL;

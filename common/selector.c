@@ -186,7 +186,7 @@ static const char *kb_sel_jws(const char *p, const char *end) {
 }
 
 /* Find key in the labels object; *found and its value. */
-static bool kb_sel_lookup(const char *labels, size_t len, const char *key, const char **val, size_t *vlen) {
+bool kb_selector_label(const char *labels, size_t len, const char *key, const char **val, size_t *vlen) {
     if (!labels || !len)
         return false;
     const char *p = kb_sel_jws(labels, labels + len), *end = labels + len;
@@ -228,7 +228,7 @@ bool kb_selector_match_json(const kb_selector_t *sel, const char *labels, size_t
         const kb_sel_req_t *r = &sel->reqs[i];
         const char *v = NULL;
         size_t vn = 0;
-        bool has = kb_sel_lookup(labels, len, r->key, &v, &vn);
+        bool has = kb_selector_label(labels, len, r->key, &v, &vn);
         bool in = false;
         for (size_t j = 0; has && j < r->n_values; j++)
             if (strlen(r->values[j]) == vn && !memcmp(r->values[j], v, vn))
@@ -246,5 +246,19 @@ bool kb_selector_match_json(const kb_selector_t *sel, const char *labels, size_t
         if (!ok)
             return false;
     }
+    return true;
+}
+
+size_t kb_selector_count(const kb_selector_t *sel) {
+    return sel ? sel->n : 0;
+}
+
+bool kb_selector_equality(const kb_selector_t *sel, size_t i, const char **key, const char *const **values,
+                          size_t *n_values) {
+    if (!sel || i >= sel->n || (sel->reqs[i].op != KB_SEL_EQ && sel->reqs[i].op != KB_SEL_IN))
+        return false;
+    *key = sel->reqs[i].key;
+    *values = (const char *const *)sel->reqs[i].values;
+    *n_values = sel->reqs[i].n_values;
     return true;
 }

@@ -61,6 +61,9 @@ typedef struct kb_config_cluster {
     int burst;           /* 100 */
 } kb_config_cluster_t;
 
+/* The most informers[].index_labels keys (the indexer's KB_INDEXER_MAX_LABELS). */
+#define KB_CONFIG_INDEX_LABELS_MAX 16
+
 typedef struct kb_config_informer {
     char *name;
     char *group;         /* "" = core */
@@ -82,6 +85,7 @@ typedef struct kb_config_informer {
     kb_strlist_t redact_fields;   /* default [], or [ "data", "stringData" ] for core secrets */
     bool redact_fields_set;       /* the key was present in the file */
     kb_strlist_t keep_fields;     /* allow-list (informer/decode.h); default [] = keep everything */
+    kb_strlist_t index_labels;    /* label keys indexed for snapshot / list queries; default [] */
     bool secrets_unredacted;      /* core "secrets" with redact_fields = [] written explicitly:
                                      Secret values go out in clear; the bridge warns at start */
     int64_t queue_bytes;          /* 64 MiB: the bound over all shards' queues */

@@ -282,6 +282,10 @@ static const kb_ckey_t kb_keys_informer[] = {
      .doc = "Allow-list of field paths: when set, only these survive, plus kind, apiVersion and "
             "metadata.name/namespace/uid/resourceVersion/labels. drop_fields and redact_fields still apply "
             "inside what is kept; [] keeps everything."},
+    {.name = "index_labels", .type = KB_CT_STRLIST, .off = INF(index_labels), .def = "",
+     .doc = "Label keys indexed for snapshot / list queries: a label selector with an equality term on one of "
+            "them (app=web, app in (web,db)) reads only the matching objects instead of the whole cache. Each "
+            "costs a few tens of bytes per object that has the label. At most 16 keys."},
     {.name = "queue_bytes", .type = KB_CT_INT64, .off = INF(queue_bytes), .def = "67108864",
      .defdoc = "67108864 (64 MiB)", .min = 65536, .max = 1099511627776.0,
      .doc = "Bound on the bytes queued over all shards; when full the bridge stops reading the watch."},
@@ -299,6 +303,23 @@ static bool kb_selector_valid(kb_loader_t *ld, const config_setting_t *grp, cons
     return true;
 }
 
+/* index_labels are label keys (what a selector may name), at most KB_CONFIG_INDEX_LABELS_MAX. */
+static bool kb_index_labels_valid(kb_loader_t *ld, const config_setting_t *grp, const char *prefix,
+                                  const kb_strlist_t *keys) {
+    const config_setting_t *at = config_setting_get_member(grp, "index_labels");
+    static const char key_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/";
+    if (keys->n > KB_CONFIG_INDEX_LABELS_MAX)
+        return kb_config__fail(ld, at, "%s.index_labels: at most %d keys", prefix, KB_CONFIG_INDEX_LABELS_MAX);
+    for (size_t i = 0; i < keys->n; i++) {
+        const char *k = keys->v[i];
+        size_t n = strlen(k);
+        bool ok = n > 0 && n <= 316 && strspn(k, key_chars) == n;
+        if (!ok)
+            return kb_config__fail(ld, at, "%s.index_labels: \"%.80s\" is not a label key", prefix, k);
+    }
+    return true;
+}
+
 /* Secrets are redacted unless the file says otherwise; saying [] is recorded
  * so the bridge can warn. Only the core group's "secrets" is a Secret. */
 static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
@@ -308,6 +329,8 @@ static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const 
     kb_config_informer_t *inf = base;
     /* The server would refuse a bad selector with a 400 on every list, for ever: say it at load. */
     if (!kb_selector_valid(ld, grp, prefix, inf->label_selector))
+        return false;
+    if (!kb_index_labels_valid(ld, grp, prefix, &inf->index_labels))
         return false;
     /* Without merging, holding changes back only adds latency. */
     if (inf->coalesce_ms > 0 && inf->compaction != KB_COMPACTION_LATEST)

@@ -144,17 +144,47 @@ static void kb_inf_dropped(void *opaque, const kb_event_t *ev) {
     kb_informer_done(opaque, ev->seq);
 }
 
-/* The stored object of a thin entry, read back from state_dir and given the
- * entry's type, flag and seq; NULL if it cannot be read. */
+typedef struct kb_inf_at {
+    const kb_event_t *entry;
+    kb_event_t *found;
+} kb_inf_at_t;
+
+/* ev is entry's version (same key, uid and RV) with an object: keep it as entry's type. */
+static void kb_inf_at_take(kb_inf_at_t *at, const kb_event_t *ev) {
+    const kb_event_t *e = at->entry;
+    if (!ev || at->found || !ev->obj_len || ev->key_len != e->key_len || memcmp(ev->key, e->key, e->key_len) ||
+        ev->uid_len != e->uid_len || memcmp(ev->uid, e->uid, e->uid_len) || ev->rv_len != e->rv_len ||
+        memcmp(ev->rv, e->rv, e->rv_len))
+        return;
+    at->found = kb_event_retype(ev, e->type, e->final_state_unknown);
+    at->found->seq = e->seq;
+}
+
+static void kb_inf_at_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
+    kb_inf_at_t *at = opaque;
+    KB_UNUSED(rv_after);
+    if (seq == at->entry->seq)
+        kb_inf_at_take(at, ev);
+    kb_event_unref(ev);
+}
+
+/* The stored object of a thin entry as it was when the entry was cached,
+ * given the entry's type, flag and seq: state_dir's index if the key has not
+ * changed since, else the journal at the entry's seq (a cut read after the
+ * ingest lock was released), else (trimmed) the index's newer version of the
+ * same uid; NULL if it cannot be read. */
 static kb_event_t *kb_inf_stored(kb_informer_t *inf, kb_event_t *ev) {
-    kb_event_t *full = kb_state_get(inf->state, ev->key, ev->key_len, inf->res);
-    kb_event_t *typed = NULL;
-    if (full && full->uid_len == ev->uid_len && !memcmp(full->uid, ev->uid, ev->uid_len)) {
-        typed = kb_event_retype(full, ev->type, ev->final_state_unknown);
-        typed->seq = ev->seq;
+    kb_inf_at_t at = {.entry = ev};
+    kb_event_t *now = kb_state_get(inf->state, ev->key, ev->key_len, inf->res);
+    kb_inf_at_take(&at, now);
+    if (!at.found && ev->seq)
+        (void)kb_state_load_journal(inf->state, ev->seq - 1, 1, inf->res, kb_inf_at_cb, &at);
+    if (!at.found && now && now->uid_len == ev->uid_len && !memcmp(now->uid, ev->uid, ev->uid_len)) {
+        at.found = kb_event_retype(now, ev->type, ev->final_state_unknown);
+        at.found->seq = ev->seq;
     }
-    kb_event_unref(full);
-    return typed;
+    kb_event_unref(now);
+    return at.found;
 }
 
 /* A cache entry with its object: itself; expanded when packed (zcache.h);
@@ -256,17 +286,18 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
         u->key = kb_strndup(ev->key, ev->key_len);
         u->key_len = ev->key_len;
         u->hash = ev->key_hash;
-        u->old = NULL;
+        u->old = (kb_indexer_old_t){0};
         u->grave_before = kb_ledger_accept(inf->ledger, ev);
+        const char *labels = ev->labels_len ? ev->obj + ev->labels_off : NULL;
         if (ev->type == KB_EV_DELETED) {
             kb_indexer_delete(inf->idx, ev->key, ev->key_len, ev->key_hash, &u->old);
         } else if (inf->state) {
             kb_event_t *thin = kb_event_thin(ev); /* the object itself lives in state_dir */
-            kb_indexer_put(inf->idx, thin, &u->old);
+            kb_indexer_put(inf->idx, thin, labels, ev->labels_len, &u->old);
             kb_event_unref(thin);
         } else {
             kb_event_t *entry = inf->zc ? kb_zcache_pack(inf->zc, ev) : kb_event_ref(ev); /* zcache.h */
-            kb_indexer_put(inf->idx, entry, &u->old);
+            kb_indexer_put(inf->idx, entry, labels, ev->labels_len, &u->old);
             kb_event_unref(entry);
         }
     }
@@ -300,8 +331,8 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         for (size_t i = inf->n_undo; i-- > 0;) {
             kb_inf_undo_t *u = &inf->undo[i];
             kb_ledger_unaccept(inf->ledger, u->key, u->key_len, u->hash, u->grave_before);
-            if (u->old)
-                kb_indexer_put(inf->idx, u->old, NULL);
+            if (u->old.ev)
+                kb_indexer_restore(inf->idx, &u->old);
             else
                 kb_indexer_delete(inf->idx, u->key, u->key_len, u->hash, NULL);
         }
@@ -349,7 +380,7 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
     }
     for (size_t i = 0; i < inf->n_undo; i++) {
         free(inf->undo[i].key);
-        kb_event_unref(inf->undo[i].old);
+        kb_indexer_old_release(&inf->undo[i].old);
     }
     inf->n_undo = 0;
     inf->n_out = 0;
@@ -1028,7 +1059,7 @@ static void kb_inf_load_index_cb(void *opaque, uint64_t seq, kb_event_t *ev, con
     KB_UNUSED(seq);
     KB_UNUSED(rv_after);
     kb_event_t *thin = ev->obj_len ? kb_event_thin(ev) : kb_event_ref(ev);
-    kb_indexer_put(inf->idx, thin, NULL);
+    kb_indexer_put(inf->idx, thin, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len, NULL);
     kb_event_unref(thin);
     if (!kb_resource_kind(inf->res)[0] && ev->obj_len) {
         kb_span_t k;
@@ -1080,7 +1111,9 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
         return KB_ERR_IO;
     }
     inf->ledger = kb_inf_ledger_new(inf);
-    if (kb_state_load_index(inf->state, inf->res, true, kb_inf_load_index_cb, inf) != KB_OK ||
+    /* Label indexes need each object's labels: read the objects then (slower). */
+    bool identity_only = inf->conf->index_labels.n == 0;
+    if (kb_state_load_index(inf->state, inf->res, identity_only, kb_inf_load_index_cb, inf) != KB_OK ||
         kb_ledger_load(inf->ledger, inf->res, why, sizeof(why)) != KB_OK) {
         snprintf(errstr, errstr_size, "%s: state_dir \"%s\": %s", cfg->path, dir, kb_state_error(inf->state));
         return KB_ERR_IO;
@@ -1149,7 +1182,8 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     inf->api = api;
     inf->tf = tf;
     inf->res = kb_resource_new(cfg->cluster.name, conf->name, conf->group, conf->version, conf->resource);
-    inf->idx = kb_indexer_new(16);
+    _Static_assert(KB_CONFIG_INDEX_LABELS_MAX <= KB_INDEXER_MAX_LABELS, "index_labels fit the indexer");
+    inf->idx = kb_indexer_new(16, (const char *const *)conf->index_labels.v, conf->index_labels.n);
     inf->n_shards = (size_t)(conf->shards > 0 ? conf->shards : 1);
     inf->fifos = kb_calloc(inf->n_shards, sizeof(*inf->fifos));
     size_t per_shard = (size_t)conf->queue_bytes / inf->n_shards;
@@ -1425,22 +1459,8 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
 
 /* ---- additions for the Kubernetes API surface (bridge/kapi.c) ---------- */
 
-void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size,
-                     uint64_t *seq) {
-    pthread_mutex_lock(&inf->ingest_mtx);
-    if (seq)
-        *seq = kb_ledger_seq(inf->ledger);
-    size_t first = out ? out->n : 0;
-    if (out)
-        kb_indexer_list(inf->idx, ns, out);
-    for (size_t i = first; out && i < out->n; i++) {
-        if (out->ev[i]->obj_len)
-            continue;
-        kb_event_t *full = kb_informer_full(inf, out->ev[i]);
-        kb_event_unref(out->ev[i]);
-        out->ev[i] = full;
-    }
-    /* The newest resume point over the reflectors (one RV space per cluster). */
+/* The newest resume point over the reflectors (one RV space per cluster). */
+static void kb_inf_cut_rv(kb_informer_t *inf, char *rv, size_t rv_size) {
     uint64_t best = 0;
     rv[0] = '\0';
     for (size_t i = 0; i < inf->n_refl; i++) {
@@ -1452,7 +1472,32 @@ void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, c
         }
         pthread_mutex_unlock(&inf->refl[i].rv_mtx);
     }
+}
+
+void kb_informer_select(kb_informer_t *inf, const char *ns, const kb_selector_t *sel, kb_event_list_t *out,
+                        bool *exact, char *rv, size_t rv_size, uint64_t *seq) {
+    bool ex = true;
+    pthread_mutex_lock(&inf->ingest_mtx);
+    if (seq)
+        *seq = kb_ledger_seq(inf->ledger);
+    if (out)
+        kb_indexer_select(inf->idx, ns, sel, out, &ex);
+    kb_inf_cut_rv(inf, rv, rv_size);
     pthread_mutex_unlock(&inf->ingest_mtx);
+    if (exact)
+        *exact = ex;
+}
+
+void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size,
+                     uint64_t *seq) {
+    size_t first = out ? out->n : 0;
+    kb_informer_select(inf, ns, NULL, out, NULL, rv, rv_size, seq);
+    /* References only under the ingest lock; objects are read after it. */
+    for (size_t i = first; out && i < out->n; i++) {
+        kb_event_t *full = kb_informer_full(inf, out->ev[i]);
+        kb_event_unref(out->ev[i]);
+        out->ev[i] = full;
+    }
 }
 
 kb_event_t *kb_informer_get(kb_informer_t *inf, const char *key, size_t len) {

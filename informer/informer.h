@@ -35,6 +35,7 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/event.h"
+#include "common/selector.h"
 #include "config/config.h"
 #include "informer/apiclient.h"
 #include "informer/deltafifo.h"
@@ -143,9 +144,11 @@ void kb_informer_save_checkpoint(kb_informer_t *inf);
 void kb_informer_close_state(kb_informer_t *inf);
 
 /* A consistent cut of the cache: references to every cached object (of one
- * namespace when ns is not NULL) into *out, and in rv the resume RV the cut
- * corresponds to (a replay from rv continues exactly after it).
- * Thread: any. Locks: ingest lock (briefly: no event is accepted meanwhile). */
+ * namespace when ns is not NULL) into *out, each with its object readable,
+ * and in rv the resume RV the cut corresponds to (a replay from rv continues
+ * exactly after it). Thread: any. Locks: the ingest lock, only while taking
+ * references (no event is accepted meanwhile); objects are read (state_dir,
+ * decompression) after it is released, each as it was at the cut. */
 void kb_informer_snapshot(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size);
 
 /* Called for every event the informer accepts, right after it is committed
@@ -184,9 +187,17 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st);
  * stream: *seq (when not NULL) gets the seq of the newest event accepted
  * before the cut, so a subscriber's events with a larger seq came after it.
  * out may be NULL for the position alone (rv and seq, no objects).
- * Thread: any. Locks: the ingest lock, briefly. */
+ * Thread: any. Locks: the ingest lock, briefly (references only). */
 void kb_informer_cut(kb_informer_t *inf, const char *ns, kb_event_list_t *out, char *rv, size_t rv_size,
                      uint64_t *seq);
+/* kb_informer_cut narrowed by a label selector, through the indexes
+ * (kb_indexer_select): the candidates that may match sel (NULL: all), as the
+ * cache holds them — their objects may not be readable: materialize each with
+ * kb_informer_full, and check sel on it unless *exact (when not NULL) says the
+ * index answered it. rv and seq as for kb_informer_cut; out may be NULL.
+ * Thread: any. Locks: the ingest lock, briefly (references only). */
+void kb_informer_select(kb_informer_t *inf, const char *ns, const kb_selector_t *sel, kb_event_list_t *out,
+                        bool *exact, char *rv, size_t rv_size, uint64_t *seq);
 /* A new reference to entry (a cache entry: from kb_indexer_get/list or a
  * cut) with its object readable: entry itself when it has it, else its
  * expanded form (a compressed entry, zcache.h) or the object read back from

@@ -53,7 +53,7 @@ typedef struct kb_inf_undo {
     char *key;
     size_t key_len;
     uint64_t hash;
-    kb_event_t *old;       /* the entry before the batch; NULL = absent */
+    kb_indexer_old_t old;  /* the entry before the batch (old.ev NULL = absent), as it was filed */
     uint64_t grave_before; /* the ledger's grave of key before the change */
 } kb_inf_undo_t;
 

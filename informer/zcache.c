@@ -295,7 +295,7 @@ static void kb_zc_train(kb_zcache_t *zc) {
         for (size_t i = 0; i < all.n; i++) {
             kb_event_t *p = kb_zc_pack(zc, all.ev[i], false);
             if (p != all.ev[i])
-                kb_indexer_put(zc->idx, p, NULL);
+                kb_indexer_swap(zc->idx, all.ev[i], p); /* filed as before */
             kb_event_unref(p);
         }
         kb_event_list_fini(&all);

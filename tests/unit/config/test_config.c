@@ -321,6 +321,13 @@ static void test_error_range(void **state) {
     expect_error("ha = { lease_seconds = 5;\n renew_seconds = 4; };\n",
                  "t.cfg:2: ha.renew_seconds: 4 is not below ha.lease_seconds - 1 = 4");
     expect_error("\nha = { enabled = true; };\n", "t.cfg:2: ha.identity: empty (and $HOSTNAME is not set)");
+    expect_error("informers = ( { name = \"p\"; resource = \"pods\";\n index_labels = [ \"app\", \"a b\" ]; } );\n",
+                 "t.cfg:2: informers[0].index_labels: \"a b\" is not a label key");
+    expect_error("informers = ( { name = \"p\"; resource = \"pods\"; index_labels = [ \"\" ]; } );\n",
+                 "t.cfg:1: informers[0].index_labels: \"\" is not a label key");
+    expect_error("informers = ( { name = \"p\"; resource = \"pods\"; index_labels = [ \"a\", \"b\", \"c\", \"d\", "
+                 "\"e\", \"f\", \"g\", \"h\", \"i\", \"j\", \"k\", \"l\", \"m\", \"n\", \"o\", \"p\", \"q\" ]; } );\n",
+                 "t.cfg:1: informers[0].index_labels: at most 16 keys");
 }
 
 static void test_error_enum(void **state) {

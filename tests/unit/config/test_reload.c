@@ -64,6 +64,9 @@ static void test_informer_and_sink_keys_rebuild(void **state) {
            "keep_fields");
     expect("resource = \"pods\";", "resource = \"pods\"; page_size = 7;", KB_RELOAD_SAME, KB_RELOAD_REBUILD,
            KB_RELOAD_SAME, "page_size");
+    /* The label indexes are built as the informer fills its cache: a new set lists again. */
+    expect("resource = \"pods\";", "resource = \"pods\"; index_labels = [ \"app\" ];", KB_RELOAD_SAME,
+           KB_RELOAD_REBUILD, KB_RELOAD_SAME, "index_labels");
     expect("file_mode = \"0600\"", "file_mode = \"0640\"", KB_RELOAD_SAME, KB_RELOAD_SAME, KB_RELOAD_REBUILD,
            "file_mode");
     expect("path = \"/tmp/x.jsonl\";", "path = \"/tmp/x.jsonl\"; follow_symlinks = true;", KB_RELOAD_SAME,

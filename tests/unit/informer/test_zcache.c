@@ -120,7 +120,7 @@ static kb_event_t *mk(unsigned i, int shape) {
 /* Cache ev through zc (as the informer's put site does); keeps ev. */
 static void cache(kb_zcache_t *zc, kb_indexer_t *idx, kb_event_t *ev) {
     kb_event_t *e = kb_zcache_pack(zc, ev);
-    kb_indexer_put(idx, e, NULL);
+    kb_indexer_put(idx, e, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len, NULL);
     kb_event_unref(e);
 }
 
@@ -151,7 +151,7 @@ static void assert_same(const kb_event_t *full, const kb_event_t *orig) {
  * table, dictionary) is under 1 KB per object. */
 static void test_round_trip(void **state) {
     (void)state;
-    kb_indexer_t *idx = kb_indexer_new(16);
+    kb_indexer_t *idx = kb_indexer_new(16, NULL, 0);
     kb_zcache_t *zc = kb_zcache_new(NULL, "pods", idx);
     kb_event_t **orig = calloc(N_PODS, sizeof(*orig));
     size_t raw = 0;
@@ -204,7 +204,7 @@ static void test_retrain_keeps_old_entries(void **state) {
     kb_zcache_opts_default(&o);
     o.sample_objects = 256;
     o.window = 128;
-    kb_indexer_t *idx = kb_indexer_new(4);
+    kb_indexer_t *idx = kb_indexer_new(4, NULL, 0);
     kb_zcache_t *zc = kb_zcache_new(&o, "mixed", idx);
     enum { A = 600, B = 1200 };
     kb_event_t *orig[A + B];
@@ -254,7 +254,7 @@ static void test_retrain_keeps_old_entries(void **state) {
 /* A frame that does not expand to what the entry says is refused. */
 static void test_corrupt_frames_fail(void **state) {
     (void)state;
-    kb_indexer_t *idx = kb_indexer_new(4);
+    kb_indexer_t *idx = kb_indexer_new(4, NULL, 0);
     kb_zcache_t *zc = kb_zcache_new(NULL, "pods", idx);
     kb_event_t *orig[1100];
     for (unsigned i = 0; i < 1100; i++) {
@@ -304,7 +304,7 @@ static void test_plain_until_trained(void **state) {
     kb_zcache_opts_t o;
     kb_zcache_opts_default(&o);
     o.sample_objects = 8;
-    kb_indexer_t *idx = kb_indexer_new(4);
+    kb_indexer_t *idx = kb_indexer_new(4, NULL, 0);
     kb_zcache_t *zc = kb_zcache_new(&o, "tiny", idx);
     kb_event_t *evs[20];
     for (unsigned i = 0; i < 20; i++) {
