@@ -368,10 +368,11 @@ static size_t kb_query_num(const char *url, const char *key, size_t dflt) {
 /* Items [from, to) of the list as JSON array members. */
 static bool kb_send_items(int fd, size_t from, size_t to) {
     struct iovec iov[2 * KB_FEED_BATCH];
+    size_t first = from;
     while (from < to) {
         int n = 0;
         for (; from < to && n < 2 * KB_FEED_BATCH; from++) {
-            if (n || from)
+            if (from > first)
                 iov[n++] = (struct iovec){(void *)",", 1};
             iov[n++] = (struct iovec){(void *)kb_feed.pods[from].p, kb_feed.pods[from].len};
         }

@@ -24,7 +24,7 @@ over HTTP; client-go: the lister's List(selector) timed in-process).
 Usage:
   bench/million.py --kbridge build/kbridge [--feed build/bench/bench_feed]
                    [--clientgo PATH] [--pods 1000000] [--events 200000]
-                   [--quick] [--only kbridge,kbridge+state_dir,client-go,client-go+transform]
+                   [--quick] [--paged] [--only kbridge,kbridge+state_dir,client-go,client-go+transform]
 --quick is 20,000 Pods and 5,000 events. Before the feed and before each
 client the free memory (MemAvailable) is checked against an estimate; a
 client that would not fit is skipped and says so.
@@ -45,11 +45,10 @@ import urllib.request
 from pipeline import cpu_seconds, status_kb, wait
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUERY_APP = "cart-3"  # one of the feed's 100 app values (about 1 % of the Pods)
-# Estimated resident bytes per Pod, to refuse a run that would not fit.
+# Estimated resident bytes per Pod, to refuse a run that would not fit (client-go:
+# its RSS grows by half during the watch events, as garbage of replaced objects).
 EST_FEED = 4200  # the feed's own copy: ~4 KB per Pod or event
-EST_CLIENT = {"kbridge": 5000, "kbridge+state_dir": 2000, "client-go": 16000, "client-go+transform": 12000}
-SYNC_TIMEOUT = 1800
-WATCH_TIMEOUT = 1800
+EST_CLIENT = {"kbridge": 5000, "kbridge+state_dir": 2000, "client-go": 18000, "client-go+transform": 16000}
 
 
 def mem_available():
@@ -72,6 +71,11 @@ def http(url, body=None, timeout=60):
     req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return r.read()
+
+
+def tail(path, n=3000):
+    with open(path, errors="replace") as f:
+        return f.read()[-n:]
 
 
 def stop(proc):
@@ -124,14 +128,15 @@ def measure_feed(feed):
 
 
 class Kbridge:
-    def __init__(self, exe, url, work, state):
+    def __init__(self, exe, url, work, state, paged):
         self.port = free_port()
         self.api = "http://127.0.0.1:%d" % self.port
         cfg = os.path.join(work, "kbridge.cfg")
         with open(cfg, "w") as f:
             f.write('cluster = { name = "bench"; server = "%s"; };\n' % url)
             f.write('http = { listen = "127.0.0.1:%d"; };\n' % self.port)
-            f.write('informers = ( { name = "pods"; version = "v1"; resource = "pods"; } );\n')
+            f.write('informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "%s"; } );\n' %
+                    ("paged" if paged else "auto"))
             f.write('sinks = ( { name = "out"; type = "file"; path = "/dev/null"; } );\n')
             f.write('routes = ( { informer = "pods"; sink = "out"; } );\n')
             if state:
@@ -180,15 +185,16 @@ class Kbridge:
 
 
 class ClientGo:
-    def __init__(self, exe, url, work, transform):
+    def __init__(self, exe, url, work, transform, paged):
         kc = os.path.join(work, "kubeconfig")
         with open(kc, "w") as f:
             f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\n"
                     "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
                     "users:\n- name: u\n  user: {}\n" % url)
         self.log = open(os.path.join(work, "clientgo.log"), "w")
+        env = dict(os.environ, KUBE_FEATURE_WatchListClient="false" if paged else "true")
         self.proc = subprocess.Popen([exe, "bench", "--kubeconfig", kc] + (["--transform"] if transform else []),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         self.pid = self.proc.pid
 
     def ask(self, cmd):
@@ -237,10 +243,10 @@ def start_client(name, a, url, work):
         state = None
         if name == "kbridge+state_dir":
             state = tempfile.mkdtemp(prefix="kbbench-state-", dir=a.state_parent)
-        c = Kbridge(a.kbridge, url, work, state)
+        c = Kbridge(a.kbridge, url, work, state, a.paged)
         c.state = state
         return c
-    c = ClientGo(a.clientgo, url, work, name == "client-go+transform")
+    c = ClientGo(a.clientgo, url, work, name == "client-go+transform", a.paged)
     c.state = None
     return c
 
@@ -275,11 +281,11 @@ def run_client(name, a, feed, empty_feed):
     c.expect_handled = n + m
     r = {"empty_rss": base, "empty_anon": base_anon}
     try:
-        if not wait(lambda: c.synced(), SYNC_TIMEOUT, 0.05):
-            return {"skipped": "not synced within %d s (log in %s)" % (SYNC_TIMEOUT, work)}
+        if not wait(lambda: c.synced(), a.timeout, 0.05):
+            return {"skipped": "not synced within %d s; its log:\n%s" % (a.timeout, tail(c.log.name))}
         r["synced_s"] = time.monotonic() - t0
-        if not wait(lambda: c.settled(n), SYNC_TIMEOUT, 0.05):
-            return {"skipped": "initial objects not all handled within %d s" % SYNC_TIMEOUT}
+        if not wait(lambda: c.settled(n), a.timeout, 0.05):
+            return {"skipped": "initial objects not all handled within %d s" % a.timeout}
         r["settled_s"] = time.monotonic() - t0
         time.sleep(1.0)
         r["rss_synced"] = status_kb(c.pid, "VmRSS") * 1024
@@ -295,7 +301,7 @@ def run_client(name, a, feed, empty_feed):
         cpu0 = cpu_seconds(c.pid)
         t1 = time.monotonic()
         feed.release(True)
-        ok = wait(lambda: c.watch_done(n + m, final), WATCH_TIMEOUT, 0.05)
+        ok = wait(lambda: c.watch_done(n + m, final), a.timeout, 0.05)
         r["watch_s"] = time.monotonic() - t1
         r["watch_cpu"] = cpu_seconds(c.pid) - cpu0
         r["watch_ok"] = ok
@@ -365,8 +371,15 @@ def main():
     ap.add_argument("--events", type=int, default=200000)
     ap.add_argument("--quick", action="store_true", help="20,000 Pods and 5,000 events")
     ap.add_argument("--only", default="kbridge,kbridge+state_dir,client-go,client-go+transform")
+    ap.add_argument("--paged", action="store_true",
+                    help="paged lists (kbridge list_mode = \"paged\", client-go WatchListClient off) instead of "
+                         "streamed ones (both clients' default)")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds each phase (sync, watch) may take")
+    ap.add_argument("--json", help="also write the figures to this file (JSON)")
     ap.add_argument("--state-parent", default="/var/tmp", help="where state_dir is made (a real disk)")
     a = ap.parse_args()
+    # SIGTERM unwinds like an exception, so the feed and the client are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("million.py: terminated"))
     if a.quick:
         a.pods, a.events = 20000, 5000
     a.feed = a.feed or os.path.join(os.path.dirname(os.path.abspath(a.kbridge)), "bench", "bench_feed")
@@ -389,7 +402,7 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("machine: %d cores, %s, MemAvailable %.1f GB, load %.1f" %
           (os.cpu_count(), cpu, mem_available() / 1e9, os.getloadavg()[0]))
-    print("kbridge: %s" % a.kbridge)
+    print("kbridge: %s; %s lists" % (a.kbridge, "paged" if a.paged else "streamed"))
     t = time.monotonic()
     feed = Feed(a.feed, a.pods, a.events)
     empty = Feed(a.feed, 2, 0)
@@ -409,6 +422,9 @@ def main():
             sys.stdout.flush()
         print()
         print(fmt_table(results, a.pods, a.events))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"feed": feed.info, "results": results}, f, indent=1)
     finally:
         feed.close()
         empty.close()
