@@ -374,6 +374,7 @@ def main():
     ap.add_argument("--paged", action="store_true",
                     help="paged lists (kbridge list_mode = \"paged\", client-go WatchListClient off) instead of "
                          "streamed ones (both clients' default)")
+    ap.add_argument("--no-feed-rate", action="store_true", help="skip reading the feed alone with curl")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds each phase (sync, watch) may take")
     ap.add_argument("--json", help="also write the figures to this file (JSON)")
     ap.add_argument("--state-parent", default="/var/tmp", help="where state_dir is made (a real disk)")
@@ -411,7 +412,8 @@ def main():
         print("feed: %d Pods (%.0f B each, %.0f MB), %d events (%.0f MB), %d objects after; built in %.1f s" %
               (i["pods"], i["podBytes"] / i["pods"], i["podBytes"] / 1e6, i["events"], i["eventBytes"] / 1e6,
                i["final"], time.monotonic() - t))
-        print(measure_feed(feed))
+        if not a.no_feed_rate:
+            print(measure_feed(feed))
         sys.stdout.flush()
         results = {}
         for name in names:

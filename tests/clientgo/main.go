@@ -213,13 +213,10 @@ func dropManagedFields(o any) (any, error) {
 	return o, nil
 }
 
-func runBench(args []string) {
-	start := time.Now()
-	fs := flag.NewFlagSet("bench", flag.ExitOnError)
-	kc := fs.String("kubeconfig", "", "kubeconfig file")
-	transform := fs.Bool("transform", false, "drop metadata.managedFields before caching")
-	fs.Parse(args)
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kc)
+// newPodInformer is a typed Pod informer over kubeconfig's server, built
+// as controllers build theirs (the typed client's List and Watch).
+func newPodInformer(kubeconfig string, transform bool) cache.SharedIndexInformer {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kubeconfig: %v\n", err)
 		os.Exit(2)
@@ -237,9 +234,19 @@ func runBench(args []string) {
 	}
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if *transform {
+	if transform {
 		inf.SetTransform(dropManagedFields)
 	}
+	return inf
+}
+
+func runBench(args []string) {
+	start := time.Now()
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	kc := fs.String("kubeconfig", "", "kubeconfig file")
+	transform := fs.Bool("transform", false, "drop metadata.managedFields before caching")
+	fs.Parse(args)
+	inf := newPodInformer(*kc, *transform)
 	var n benchCounts
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { n.adds.Add(1) },

@@ -22,8 +22,8 @@ def million(work, paged):
     out = os.path.join(work, "million-%s.json" % ("paged" if paged else "streamed"))
     cmd = [sys.executable, os.path.join(SOURCE, "bench", "million.py"), "--kbridge", KBRIDGE,
            "--feed", os.path.join(BUILD, "bench", "bench_feed"), "--clientgo", clientgo_binary(),
-           "--pods", "3000", "--events", "1000", "--timeout", "120", "--only", ",".join(CLIENTS), "--json", out,
-           "--state-parent", work] + (["--paged"] if paged else [])
+           "--pods", "3000", "--events", "1000", "--timeout", "120", "--no-feed-rate",
+           "--only", ",".join(CLIENTS), "--json", out, "--state-parent", work] + (["--paged"] if paged else [])
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         text = p.communicate(timeout=800)[0]
