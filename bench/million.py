@@ -88,6 +88,10 @@ def stop(proc):
             proc.wait()
 
 
+class ClientDied(Exception):
+    pass
+
+
 class Feed:
     """A bench_feed process: N Pods, M events, on a free loopback port."""
 
@@ -152,7 +156,8 @@ class Kbridge:
             return None
 
     def _delivered(self, s):
-        return s and s["pendingDeltas"] == 0 and all(k["watermark"] >= s["seq"] for k in s["sinks"])
+        return s and s.get("pendingDeltas", 0) == 0 and all(k["watermark"] >= s.get("seq", 0)
+                                                             for k in s.get("sinks", []))
 
     def synced(self):
         s = self.status()
@@ -202,7 +207,7 @@ class ClientGo:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise SystemExit("kbclientgo exited (%s); see its log" % self.proc.poll())
+            raise ClientDied("kbclientgo exited (%s); its log:\n%s" % (self.proc.wait(), tail(self.log.name)))
         return json.loads(line)
 
     def synced(self):
@@ -268,9 +273,8 @@ def empty_rss(name, a, empty_feed):
 
 def run_client(name, a, feed, empty_feed):
     """One client's whole run: sync, settle, query, watch phase. A dict of figures."""
-    info = feed.info
-    n, m, final = info["pods"], info["events"], info["final"]
-    need = EST_CLIENT[name] * max(n, final) + (1 << 30)
+    n, m = feed.info["pods"], feed.info["events"]
+    need = EST_CLIENT[name] * max(n, feed.info["final"]) + (1 << 30)
     if mem_available() < need:
         return {"skipped": "needs about %.1f GB free, MemAvailable is %.1f GB" % (need / 1e9, mem_available() / 1e9)}
     base, base_anon = empty_rss(name, a, empty_feed)
@@ -281,40 +285,48 @@ def run_client(name, a, feed, empty_feed):
     c.expect_handled = n + m
     r = {"empty_rss": base, "empty_anon": base_anon}
     try:
-        if not wait(lambda: c.synced(), a.timeout, 0.05):
-            return {"skipped": "not synced within %d s; its log:\n%s" % (a.timeout, tail(c.log.name))}
-        r["synced_s"] = time.monotonic() - t0
-        if not wait(lambda: c.settled(n), a.timeout, 0.05):
-            return {"skipped": "initial objects not all handled within %d s" % a.timeout}
-        r["settled_s"] = time.monotonic() - t0
-        time.sleep(1.0)
-        r["rss_synced"] = status_kb(c.pid, "VmRSS") * 1024
-        r["hwm_synced"] = status_kb(c.pid, "VmHWM") * 1024
-        r["anon_synced"] = status_kb(c.pid, "RssAnon") * 1024
-        r["per_obj"] = (r["rss_synced"] - base) / n
-        r["anon_per_obj"] = (r["anon_synced"] - base_anon) / n
-        cb, objs, heap = c.cache()
-        r["cache_per_obj"] = cb / objs if cb and objs else None
-        r["heap_per_obj"] = heap / objs if heap and objs else None
-        r["q_ms"], r["q_n"] = c.query("app=" + QUERY_APP)
-        r["q0_ms"], r["q0_n"] = c.query("app=absent")
-        cpu0 = cpu_seconds(c.pid)
-        t1 = time.monotonic()
-        feed.release(True)
-        ok = wait(lambda: c.watch_done(n + m, final), a.timeout, 0.05)
-        r["watch_s"] = time.monotonic() - t1
-        r["watch_cpu"] = cpu_seconds(c.pid) - cpu0
-        r["watch_ok"] = ok
-        time.sleep(1.0)
-        r["rss_after"] = status_kb(c.pid, "VmRSS") * 1024
-        r["hwm_after"] = status_kb(c.pid, "VmHWM") * 1024
-        return r
+        return measure_client(c, r, a, feed, t0)
+    except ClientDied as e:
+        return {"skipped": str(e)}
     finally:
         feed.release(False)
         c.close()
         if c.state:
             shutil.rmtree(c.state, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def measure_client(c, r, a, feed, t0):
+    """Sync, settle, query, watch phase of the started client c: r filled in."""
+    n, m, final = feed.info["pods"], feed.info["events"], feed.info["final"]
+    if not wait(lambda: c.synced(), a.timeout, 0.05):
+        return {"skipped": "not synced within %d s; its log:\n%s" % (a.timeout, tail(c.log.name))}
+    r["synced_s"] = time.monotonic() - t0
+    if not wait(lambda: c.settled(n), a.timeout, 0.05):
+        return {"skipped": "initial objects not all handled within %d s" % a.timeout}
+    r["settled_s"] = time.monotonic() - t0
+    time.sleep(1.0)
+    r["rss_synced"] = status_kb(c.pid, "VmRSS") * 1024
+    r["hwm_synced"] = status_kb(c.pid, "VmHWM") * 1024
+    r["anon_synced"] = status_kb(c.pid, "RssAnon") * 1024
+    r["per_obj"] = (r["rss_synced"] - r["empty_rss"]) / n
+    r["anon_per_obj"] = (r["anon_synced"] - r["empty_anon"]) / n
+    cb, objs, heap = c.cache()
+    r["cache_per_obj"] = cb / objs if cb and objs else None
+    r["heap_per_obj"] = heap / objs if heap and objs else None
+    r["q_ms"], r["q_n"] = c.query("app=" + QUERY_APP)
+    r["q0_ms"], r["q0_n"] = c.query("app=absent")
+    cpu0 = cpu_seconds(c.pid)
+    t1 = time.monotonic()
+    feed.release(True)
+    ok = wait(lambda: c.watch_done(n + m, final), a.timeout, 0.05)
+    r["watch_s"] = time.monotonic() - t1
+    r["watch_cpu"] = cpu_seconds(c.pid) - cpu0
+    r["watch_ok"] = ok
+    time.sleep(1.0)
+    r["rss_after"] = status_kb(c.pid, "VmRSS") * 1024
+    r["hwm_after"] = status_kb(c.pid, "VmHWM") * 1024
+    return r
 
 
 def fmt_table(results, n, m):
