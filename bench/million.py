@@ -24,8 +24,11 @@ over HTTP; client-go: the lister's List(selector) timed in-process).
 Usage:
   bench/million.py --kbridge build/kbridge [--feed build/bench/bench_feed]
                    [--clientgo PATH] [--pods 1000000] [--events 200000]
-                   [--quick] [--paged] [--only kbridge,kbridge+state_dir,client-go,client-go+transform]
---quick is 20,000 Pods and 5,000 events. Before the feed and before each
+                   [--quick] [--paged] [--apiserver] [--only kbridge,kbridge+state_dir,client-go,client-go+transform]
+--quick is 20,000 Pods and 5,000 events. --apiserver creates the feed's Pods
+in a private kube-apiserver (tests/infra/controlplane.sh; etcd's 2 GB quota
+holds about 400,000 of them) and compares the clients' sync from it (no
+watch events). Before the feed and before each
 client the free memory (MemAvailable) is checked against an estimate; a
 client that would not fit is skipped and says so.
 """
@@ -94,6 +97,7 @@ class ClientDied(Exception):
 
 class Feed:
     """A bench_feed process: N Pods, M events, on a free loopback port."""
+    kubeconfig = None
 
     def __init__(self, exe, pods, events):
         self.proc = subprocess.Popen([exe, "--pods", str(pods), "--events", str(events)], stdout=subprocess.PIPE,
@@ -109,6 +113,84 @@ class Feed:
 
     def close(self):
         stop(self.proc)
+
+
+class ApiServer:
+    """A private kube-apiserver + etcd (tests/infra/controlplane.sh) holding the
+    feed's Pods, created over a few keep-alive connections. No watch events:
+    only the sync is compared."""
+
+    def __init__(self, feed, threads=4):
+        self.dir = tempfile.mkdtemp(prefix="kbbench-cp-")
+        self.envs = dict(os.environ, KB_CONTROLPLANE_DIR=self.dir)
+        r = subprocess.run([os.path.join(SOURCE, "tests", "infra", "controlplane.sh"), "start"], env=self.envs,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=1800)
+        if r.returncode:
+            raise SystemExit("controlplane.sh start failed:\n" + r.stderr[-3000:])
+        env = dict(l.split("=", 1) for l in r.stdout.splitlines() if "=" in l)
+        self.kubeconfig, self.ca, self.token = env["KB_K8S_KUBECONFIG"], env["KB_K8S_CA"], env["KB_K8S_ADMIN_TOKEN"]
+        self.host, self.port = env["KB_K8S_SERVER"][len("https://"):].rsplit(":", 1)
+        self.version = env.get("KB_K8S_VERSION", "?")
+        t = time.monotonic()
+        self.fill(feed, threads)
+        self.fill_s = time.monotonic() - t
+        self.info = {"pods": feed.info["pods"], "events": 0, "final": feed.info["pods"]}
+
+    def _conn(self):
+        import http.client
+        import ssl
+        return http.client.HTTPSConnection(self.host, int(self.port), timeout=120,
+                                           context=ssl.create_default_context(cafile=self.ca))
+
+    def _post(self, conn, path, obj):
+        conn.request("POST", path, json.dumps(obj), {"Authorization": "Bearer " + self.token,
+                                                     "Content-Type": "application/json"})
+        r = conn.getresponse()
+        body = r.read()
+        if r.status not in (200, 201, 409):
+            raise SystemExit("POST %s: HTTP %d %s" % (path, r.status, body[:300]))
+
+    def fill(self, feed, threads):
+        """Each Pod as the feed has it, less what the server sets (uid, resourceVersion, times,
+        managedFields, status); one ServiceAccount per namespace."""
+        import threading
+        pods = json.loads(http(feed.url + "/api/v1/pods", timeout=600))["items"]
+        conn = self._conn()
+        for ns in sorted({p["metadata"]["namespace"] for p in pods}):
+            self._post(conn, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            self._post(conn, "/api/v1/namespaces/%s/serviceaccounts" % ns,
+                       {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+        for p in pods:
+            md = p["metadata"]
+            for k in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generateName"):
+                md.pop(k, None)
+            p.pop("status", None)
+            p["spec"]["serviceAccountName"] = "default"
+        errors = []
+
+        def worker(i):
+            try:
+                c = self._conn()
+                for p in pods[i::threads]:
+                    self._post(c, "/api/v1/namespaces/%s/pods" % p["metadata"]["namespace"], p)
+            except (OSError, SystemExit) as e:
+                errors.append(str(e))
+
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errors:
+            raise SystemExit("filling the API server: " + errors[0])
+
+    def release(self, on):
+        pass
+
+    def close(self):
+        subprocess.run([os.path.join(SOURCE, "tests", "infra", "controlplane.sh"), "clean"], env=self.envs,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def measure_feed(feed):
@@ -132,12 +214,15 @@ def measure_feed(feed):
 
 
 class Kbridge:
-    def __init__(self, exe, url, work, state, paged):
+    def __init__(self, exe, source, work, state, paged):
         self.port = free_port()
         self.api = "http://127.0.0.1:%d" % self.port
         cfg = os.path.join(work, "kbridge.cfg")
         with open(cfg, "w") as f:
-            f.write('cluster = { name = "bench"; server = "%s"; };\n' % url)
+            if source.kubeconfig:
+                f.write('cluster = { name = "bench"; kubeconfig = "%s"; };\n' % source.kubeconfig)
+            else:
+                f.write('cluster = { name = "bench"; server = "%s"; };\n' % source.url)
             f.write('http = { listen = "127.0.0.1:%d"; };\n' % self.port)
             f.write('informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "%s"; } );\n' %
                     ("paged" if paged else "auto"))
@@ -190,12 +275,13 @@ class Kbridge:
 
 
 class ClientGo:
-    def __init__(self, exe, url, work, transform, paged):
-        kc = os.path.join(work, "kubeconfig")
-        with open(kc, "w") as f:
-            f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\n"
-                    "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
-                    "users:\n- name: u\n  user: {}\n" % url)
+    def __init__(self, exe, source, work, transform, paged):
+        kc = source.kubeconfig or os.path.join(work, "kubeconfig")
+        if not source.kubeconfig:
+            with open(kc, "w") as f:
+                f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\n"
+                        "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+                        "users:\n- name: u\n  user: {}\n" % source.url)
         self.log = open(os.path.join(work, "clientgo.log"), "w")
         env = dict(os.environ, KUBE_FEATURE_WatchListClient="false" if paged else "true")
         self.proc = subprocess.Popen([exe, "bench", "--kubeconfig", kc] + (["--transform"] if transform else []),
@@ -243,15 +329,15 @@ class ClientGo:
         self.log.close()
 
 
-def start_client(name, a, url, work):
+def start_client(name, a, source, work):
     if name.startswith("kbridge"):
         state = None
         if name == "kbridge+state_dir":
             state = tempfile.mkdtemp(prefix="kbbench-state-", dir=a.state_parent)
-        c = Kbridge(a.kbridge, url, work, state, a.paged)
+        c = Kbridge(a.kbridge, source, work, state, a.paged)
         c.state = state
         return c
-    c = ClientGo(a.clientgo, url, work, name == "client-go+transform", a.paged)
+    c = ClientGo(a.clientgo, source, work, name == "client-go+transform", a.paged)
     c.state = None
     return c
 
@@ -259,7 +345,7 @@ def start_client(name, a, url, work):
 def empty_rss(name, a, empty_feed):
     """VmRSS of the client synced on a feed of two Pods: its fixed cost."""
     work = tempfile.mkdtemp(prefix="kbbench-empty-")
-    c = start_client(name, a, empty_feed.url, work)
+    c = start_client(name, a, empty_feed, work)
     try:
         wait(lambda: c.synced(), 120, 0.1)
         time.sleep(1.0)
@@ -281,7 +367,7 @@ def run_client(name, a, feed, empty_feed):
     feed.release(False)
     work = tempfile.mkdtemp(prefix="kbbench-")
     t0 = time.monotonic()
-    c = start_client(name, a, feed.url, work)
+    c = start_client(name, a, feed, work)
     c.expect_handled = n + m
     r = {"empty_rss": base, "empty_anon": base_anon}
     try:
@@ -316,6 +402,8 @@ def measure_client(c, r, a, feed, t0):
     r["heap_per_obj"] = heap / objs if heap and objs else None
     r["q_ms"], r["q_n"] = c.query("app=" + QUERY_APP)
     r["q0_ms"], r["q0_n"] = c.query("app=absent")
+    if m == 0:
+        return r
     cpu0 = cpu_seconds(c.pid)
     t1 = time.monotonic()
     feed.release(True)
@@ -386,6 +474,9 @@ def main():
     ap.add_argument("--paged", action="store_true",
                     help="paged lists (kbridge list_mode = \"paged\", client-go WatchListClient off) instead of "
                          "streamed ones (both clients' default)")
+    ap.add_argument("--apiserver", action="store_true",
+                    help="the clients sync from a real kube-apiserver (tests/infra/controlplane.sh) holding the "
+                         "feed's Pods instead of from the feed; no watch events")
     ap.add_argument("--no-feed-rate", action="store_true", help="skip reading the feed alone with curl")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds each phase (sync, watch) may take")
     ap.add_argument("--json", help="also write the figures to this file (JSON)")
@@ -424,18 +515,30 @@ def main():
         print("feed: %d Pods (%.0f B each, %.0f MB), %d events (%.0f MB), %d objects after; built in %.1f s" %
               (i["pods"], i["podBytes"] / i["pods"], i["podBytes"] / 1e6, i["events"], i["eventBytes"] / 1e6,
                i["final"], time.monotonic() - t))
-        if not a.no_feed_rate:
+        source = feed
+        if a.apiserver:
+            source = ApiServer(feed)
+            print("kube-apiserver %s on 127.0.0.1:%s: %d Pods created in %.0f s" %
+                  (source.version, source.port, a.pods, source.fill_s))
+        elif not a.no_feed_rate:
             print(measure_feed(feed))
         sys.stdout.flush()
         results = {}
         for name in names:
-            results[name] = run_client(name, a, feed, empty)
+            try:
+                results[name] = run_client(name, a, source, empty)
+            except BaseException:
+                if source is not feed:
+                    source.close()
+                raise
             r = results[name]
-            print("%s: %s" % (name, r.get("skipped") or "synced %.1f s, %.0f B/object, %.0f events/s" %
-                              (r["synced_s"], r["per_obj"], a.events / r["watch_s"])))
+            print("%s: %s" % (name, r.get("skipped") or "synced %.1f s, %.0f B/object" %
+                              (r["synced_s"], r["per_obj"])))
             sys.stdout.flush()
+        if source is not feed:
+            source.close()
         print()
-        print(fmt_table(results, a.pods, a.events))
+        print(fmt_table(results, a.pods, source.info["events"]))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"feed": feed.info, "results": results}, f, indent=1)
