@@ -27,7 +27,7 @@ Usage:
                    [--quick] [--paged] [--apiserver] [--only kbridge,kbridge+state_dir,client-go,client-go+transform]
 --quick is 20,000 Pods and 5,000 events. --apiserver creates the feed's Pods
 in a private kube-apiserver (tests/infra/controlplane.sh; etcd's 2 GB quota
-holds about 400,000 of them) and compares the clients' sync from it (no
+holds a few hundred thousand of them) and compares the clients' sync from it (no
 watch events). Before the feed and before each
 client the free memory (MemAvailable) is checked against an estimate; a
 client that would not fit is skipped and says so.
