@@ -13,6 +13,16 @@
 //	    the latency from the object's annotation kb-bench/t (unix ns) to now.
 //	    "stats" → {"synced":n,"events":n,"p50_ms":x,"p99_ms":x,"max_ms":x}
 //	    "reset" → {} (clears the latencies), "quit" exits.
+//	kbclientgo bench --kubeconfig F [--transform]
+//	    one typed Pod SharedIndexInformer (corev1.Pod, as a controller keeps
+//	    them), for bench/million.py; --transform drops metadata.managedFields
+//	    with SetTransform before objects enter the cache. stdin commands:
+//	    "stats" → {"synced":bool,"syncedMs":ms from start to synced,
+//	               "adds":n,"updates":n,"deletes":n} (handler calls; cheap)
+//	    "objects" → {"objects":n in the store,"heapInuse":bytes} (stops the world)
+//	    "query SEL [REPEAT]" → {"matched":n,"ms":median,"minMs":x}: the
+//	               lister's List(selector) timed in-process, REPEAT times
+//	    "quit" exits.
 //
 // client-go's own switches apply: KUBE_FEATURE_WatchListClient=true|false
 // turns streaming lists on or off.
@@ -20,21 +30,30 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -184,9 +203,120 @@ func runWatchers(args []string) {
 	close(stop)
 }
 
+type benchCounts struct{ adds, updates, deletes atomic.Int64 }
+
+// dropManagedFields is the transform client-go's users add to save memory.
+func dropManagedFields(o any) (any, error) {
+	if p, ok := o.(*corev1.Pod); ok {
+		p.ManagedFields = nil
+	}
+	return o, nil
+}
+
+// newPodInformer is a typed Pod informer over kubeconfig's server, built
+// as controllers build theirs (the typed client's List and Watch).
+func newPodInformer(kubeconfig string, transform bool) cache.SharedIndexInformer {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubeconfig: %v\n", err)
+		os.Exit(2)
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cv1, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "client: %v\n", err)
+		os.Exit(2)
+	}
+	pods := cv1.Pods(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListFunc:  func(o metav1.ListOptions) (runtime.Object, error) { return pods.List(context.Background(), o) },
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) { return pods.Watch(context.Background(), o) },
+	}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if transform {
+		inf.SetTransform(dropManagedFields)
+	}
+	return inf
+}
+
+func runBench(args []string) {
+	start := time.Now()
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	kc := fs.String("kubeconfig", "", "kubeconfig file")
+	transform := fs.Bool("transform", false, "drop metadata.managedFields before caching")
+	fs.Parse(args)
+	inf := newPodInformer(*kc, *transform)
+	var n benchCounts
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { n.adds.Add(1) },
+		UpdateFunc: func(_, _ any) { n.updates.Add(1) },
+		DeleteFunc: func(any) { n.deletes.Add(1) },
+	})
+	lister := listersv1.NewPodLister(inf.GetIndexer())
+	stop := make(chan struct{})
+	var syncedMs atomic.Int64
+	syncedMs.Store(-1)
+	go inf.Run(stop)
+	go func() {
+		if cache.WaitForCacheSync(stop, inf.HasSynced) {
+			syncedMs.Store(time.Since(start).Milliseconds())
+		}
+	}()
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "stats":
+			reply(map[string]any{"synced": syncedMs.Load() >= 0, "syncedMs": syncedMs.Load(),
+				"adds": n.adds.Load(), "updates": n.updates.Load(), "deletes": n.deletes.Load()})
+		case "objects":
+			var ms goruntime.MemStats
+			goruntime.ReadMemStats(&ms)
+			reply(map[string]any{"objects": len(inf.GetStore().ListKeys()), "heapInuse": ms.HeapInuse})
+		case "query":
+			reply(benchQuery(lister, f[1:]))
+		case "quit":
+			close(stop)
+			return
+		}
+	}
+	close(stop)
+}
+
+// benchQuery times lister.List(selector) REPEAT times (default 5): the
+// median and the fastest, in milliseconds.
+func benchQuery(lister listersv1.PodLister, f []string) map[string]any {
+	if len(f) == 0 {
+		return map[string]any{"error": "query SEL [REPEAT]"}
+	}
+	sel, err := labels.Parse(f[0])
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	repeat := 5
+	if len(f) > 1 {
+		repeat, _ = strconv.Atoi(f[1])
+		repeat = max(repeat, 1)
+	}
+	var times []float64
+	matched := 0
+	for i := 0; i < repeat; i++ {
+		t := time.Now()
+		got, _ := lister.List(sel)
+		times = append(times, float64(time.Since(t).Microseconds())/1000)
+		matched = len(got)
+	}
+	sort.Float64s(times)
+	return map[string]any{"matched": matched, "ms": times[len(times)/2], "minMs": times[0]}
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|watchers [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|watchers|bench [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -194,8 +324,10 @@ func main() {
 		runInformer(os.Args[2:])
 	case "watchers":
 		runWatchers(os.Args[2:])
+	case "bench":
+		runBench(os.Args[2:])
 	default:
-		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|watchers [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|watchers|bench [flags]")
 		os.Exit(2)
 	}
 }

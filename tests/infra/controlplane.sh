@@ -35,6 +35,7 @@ set -euo pipefail
 export HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 K8S_VERSION=${KB_K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${KB_ETCD_VERSION:-v3.6.8}   # what k8s.io/kubernetes $K8S_VERSION requires
+ETCD_QUOTA=${KB_ETCD_QUOTA_BYTES:-2147483648}  # etcd's backend quota; bench/million.py --apiserver of a few hundred thousand Pods needs more
 CACHE_DIR=${KB_CACHE_DIR:-$HOME/.cache/kbridge}
 CP_DIR=$CACHE_DIR/controlplane-$K8S_VERSION
 BIN_DIR=$CP_DIR/bin
@@ -261,7 +262,7 @@ start() {
         --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
         --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
         --initial-cluster "kbtest=http://127.0.0.1:$etcd_peer" \
-        --quota-backend-bytes 2147483648 --log-level warn \
+        --quota-backend-bytes "$ETCD_QUOTA" --log-level warn \
         </dev/null >"$RUN_DIR/etcd.log" 2>&1 &
     echo $! >"$RUN_DIR/etcd.pid"
 
