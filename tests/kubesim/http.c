@@ -368,7 +368,7 @@ static int shardsel_arg(kb_sim_t *sim, struct MHD_Connection *conn, kb_shardsel_
         return 0;
     char why[256];
     snprintf(why, sizeof(why), "%s", err);
-    snprintf(err, n, "invalid shard selector: %s", why);
+    snprintf(err, n, "invalid shard selector: %.200s", why);
     return -1;
 }
 
