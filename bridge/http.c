@@ -805,9 +805,26 @@ static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c
 
 /* ---- status endpoints ---------------------------------------------------- */
 
+/* Alive unless a sink can never deliver again in this process (sink.h,
+ * broken): only a restart helps then, which is what a failed liveness probe
+ * gets. Everything that may still recover by itself is /readyz's. */
 static enum MHD_Result kb_http_healthz(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
-    KB_UNUSED(h);
     KB_UNUSED(inf);
+    kb_buf_t body = KB_BUF_INIT;
+    const kb_config_t *cfg = kb_bridge_config(h->b);
+    for (size_t i = 0; i < cfg->n_sinks; i++) {
+        kb_sink_t *sink = kb_bridge_sink(h->b, i);
+        kb_sink_stats_t st = {0};
+        if (!sink)
+            continue;
+        sink->ops->stats(sink->state, &st);
+        if (st.broken)
+            kb_buf_appendf(&body, "sink %s: its producer failed for good (fenced by a newer instance, or another "
+                           "fatal error: see the log); a restart brings it back\n", cfg->sinks[i].name);
+    }
+    if (body.len)
+        return kb_http_send(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", &body);
+    kb_buf_fini(&body);
     return kb_http_text(c, MHD_HTTP_OK, "ok\n");
 }
 

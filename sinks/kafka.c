@@ -1003,6 +1003,7 @@ static void kb_kafka_stats(void *state, kb_sink_stats_t *st) {
     st->retries = atomic_load(&ks->retries);
     st->queue_bytes = atomic_load(&ks->queue_bytes);
     st->connected = atomic_load(&ks->connected) && !atomic_load(&ks->fatal);
+    st->broken = atomic_load(&ks->fatal);
 }
 
 /* Stop the poller, give every message still inside librdkafka its ack
@@ -1220,7 +1221,8 @@ static kb_err_t kb_kafka_read_checkpoint(void *state, const char *key, char *val
 /* ha.enabled: this replica leads; the poller initialises transactions
  * (fencing the previous leader's producer) on its next turn. A producer the
  * broker fenced while this replica led before stays fatal: that replica must
- * restart to deliver through this sink again (logged when it is asked to lead). */
+ * restart to deliver through this sink again (stats say broken, so /healthz
+ * fails and a liveness probe restarts it; logged when it is asked to lead). */
 static void kb_kafka_activate(void *state) {
     kb_kafka_sink_t *ks = state;
     if (ks->transactional && atomic_exchange(&ks->held, false))

@@ -72,6 +72,10 @@ typedef struct kb_sink_stats {
     uint64_t retries;    /* re-sends after a transient failure */
     uint64_t queue_bytes;/* bytes waiting inside the sink */
     bool connected;
+    /* It can never deliver again in this process (a Kafka producer the broker
+     * fenced, or another fatal producer error): /healthz fails, so that the
+     * liveness probe's restart brings it back. */
+    bool broken;
 } kb_sink_stats_t;
 
 typedef struct kb_sink_ops {

@@ -8,7 +8,8 @@ deletes, names deleted and created again).
 - SIGSTOP the leader past its lease: replica-b takes over, initialises transactions (the broker fences
   replica-a's producer and aborts its open transaction), reads the committed checkpoint back and goes on
   from exactly there. SIGCONT replica-a: whatever it still tries to commit is refused by the broker as
-  fenced, and none of it becomes visible to read_committed.
+  fenced, and none of it becomes visible to read_committed; its /healthz fails (only a restart helps),
+  and is 200 again after the restart.
 - Restart replica-a (it stands by), SIGKILL replica-b: replica-a takes over the same way. Restart
   replica-b and partition replica-a as before. (The SIGSTOPs come while the leader has changes in its
   open transaction, by kbridge_events_inflight; at least one of the two must be refused as fenced —
@@ -20,7 +21,7 @@ missing, none repeated, none invented."""
 import signal
 import time
 
-from kbtest import check, ControlPlane, Failure, KafkaBroker, kafka_records, run, wait_for
+from kbtest import check, ControlPlane, Failure, KafkaBroker, http_request, kafka_records, run, wait_for
 from kbha import History, leads, start_pair, replica, least_privilege_token
 
 LEASE, RENEW = 4, 1
@@ -62,7 +63,12 @@ def partition(old, new, nth):
     time.sleep(1)
     after = old.logtext()[mark:]
     print("the old leader after SIGCONT:\n" + "\n".join(l for l in after.splitlines() if "fenced" in l)[-800:])
-    return "fenced by a newer instance" in after
+    fenced = "fenced by a newer instance" in after
+    if fenced:  # only a restart helps: /healthz says so, for the liveness probe
+        status, _, body = http_request(old.http_url() + "/healthz")
+        check(status == 503 and b"sink kafka: its producer failed for good" in body,
+              "/healthz of the fenced replica: %d %r" % (status, body[:300]))
+    return fenced
 
 
 def restart(b):
@@ -71,6 +77,8 @@ def restart(b):
     b.start()
     wait_for(lambda: "standby until leading" in b.logtext()[b.log_start:], 60, 0.1, "the restart")
     time.sleep(RENEW + 2)  # it has resumed its watch from its checkpoint and read the Lease
+    status, _, body = http_request(b.http_url() + "/healthz")
+    check(status == 200, "/healthz after the restart: %d %r" % (status, body[:300]))
 
 
 def test():
