@@ -224,8 +224,9 @@ class Kbridge:
             else:
                 f.write('cluster = { name = "bench"; server = "%s"; };\n' % source.url)
             f.write('http = { listen = "127.0.0.1:%d"; };\n' % self.port)
-            f.write('informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "%s"; } );\n' %
-                    ("paged" if paged else "auto"))
+            # index_labels: the labelled query's key, as a user who runs such queries would configure it.
+            f.write('informers = ( { name = "pods"; version = "v1"; resource = "pods"; list_mode = "%s"; '
+                    'index_labels = ["app"]; } );\n' % ("paged" if paged else "auto"))
             f.write('sinks = ( { name = "out"; type = "file"; path = "/dev/null"; } );\n')
             f.write('routes = ( { informer = "pods"; sink = "out"; } );\n')
             if state:
