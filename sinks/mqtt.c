@@ -34,8 +34,11 @@
  * produce order; `cursor` points at the first record not handed over.
  * Across a broker restart the session is persistent (clean session/clean
  * start = 0, a session expiry on v5), so the library retransmits its
- * in-flight records before anything new is sent, and QoS 2 stays
- * exactly-once. If a client gives a record back (DONE_RETRY: the broker lost
+ * in-flight records, and QoS 2 stays exactly-once. Nothing new is handed
+ * over until those are done (the resend fence, kb_mqtt_fenced): libmosquitto
+ * resends from its network thread after the CONNACK, so a record handed over
+ * right after the connect could overtake the resent one before it on the
+ * same topic, and a retained state topic would keep the older object. If a client gives a record back (DONE_RETRY: the broker lost
  * the session, the write failed), it goes back to QUEUED at its place and
  * the cursor moves back, so it is sent again in the original order
  * (duplicates are possible then, losses are not). A record that keeps
@@ -88,6 +91,7 @@
 #define KB_MQTT_SESSION_EXPIRY_S 86400
 #define KB_MQTT_MAX_ATTEMPTS 8
 #define KB_MQTT_BACKOFF_MIN_MS 250
+#define KB_MQTT_RESEND_FENCE_MS 10000 /* the longest the resend fence holds new records back */
 #define KB_MQTT_BACKOFF_MAX_MS 30000
 #define KB_MQTT_PASSWORD_MAX 4096
 
@@ -144,6 +148,8 @@ struct kb_mqtt {
     int64_t next_connect_ns;   /* monotonic; when the next connect may start */
     int64_t backoff_ms;
     int64_t send_pause_ns;     /* after a transient send error: not before this */
+    int64_t resend_until_ns;   /* resend fence: 0, or nothing new is sent until the records in flight
+                                  at the connect are done or this passes (kb_mqtt_fenced) */
     uint64_t max_packet;       /* the broker's Maximum Packet Size */
     size_t window;             /* in-flight bound: min(max_inflight, the broker's Receive Maximum) */
     bool offline_done;         /* destroy: the "offline" publish completed */
@@ -535,6 +541,7 @@ void kb_mqtt_core_connected(void *core, bool session_present, uint32_t max_packe
     mq->max_packet = max_packet ? max_packet : KB_MQTT_DEFAULT_MAX_PACKET;
     mq->send_pause_ns = 0;
     mq->clean_next = false;
+    mq->resend_until_ns = mq->n_inflight ? kb_now_mono_ns() + KB_MQTT_RESEND_FENCE_MS * KB_NS_PER_MS : 0;
     size_t inflight = mq->n_inflight, queued = 0;
     for (kb_mqtt_rec_t *r = mq->cursor; r; r = r->next)
         queued++;
@@ -600,6 +607,23 @@ void kb_mqtt_core_lost(void *core, const char *cause) {
 }
 
 /* ------------------------------------------------------------------ worker */
+
+/* The resend fence (see DESIGN): true while records in flight at the
+ * connect are not all done. Lifted when they are, or after
+ * KB_MQTT_RESEND_FENCE_MS (a library that never resends must not stall the
+ * sink: order is then at risk, and said so). mq->mtx held. */
+static bool kb_mqtt_fenced(kb_mqtt_t *mq, int64_t now) {
+    if (!mq->resend_until_ns)
+        return false;
+    if (mq->n_inflight && now < mq->resend_until_ns)
+        return true;
+    if (mq->n_inflight)
+        KB_WARN(KB_MQTT_MOD, "sink=%s %zu record(s) resent after the reconnect are still not acknowledged after "
+                "%d ms; sending newer ones (a newer record of the same topic may arrive first)", mq->name,
+                mq->n_inflight, KB_MQTT_RESEND_FENCE_MS);
+    mq->resend_until_ns = 0;
+    return false;
+}
 
 /* Replace a poisoned handle (see DESIGN). Thread: worker, mq->mtx held, dropped inside. */
 static void kb_mqtt_replace_client(kb_mqtt_t *mq) {
@@ -702,7 +726,8 @@ static void kb_mqtt_pump(kb_mqtt_t *mq) {
         return;
     mq->pumping = true;
     while (mq->connected && !mq->birth_pending && mq->cursor && mq->n_inflight < mq->window &&
-           !atomic_load(&mq->stop) && (!mq->send_pause_ns || kb_now_mono_ns() >= mq->send_pause_ns))
+           !atomic_load(&mq->stop) && (!mq->send_pause_ns || kb_now_mono_ns() >= mq->send_pause_ns) &&
+           !kb_mqtt_fenced(mq, kb_now_mono_ns()))
         kb_mqtt_send_next(mq);
     mq->pumping = false;
 }
@@ -733,7 +758,7 @@ static void *kb_mqtt_worker(void *arg) {
             continue;
         }
         if (mq->connected && !mq->pumping && mq->cursor && mq->n_inflight < mq->window &&
-            now >= mq->send_pause_ns) {
+            now >= mq->send_pause_ns && !kb_mqtt_fenced(mq, now)) {
             kb_mqtt_pump(mq);
             if (mq->connected && mq->cursor && mq->n_inflight < mq->window && mq->send_pause_ns <= now)
                 continue; /* stopped by something else than the window: look again */
