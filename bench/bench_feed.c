@@ -371,7 +371,7 @@ static bool kb_send_items(int fd, size_t from, size_t to) {
     size_t first = from;
     while (from < to) {
         int n = 0;
-        for (; from < to && n < 2 * KB_FEED_BATCH; from++) {
+        for (; from < to && n + 2 <= 2 * KB_FEED_BATCH; from++) { /* a comma and an item per turn */
             if (from > first)
                 iov[n++] = (struct iovec){(void *)",", 1};
             iov[n++] = (struct iovec){(void *)kb_feed.pods[from].p, kb_feed.pods[from].len};

@@ -101,10 +101,10 @@ class Feed:
 
     def __init__(self, exe, pods, events):
         self.proc = subprocess.Popen([exe, "--pods", str(pods), "--events", str(events)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=open(os.environ.get("KB_FEED_LOG", os.devnull), "a"), text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("listening "):
-            raise SystemExit("bench_feed did not start: %s %s" % (line, self.proc.stderr.read()))
+            raise SystemExit("bench_feed did not start: %r (exit %s)" % (line, self.proc.poll()))
         self.url = "http://" + line.split()[1]
         self.info = json.loads(http(self.url + "/_feed/stats"))
 
