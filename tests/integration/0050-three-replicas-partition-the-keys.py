@@ -30,17 +30,7 @@ def server_share(sim, i):
 
 
 def wait_share(sim, b, i):
-    def ok():
-        got = {k: e["resourceVersion"] for k, e in b.view().items()}
-        return got == server_share(sim, i)
-    try:
-        wait_for(ok, 90, 0.2, "replica %d to converge to its share" % i)
-    except Failure:
-        want = server_share(sim, i)
-        got = {k: e["resourceVersion"] for k, e in b.view().items()}
-        raise Failure("replica %d not converged: missing=%s extra=%s (want %d, have %d)\n%s"
-                      % (i, sorted(set(want) - set(got))[:5], sorted(set(got) - set(want))[:5], len(want),
-                         len(got), b.logtext()[-2000:]))
+    wait_replica_share(b, i, lambda: server_share(sim, i))
 
 
 def test():
@@ -77,12 +67,7 @@ def test():
             seen[k] = i
         assert_rv_monotonic(evs)
         assert_no_repeats(evs)
-    final = {it["key"] for it in sim.state()["items"]}
-    views = set()
-    for b in bridges:
-        views |= set(b.view())
-    check(views == final, "together the replicas hold every object: missing=%s extra=%s"
-          % (sorted(final - views)[:5], sorted(views - final)[:5]))
+    check_replicas_cover(bridges, [it["key"] for it in sim.state()["items"]])
     sim.stop()
 
 

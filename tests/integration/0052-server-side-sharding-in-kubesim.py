@@ -51,14 +51,7 @@ def server_share(sim, i):
 
 
 def wait_share(sim, b, i):
-    def ok():
-        return {k: e["resourceVersion"] for k, e in b.view().items()} == server_share(sim, i)
-    try:
-        wait_for(ok, 90, 0.2, "replica %d to converge to its share" % i)
-    except Failure:
-        want, got = server_share(sim, i), {k: e["resourceVersion"] for k, e in b.view().items()}
-        raise Failure("replica %d: missing=%s extra=%s\n%s" % (i, sorted(set(want) - set(got))[:5],
-                                                               sorted(set(got) - set(want))[:5], b.logtext()[-3000:]))
+    wait_replica_share(b, i, lambda: server_share(sim, i))
 
 
 def churn(sim, names, a, b, d):
@@ -108,12 +101,7 @@ def check_outputs(sim, bridges, moved):
     for k in moved:
         owners = {seen[inc] for inc in seen if inc[0] == k}
         check(len(owners) == 2, "%s: its two incarnations went to two replicas: %s" % (k, owners))
-    final = {it["key"] for it in sim.state()["items"]}
-    views = set()
-    for b in bridges:
-        views |= set(b.view())
-    check(views == final, "together the replicas hold every object: missing=%s extra=%s"
-          % (sorted(final - views)[:5], sorted(views - final)[:5]))
+    check_replicas_cover(bridges, [it["key"] for it in sim.state()["items"]])
 
 
 def pod_requests(sim):

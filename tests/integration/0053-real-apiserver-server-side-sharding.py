@@ -15,8 +15,8 @@ server's state."""
 import os
 import signal
 
-from kbtest import (ConfigBridge, ControlPlane, Failure, assert_no_repeats, assert_rv_monotonic, check, key_of, run,
-                    shard_selector, range_shard, wait_for)
+from kbtest import (ConfigBridge, ControlPlane, assert_no_repeats, assert_rv_monotonic, check, key_of, run,
+                    shard_selector, range_shard, wait_replica_share)
 
 N = 300
 REPLICAS = 2
@@ -48,14 +48,7 @@ def share(cp, i):
 
 
 def wait_share(cp, b, i):
-    def ok():
-        return {k: e["resourceVersion"] for k, e in b.view().items()} == share(cp, i)
-    try:
-        wait_for(ok, 240, 0.5, "replica %d to converge to its share" % i)
-    except Failure:
-        want, got = share(cp, i), {k: e["resourceVersion"] for k, e in b.view().items()}
-        raise Failure("replica %d: missing=%s extra=%s\n%s" % (i, sorted(set(want) - set(got))[:5],
-                                                               sorted(set(got) - set(want))[:5], b.logtext()[-3000:]))
+    wait_replica_share(b, i, lambda: share(cp, i), timeout=240, interval=0.5)
 
 
 def cm(name, v):

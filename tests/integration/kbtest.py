@@ -776,6 +776,29 @@ def mqtt_sequences(messages):
 KAFKA_SH = os.path.join(SOURCE, "tests", "infra", "kafka.sh")
 
 
+def wait_replica_share(b, i, share, timeout=90, interval=0.2):
+    """Wait until replica b (sharding index i) holds exactly share() — {key: resourceVersion}, recomputed
+    each time — and fail naming what is missing and extra, with b's log."""
+    def got():
+        return {k: e["resourceVersion"] for k, e in b.view().items()}
+    try:
+        wait_for(lambda: got() == share(), timeout, interval, "replica %d to converge to its share" % i)
+    except Failure:
+        want, have = share(), got()
+        raise Failure("replica %d not converged: missing=%s extra=%s (want %d, have %d)\n%s"
+                      % (i, sorted(set(want) - set(have))[:5], sorted(set(have) - set(want))[:5], len(want),
+                         len(have), b.logtext()[-3000:]))
+
+
+def check_replicas_cover(bridges, keys):
+    """Together the replicas' views hold exactly keys."""
+    views = set()
+    for b in bridges:
+        views |= set(b.view())
+    check(views == set(keys), "together the replicas hold every object: missing=%s extra=%s"
+          % (sorted(set(keys) - views)[:5], sorted(views - set(keys))[:5]))
+
+
 def _free_port():
     import socket
     with socket.socket() as s:
