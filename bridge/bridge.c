@@ -1245,11 +1245,13 @@ static kb_err_t kb_reload_pipes(kb_bridge_t *b, kb_reload_plan_t *pl, char *errs
         pl->npipes[i] = kb_reload_find_pipe(b, nc, &same_name, what, sizeof(what));
         if (pl->npipes[i])
             continue;
-        /* A changed informer of the same name must give up its state_dir first. */
+        /* A changed informer of the same name would open its state_dir while
+         * the running one holds it: a restart applies it (and converges, the
+         * stored definition tells it what changed). */
         if (same_name && ncfg->state_dir[0]) {
             snprintf(errstr, errstr_size,
-                     "%s:%d: informers.%s: its definition changed (%s); with state_dir set, give it a new name (or "
-                     "restart) so its stored state is not mixed with the new definition's",
+                     "%s:%d: informers.%s: its definition changed (%s); with state_dir set this applies on restart "
+                     "only (the restart lists again and converges the sinks to the new definition)",
                      ncfg->path, nc->line, nc->name, what);
             return KB_ERR_CONFIG;
         }

@@ -350,7 +350,9 @@ static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const 
 
 const kb_csection_t kb_config__sec_informer = {
     .title = "informers",
-    .doc = "A list of groups, one per watched resource: `informers = ( { name = \"pods\"; resource = \"pods\"; } );`",
+    .doc = "A list of groups, one per watched resource: `informers = ( { name = \"pods\"; resource = \"pods\"; } );`. "
+           "With state_dir set, SIGHUP refuses to rebuild an informer whose keys changed (a restart applies it, "
+           "see state_dir).",
     .size = sizeof(kb_config_informer_t), .line_off = offsetof(kb_config_informer_t, line),
     .keys = kb_keys_informer, .n_keys = KB_NKEYS(kb_keys_informer), .disc = -1, .finish = kb_finish_informer,
 };
@@ -498,7 +500,11 @@ static const kb_csection_t kb_sec_route = {
 static const kb_ckey_t kb_keys_root[] = {
     {.name = "cluster", .type = KB_CT_GROUP, .off = TOP(cluster), .sub = &kb_sec_cluster},
     {.name = "state_dir", .type = KB_CT_STRING, .off = TOP(state_dir), .flags = KB_CF_FILE, .def = "",
-     .doc = "Directory for checkpoints and the persisted index; \"\" = memory only."},
+     .doc = "Directory for checkpoints and the persisted index; \"\" = memory only. Each informer's state "
+            "records its definition (resource, namespaces, selectors, drop/redact/keep fields, compaction): a "
+            "start with another definition logs what changed and lists again instead of resuming, so the sinks "
+            "converge to the new definition (objects that no longer match leave as DELETED finalStateUnknown). "
+            "SIGHUP refuses such a change; it applies on restart."},
     {.name = "shutdown_timeout", .type = KB_CT_INT, .off = TOP(shutdown_timeout), .def = "10", .min = 0,
      .max = 3600, .flags = KB_CF_LIVE, .doc = "Seconds to deliver what is queued on SIGTERM/SIGINT before exiting."},
     {.name = "journal", .type = KB_CT_GROUP, .off = 0, .sub = &kb_sec_journal},

@@ -42,6 +42,7 @@
 #include "common/strmap.h"
 #include "common/time.h"
 #include "informer/decode.h"
+#include "informer/definition.h"
 #include "informer/ingest.h"
 #include "informer/ledger.h"
 #include "informer/state.h"
@@ -316,6 +317,21 @@ static void kb_inf_stage_mark(kb_informer_t *inf, int refl, const char *rv) {
     kb_inf_push_staged(inf, NULL, seq, refl, rv);
 }
 
+/* The batch that completes a list under a changed definition committed (or
+ * not): that reflector's scope is converged; when it was the last one, the
+ * new definition was stored with it (kb_inf_list_close). Caller holds
+ * ingest_mtx. */
+static void kb_inf_def_settle(kb_informer_t *inf, bool committed) {
+    int i = inf->def_closing;
+    inf->def_closing = -1;
+    if (i < 0 || !committed)
+        return;
+    inf->refl[i].def_stale = false;
+    if (--inf->def_stale == 0)
+        KB_INFO("informer", "informer=%s converged to its new definition (listed and diffed); state_dir records it",
+                inf->conf->name);
+}
+
 /* Commit the batch, then queue its events. On a failed commit the cache is
  * put back as it was and nothing is queued: the caller re-reads the changes
  * from the server. Returns KB_OK, KB_ERR_STOPPED, or KB_ERR_IO (state_dir). */
@@ -325,6 +341,7 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
     kb_err_t err = KB_OK;
     if (inf->state && inf->n_out && !inf->batch_failed && kb_state_commit(inf->state) != KB_OK)
         kb_inf_batch_fail(inf, "state_dir commit");
+    kb_inf_def_settle(inf, !inf->batch_failed);
     if (inf->batch_failed) {
         if (inf->state)
             kb_state_abort(inf->state);
@@ -488,8 +505,11 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
                  inf->conf->name, key, (int)in.rv_len, in.rv);
         goto done;
     }
-    if (src != KB_SRC_WATCH && same_uid && same_rv)
-        goto done; /* unchanged since we last said anything about it */
+    /* Unchanged since we last said anything about it — unless a changed
+     * definition reshaped the objects (drop/redact/keep fields). */
+    bool reshape = src == KB_SRC_LIST && r->def_stale && inf->def_reshape;
+    if (src != KB_SRC_WATCH && same_uid && same_rv && !reshape)
+        goto done;
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch (or the
          * watch deletes an incarnation we never saw): the one we had is gone. */
@@ -522,8 +542,52 @@ static void kb_inf_delete_unseen(kb_reflector_t *r) {
     }
     kb_event_list_fini(&cached);
     if (n)
-        KB_INFO("informer", "informer=%s relist found %zu deleted object(s); delivered as DELETED finalStateUnknown",
-                inf->conf->name, n);
+        KB_INFO("informer", "informer=%s relist found %zu %s; delivered as DELETED finalStateUnknown",
+                inf->conf->name, n,
+                r->def_stale ? "object(s) gone or outside the new definition" : "deleted object(s)");
+}
+
+/* Is a key of namespace ns (ns_len bytes) in some reflector's scope? */
+static bool kb_inf_in_scope(const kb_informer_t *inf, const char *ns, size_t ns_len) {
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        const char *rns = inf->refl[i].ns;
+        if (!rns || (strlen(rns) == ns_len && !memcmp(rns, ns, ns_len)))
+            return true;
+    }
+    return false;
+}
+
+/* After a change of namespaces: cached keys no reflector lists any more
+ * leave as DELETED finalStateUnknown (no relist diff would reach them). */
+static void kb_inf_delete_unscoped(kb_informer_t *inf) {
+    kb_event_list_t cached;
+    kb_event_list_init(&cached);
+    kb_indexer_list(inf->idx, NULL, &cached);
+    size_t n = 0;
+    for (size_t i = 0; i < cached.n; i++) {
+        kb_event_t *ev = cached.ev[i];
+        if (kb_inf_in_scope(inf, ev->ns, ev->ns_len))
+            continue;
+        kb_inf_stage(inf, kb_inf_retype_full(inf, ev, KB_EV_DELETED, true), -1, "");
+        n++;
+    }
+    kb_event_list_fini(&cached);
+    if (n)
+        KB_INFO("informer", "informer=%s %zu object(s) outside the new definition's namespaces; delivered as DELETED "
+                "finalStateUnknown", inf->conf->name, n);
+}
+
+/* A list of r's scope completes (in its closing batch): under a changed
+ * definition, that scope converges with this batch. True when it is the last
+ * such scope: the caller then also removes what no namespace covers any more
+ * and stores the new definition in the same transaction, so a crash before
+ * the commit lists again, and one after it resumes where these lists ended. */
+static bool kb_inf_def_list_close(kb_reflector_t *r) {
+    kb_informer_t *inf = r->inf;
+    if (!r->def_stale)
+        return false;
+    inf->def_closing = kb_refl_index(r);
+    return inf->def_stale == 1;
 }
 
 /* Before a batch: wait while the ledger's window is full (a sink stopped or
@@ -709,7 +773,12 @@ static void kb_inf_list_close(kb_reflector_t *r) {
                 inf->conf->name, r->rv, list_rv);
     }
     kb_inf_delete_unseen(r);
+    bool def_last = kb_inf_def_list_close(r);
+    if (def_last)
+        kb_inf_delete_unscoped(inf);
     kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
+    if (def_last && !inf->batch_failed && kb_state_put_definition(inf->state, inf->def) != KB_OK)
+        kb_inf_batch_fail(inf, "state_dir write");
 }
 
 /* After the batch of kb_inf_list_close committed. */
@@ -1082,10 +1151,56 @@ static kb_ledger_t *kb_inf_ledger_new(kb_informer_t *inf) {
     return l;
 }
 
-/* The reflectors start where the ledger's checkpoint resumes. Before start only. */
+/* The reflectors start where the ledger's checkpoint resumes — or with a
+ * list, under a changed definition. Before start only. */
 static void kb_inf_set_resume_points(kb_informer_t *inf) {
     for (size_t i = 0; i < inf->n_refl; i++)
-        snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s", kb_ledger_resume_rv(inf->ledger, i));
+        snprintf(inf->refl[i].rv, sizeof(inf->refl[i].rv), "%s",
+                 inf->refl[i].def_stale ? "" : kb_ledger_resume_rv(inf->ledger, i));
+}
+
+/* Does state_dir hold anything of an earlier run (objects, a resume point, a tail)? */
+static bool kb_inf_has_state(kb_informer_t *inf) {
+    if (kb_indexer_count(inf->idx) || kb_ledger_tail_len(inf->ledger))
+        return true;
+    for (size_t i = 0; i < inf->n_refl; i++)
+        if (kb_ledger_resume_rv(inf->ledger, i)[0])
+            return true;
+    return false;
+}
+
+/* Compare the definition state_dir was written under with this one
+ * (informer/definition.h). A change makes every reflector list first and
+ * diff, whatever the checkpoint says; the new definition is stored with the
+ * last of those lists (kb_inf_list_close). None stored: a new state_dir
+ * (store it), or one from before definitions were kept (adopt it: store this
+ * one and resume). Before start only. */
+static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
+    char *stored = NULL;
+    if (kb_state_read_definition(inf->state, &stored) != KB_OK)
+        return KB_ERR_IO;
+    if (!stored) {
+        if (kb_inf_has_state(inf))
+            KB_WARN("informer", "informer=%s state_dir=%s records no definition (written by an older kbridge): "
+                    "adopting the current one and resuming; a definition changed before this start is not noticed",
+                    inf->conf->name, dir);
+        return kb_state_put_definition(inf->state, inf->def);
+    }
+    kb_buf_t what = KB_BUF_INIT;
+    unsigned diff = kb_definition_diff(stored, inf->def, &what);
+    free(stored);
+    if (diff) {
+        inf->def_stale = inf->n_refl;
+        for (size_t i = 0; i < inf->n_refl; i++)
+            inf->refl[i].def_stale = true;
+        inf->def_reshape = (diff & KB_DEF_RESHAPED) != 0;
+        KB_WARN("informer", "informer=%s definition changed since state_dir was written: %s; listing again instead "
+                "of resuming: objects that no longer match leave as DELETED finalStateUnknown, new matches arrive as "
+                "ADDED%s", inf->conf->name, what.data, inf->def_reshape ? ", every object is sent again in its new "
+                "shape" : "");
+    }
+    kb_buf_fini(&what);
+    return KB_OK;
 }
 
 /* Open state_dir/<informer>[.replica-<i>-of-<n>[.by-uid|.by-namespace]] (a
@@ -1114,7 +1229,8 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     /* Label indexes need each object's labels: read the objects then (slower). */
     bool identity_only = inf->conf->index_labels.n == 0;
     if (kb_state_load_index(inf->state, inf->res, identity_only, kb_inf_load_index_cb, inf) != KB_OK ||
-        kb_ledger_load(inf->ledger, inf->res, why, sizeof(why)) != KB_OK) {
+        kb_ledger_load(inf->ledger, inf->res, why, sizeof(why)) != KB_OK ||
+        kb_inf_check_definition(inf, dir) != KB_OK) {
         snprintf(errstr, errstr_size, "%s: state_dir \"%s\": %s", cfg->path, dir, kb_state_error(inf->state));
         return KB_ERR_IO;
     }
@@ -1181,6 +1297,8 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     inf->conf = conf;
     inf->api = api;
     inf->tf = tf;
+    inf->def = kb_definition_text(conf);
+    inf->def_closing = -1;
     inf->res = kb_resource_new(cfg->cluster.name, conf->name, conf->group, conf->version, conf->resource);
     _Static_assert(KB_CONFIG_INDEX_LABELS_MAX <= KB_INDEXER_MAX_LABELS, "index_labels fit the indexer");
     inf->idx = kb_indexer_new(16, (const char *const *)conf->index_labels.v, conf->index_labels.n);
@@ -1298,6 +1416,7 @@ void kb_informer_destroy(kb_informer_t *inf) {
     kb_zcache_destroy(inf->zc);
     kb_indexer_destroy(inf->idx);
     kb_transform_free(inf->tf);
+    free(inf->def);
     kb_resource_unref(inf->res);
     kb_buf_fini(&inf->scratch);
     pthread_mutex_destroy(&inf->ingest_mtx);

@@ -89,6 +89,8 @@ typedef struct kb_reflector {
     bool has_cls;          /* the last request failed with an answer from the server */
     int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
     _Atomic bool relist_asked; /* the audit found too much drift: relist at the next frame or watch */
+    bool def_stale;        /* state_dir was written under another definition: list first, and until a
+                            * list of this scope commits (set before start; then ingest_mtx) */
 } kb_reflector_t;
 
 struct kb_informer {
@@ -131,6 +133,14 @@ struct kb_informer {
     uint64_t batch_seq0;           /* inf->seq when the batch began */
     bool batch_open, batch_failed;
     char batch_err[256];
+
+    /* The definition (informer/definition.h) and its change since state_dir was written. */
+    char *def;                     /* canonical text, owned; set at build */
+    size_t def_stale;              /* reflectors with def_stale; ingest_mtx (0: the stored one is current) */
+    bool def_reshape;              /* the change reshapes objects: the relists send unchanged ones again;
+                                    * set before start */
+    int def_closing;               /* ingest_mtx: the reflector whose list completes in the open batch
+                                    * under the changed definition (-1: none) */
 
     /* The checkpointer: writes the ledger's watermark every 200 ms. */
     pthread_t ckpt_thread;

@@ -4,7 +4,9 @@
  *   "index"   key bytes → record
  *   "journal" 8-byte big-endian seq → record (+ key and resume RV)
  *   "meta"    "ack_seq" (8 bytes BE), "ack_rv", "trimmed_rv" (string),
- *             "zdict/<id>" (a dictionary), "zdict_current" (4-byte id, LE)
+ *             "zdict/<id>" (a dictionary), "zdict_current" (4-byte id, LE),
+ *             "definition" (the informer's, informer/definition.h; absent in
+ *             a state_dir older than it)
  * A record is a fixed little header followed by the strings and the object;
  * objects of 512 bytes and more are stored as a zstd frame (level 1: a 5 KB
  * Pod becomes ~1.5 KB, so it fits a leaf page instead of two overflow pages,
@@ -886,6 +888,37 @@ kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv, c
     kb_state_fault_point(st);
     rc = mdb_txn_commit(txn);
     return rc ? kb_st_fail(st, "checkpoint commit", rc) : KB_OK;
+}
+
+kb_err_t kb_state_read_definition(kb_state_t *st, char **def) {
+    *def = NULL;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return kb_st_fail(st, "read definition", rc);
+    MDB_val v;
+    if (!kb_meta_get(txn, st, "definition", &v))
+        *def = kb_strndup(v.mv_data, v.mv_size);
+    mdb_txn_abort(txn);
+    return KB_OK;
+}
+
+kb_err_t kb_state_put_definition(kb_state_t *st, const char *def) {
+    if (st->txn) {
+        int rc = kb_meta_put(st->txn, st, "definition", def, strlen(def));
+        return rc ? kb_st_fail(st, "definition put", rc) : KB_OK;
+    }
+    MDB_txn *txn = NULL;
+    int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+    if (!rc)
+        rc = kb_meta_put(txn, st, "definition", def, strlen(def));
+    if (rc) {
+        if (txn)
+            mdb_txn_abort(txn);
+        return kb_st_fail(st, "definition", rc);
+    }
+    rc = mdb_txn_commit(txn);
+    return rc ? kb_st_fail(st, "definition commit", rc) : KB_OK;
 }
 
 kb_err_t kb_state_reset(kb_state_t *st) {

@@ -10,6 +10,9 @@
  *              tail past the checkpoint is delivered again after a crash.
  *   checkpoint the highest seq up to which everything was acknowledged by every
  *              sink, and the watch resume RV that goes with it.
+ *   definition what the informer was when this state was written (its
+ *              resource, selectors, namespaces, projection), so a restart
+ *              with another one is noticed (informer/definition.h).
  *
  * One LMDB environment per informer (and replica) directory. Writes are group
  * commits: kb_state_begin … put … kb_state_commit, one per watch chunk or
@@ -101,6 +104,14 @@ kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv, c
                                  size_t n_sinks);
 /* The watermark last recorded for sink; KB_ERR_NOTFOUND if none was. */
 kb_err_t kb_state_read_sink_seq(kb_state_t *st, const char *sink, uint64_t *seq);
+
+/* The informer's definition stored with this state (informer/definition.h):
+ * *def a new string (caller frees), or NULL when none is stored — a state_dir
+ * written before kbridge kept definitions, or a new one. */
+kb_err_t kb_state_read_definition(kb_state_t *st, char **def);
+/* Store def: inside the open group commit if there is one (it commits or
+ * aborts with it), else in a transaction of its own. */
+kb_err_t kb_state_put_definition(kb_state_t *st, const char *def);
 
 /* Forget everything (a server RV regression: the server's history went back). */
 kb_err_t kb_state_reset(kb_state_t *st);

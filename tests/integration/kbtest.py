@@ -206,6 +206,14 @@ class Bridge:
     def kill(self):
         return self.stop(signal.SIGKILL)
 
+    def rewrite(self, old, new):
+        """Replace old (which must be there) by new in the config file, for a SIGHUP or a restart."""
+        with open(self.config) as f:
+            text = f.read()
+        check(old in text, "config holds %r" % old)
+        with open(self.config, "w") as f:
+            f.write(text.replace(old, new))
+
     def logtext(self):
         with open(self.log) as f:
             return f.read()

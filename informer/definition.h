@@ -1,0 +1,33 @@
+/* informer/definition.h — an informer's definition, as state_dir keeps it.
+ *
+ * The definition is everything that decides which objects an informer's
+ * consumers get and with which bytes: group, version, resource, namespaces,
+ * label and field selectors, drop/redact/keep fields, compaction. state_dir
+ * stores it with the informer's state, so a restart with another definition
+ * relists and converges instead of resuming as if nothing changed
+ * (informer.c). The text is canonical — one `key=<JSON value>` line per key,
+ * in a fixed order, namespaces sorted — so equal definitions are equal
+ * strings, and a stored one reads as what it says.
+ *
+ * Pure functions; any thread.
+ */
+#ifndef KB_INFORMER_DEFINITION_H
+#define KB_INFORMER_DEFINITION_H
+
+#include "common/buf.h"
+#include "config/config.h"
+
+/* What a change of definition means (kb_definition_diff's flags). */
+#define KB_DEF_CHANGED 0x1u  /* which objects or bytes: relist and diff */
+#define KB_DEF_RESHAPED 0x2u /* the objects' bytes (drop/redact/keep fields): send unchanged ones again */
+
+/* The canonical text of conf's definition. Caller frees. */
+char *kb_definition_text(const kb_config_informer_t *conf);
+
+/* Compare a stored definition with the current one (both canonical texts):
+ * 0 when equal, else KB_DEF_* flags, and in what (appended) one
+ * `key old -> new` per key that differs, joined by "; " (a key one side
+ * lacks shows as (none)). */
+unsigned kb_definition_diff(const char *old, const char *now, kb_buf_t *what);
+
+#endif
