@@ -206,6 +206,21 @@ class Bridge:
     def kill(self):
         return self.stop(signal.SIGKILL)
 
+    def rewrite_config(self, old, new):
+        """Replace old (which must be there) with new in the config file, for a SIGHUP or a restart."""
+        with open(self.config) as f:
+            text = f.read()
+        check(old in text, "config holds %r" % old)
+        with open(self.config, "w") as f:
+            f.write(text.replace(old, new))
+
+    def add_file_sink(self, name, informer="pods"):
+        """A file sink name (name.jsonl in the work dir) and a route from informer to it, into the config file."""
+        path = os.path.join(self.dir, name + ".jsonl")
+        self.rewrite_config("sinks = (\n", 'sinks = (\n  { name = "%s"; type = "file"; path = "%s"; },\n' % (name, path))
+        self.rewrite_config("routes = (\n", 'routes = (\n  { informer = "%s"; sink = "%s"; },\n' % (informer, name))
+        return path
+
     def logtext(self):
         with open(self.log) as f:
             return f.read()
