@@ -59,12 +59,7 @@ def keep_fields():
 def shutdown_timeout():
     sim = Sim()
     sim.bulk(pod_ops("create", "ns1", ["p%03d" % i for i in range(200)], extra={"spec": {"pad": "x" * 4000}}))
-    d = tempfile.mkdtemp(prefix="kbtest-")
-    fifo = os.path.join(d, "out.fifo")
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    b = Bridge(sim, workdir=d, out=fifo, start=False)
-    b.rewrite_config("shutdown_timeout = 20;", "shutdown_timeout = 600;")
+    b, reader = bridge_on_fifo(sim, 600)
     b.start()
 
     def pipe_full():

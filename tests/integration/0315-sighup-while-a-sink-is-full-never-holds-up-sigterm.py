@@ -18,12 +18,7 @@ PODS = 1400  # x ~16 KB: more than the file sink's 8 MB pending + 8 MB being wri
 
 def stalled_bridge(sim):
     """A bridge whose file sink is full: its FIFO's reader holds it open and does not read."""
-    d = tempfile.mkdtemp(prefix="kbtest-")
-    fifo = os.path.join(d, "out.fifo")
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    b = Bridge(sim, workdir=d, out=fifo, start=False)
-    b.rewrite_config("shutdown_timeout = 20;", "shutdown_timeout = 2;")
+    b, reader = bridge_on_fifo(sim, 2)
     b.start()
     wait_for(lambda: "is full; holding the informer's queue" in b.logtext(), 120,
              what="the file sink to be full (backpressure)")

@@ -309,6 +309,18 @@ class Bridge:
         return "\n--- threads ---\n" + "\n".join(l for l in p.stdout.splitlines() if l.startswith(("#", "Thread")))
 
 
+def bridge_on_fifo(sim, shutdown_timeout):
+    """A Bridge, not started, whose file sink writes into a FIFO that a reader holds open and does
+    not read, and the reader's non-blocking fd (read it to let the sink go on)."""
+    d = tempfile.mkdtemp(prefix="kbtest-")
+    fifo = os.path.join(d, "out.fifo")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    b = Bridge(sim, workdir=d, out=fifo, start=False)
+    b.rewrite_config("shutdown_timeout = 20;", "shutdown_timeout = %d;" % shutdown_timeout)
+    return b, reader
+
+
 def http_request(url, method="GET", token=None, body=None, timeout=30):
     """(status, headers, body bytes) of one request; HTTP errors are answers, not exceptions."""
     req = urllib.request.Request(url, data=body, method=method)
