@@ -12,21 +12,34 @@
  * worker stops popping, the FIFO fills, and the reflector stops reading its
  * socket: backpressure all the way to the API server.
  *
- * Hot reload (SIGHUP): the new config is validated and every new sink and
- * informer is built before anything changes; an informer or sink whose
- * definition did not change keeps running (no relist); routes are rebuilt for
- * all informers and swapped in under each pipeline's route lock (workers hold
- * it while they hand one popped batch to the sinks); removed informers are
- * drained and stopped, removed sinks flushed and closed. Objects that were
- * replaced stay allocated until the bridge is destroyed ("retired"), so a
- * pointer an HTTP request holds under kb_bridge_rdlock never dangles.
+ * Hot reload (SIGHUP) runs on its own thread (bridge/main.c), never the one
+ * that takes signals, as the steps of bridge.h's table: the new config is
+ * validated and every new sink and informer is built before anything changes
+ * (BUILD); an informer or sink whose definition did not change keeps running
+ * (no relist). LOCK then takes the route lock of every informer of the new
+ * config, all at once or none: a worker holds its informer's lock while it
+ * hands one popped batch to the sinks, which lasts as long as a full sink
+ * takes nothing, so each attempt waits a bounded slice per lock and gives
+ * back what it took, and between attempts the reload gives up if asked (a
+ * stop, a newer SIGHUP) — the only point where it may, since nothing has
+ * changed yet. SWAP puts the new routes in; PUBLISH swaps the sets under
+ * b->lock; removed informers are drained (bounded by shutdown_timeout) and
+ * stopped, new ones started, removed sinks flushed and closed. Objects that
+ * were replaced stay allocated until the bridge is destroyed ("retired"), so
+ * a pointer an HTTP request holds under kb_bridge_rdlock never dangles.
+ *
+ * Both rwlocks prefer a waiting writer to new readers, so overlapping readers
+ * cannot keep a reload out, and no reader waits for anything unbounded while
+ * it holds one (kube API requests waiting for a resourceVersion let b->lock
+ * go, bridge/kapi.c): PUBLISH waits only for short critical sections.
  *
  * Shutdown: stop the informers (reflectors joined, FIFOs closed), let the
  * workers drain the FIFOs into the sinks until the deadline, flush the sinks
  * with what time remains, write the checkpoints. Anything undelivered at the
  * deadline was never acknowledged: with state_dir it is delivered next time.
  *
- * Lock order: b->lock → p->route_lock → (informer and sink locks).
+ * Lock order: b->lock → p->route_lock → (informer and sink locks). LOCK takes
+ * route locks with no b->lock held, PUBLISH b->lock with no route lock held.
  */
 #include "bridge/bridge.h"
 #include "bridge/ha.h"
@@ -59,6 +72,10 @@ typedef struct kb_pipeline kb_pipeline_t;
 typedef struct kb_eos_provider kb_eos_provider_t;
 
 #define KB_REFUSAL_REASONS 8
+#define KB_RELOAD_SLICE_MS 200        /* LOCK: the longest wait for one route lock per attempt */
+#define KB_RELOAD_PAUSE_MIN_MS 50     /* LOCK: the pause after a failed attempt, doubling ... */
+#define KB_RELOAD_PAUSE_MAX_MS 1000   /* ... up to this */
+#define KB_RELOAD_WARN_MS 30000       /* LOCK: one "reload waits" line per this */
 
 /* A running sink and what the bridge counts for it. */
 typedef struct kb_bsink {
@@ -545,6 +562,18 @@ static void *kb_worker_main(void *arg) {
 
 /* ---- building blocks -------------------------------------------------- */
 
+/* A rwlock that a waiting writer gets before new readers, so a stream of
+ * overlapping readers (HTTP requests, workers' batches) never keeps a reload
+ * out. The price: a thread must never take one of these for reading twice
+ * (behind a waiting writer the second would wait for ever); none does. */
+static void kb_rwlock_init_writer_first(pthread_rwlock_t *lock) {
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
+}
+
 static void kb_eos_records(void *opaque, kb_ckpt_rec_t **recs, size_t *n);
 
 static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, const kb_config_t *cfg, char *errstr,
@@ -589,7 +618,7 @@ static kb_pipeline_t *kb_pipeline_new(kb_bridge_t *b, const kb_config_t *cfg, co
     kb_pipeline_t *p = kb_calloc(1, sizeof(*p));
     p->bridge = b;
     p->inf = inf;
-    pthread_rwlock_init(&p->route_lock, NULL);
+    kb_rwlock_init_writer_first(&p->route_lock);
     p->n_workers = kb_informer_shards(inf);
     p->workers = kb_calloc(p->n_workers, sizeof(*p->workers));
     for (size_t s = 0; s < p->n_workers; s++) {
@@ -964,7 +993,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
     if (kb_bridge_validate(cfg, errstr, errstr_size) != KB_OK)
         return NULL;
     kb_bridge_t *b = kb_calloc(1, sizeof(*b));
-    pthread_rwlock_init(&b->lock, NULL);
+    kb_rwlock_init_writer_first(&b->lock);
     b->cfg = cfg;
     char why[512];
     b->api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
@@ -1050,11 +1079,17 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
 }
 
 uint64_t kb_bridge_unacknowledged(kb_bridge_t *b) {
+    /* The shutdown watchdog asks while a reload may be publishing new pipes;
+     * b->lock's holders never wait long, but the watchdog must not wait for ever. */
+    struct timespec until = kb_deadline_mono(1000);
+    if (pthread_rwlock_clockrdlock(&b->lock, CLOCK_MONOTONIC, &until) != 0)
+        return UINT64_MAX;
     uint64_t n = 0;
     for (size_t i = 0; i < b->n_pipes; i++) {
         int64_t inflight = atomic_load(&b->pipes[i]->inflight);
         n += (inflight > 0 ? (uint64_t)inflight : 0) + atomic_load(&b->pipes[i]->failed);
     }
+    pthread_rwlock_unlock(&b->lock);
     return n;
 }
 
@@ -1154,6 +1189,8 @@ typedef struct kb_reload_plan {
     kb_pipeline_t **npipes;      /* kept or new */
     bool *pipe_new;
     kb_router_t **routers;       /* one per new informer */
+    kb_pipeline_t **gone;        /* running informers the new config drops (PUBLISH retires them) */
+    size_t n_gone;
     size_t removed, added, new_sinks;
 } kb_reload_plan_t;
 
@@ -1175,6 +1212,7 @@ static void kb_reload_plan_fini(kb_reload_plan_t *pl) {
     free(pl->sink_new);
     free(pl->pipe_new);
     free(pl->routers);
+    free(pl->gone);
 }
 
 /* A failed plan: destroy what it built; the running objects stay. */
@@ -1287,46 +1325,87 @@ static bool kb_reload_keeps_sink(const kb_reload_plan_t *pl, const kb_bsink_t *b
 /* Stop and drain the informers that go away (into their old routes). */
 static void kb_reload_drain_removed(kb_bridge_t *b, kb_reload_plan_t *pl) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
-    for (size_t j = 0; j < b->n_pipes; j++) {
-        if (kb_reload_keeps_pipe(pl, b->pipes[j]))
-            continue;
-        kb_pipeline_drain(b->pipes[j], deadline, &b->hard_stop);
-        kb_informer_close_state(b->pipes[j]->inf);
+    for (size_t j = 0; j < pl->n_gone; j++) {
+        kb_pipeline_drain(pl->gone[j], deadline, &b->hard_stop);
+        kb_informer_close_state(pl->gone[j]->inf);
         pl->removed++;
     }
     atomic_store(&b->hard_stop, false);
 }
 
-/* Swap the routes of every informer that stays; give the new ones theirs. */
+/* Take lock for writing, waiting at most ms. */
+static bool kb_wrlock_within(pthread_rwlock_t *lock, int ms) {
+    struct timespec until = kb_deadline_mono(ms);
+    return pthread_rwlock_clockwrlock(lock, CLOCK_MONOTONIC, &until) == 0;
+}
+
+/* Step LOCK: the route locks of every informer of the new config, held all at
+ * once or none. A worker holds its informer's route lock while it hands one
+ * batch to the sinks, as long as a full sink takes nothing; so an attempt
+ * waits at most one slice per lock and gives back what it took when one is
+ * not free, and between attempts a reload asked to give up (*abandon) does.
+ * KB_OK with every lock held, KB_ERR_STOPPED (none held) when abandoned. */
+static kb_err_t kb_reload_lock_routes(kb_reload_plan_t *pl, const _Atomic bool *abandon) {
+    int64_t pause_ms = KB_RELOAD_PAUSE_MIN_MS;
+    kb_ratelimit_t rl = {0};
+    while (!atomic_load(abandon)) {
+        size_t held = 0;
+        while (held < pl->ni && kb_wrlock_within(&pl->npipes[held]->route_lock, KB_RELOAD_SLICE_MS))
+            held++;
+        if (held == pl->ni)
+            return KB_OK;
+        const char *busy = kb_informer_conf(pl->npipes[held]->inf)->name;
+        while (held > 0)
+            pthread_rwlock_unlock(&pl->npipes[--held]->route_lock);
+        if (kb_ratelimit_allow(&rl, KB_RELOAD_WARN_MS, NULL))
+            KB_WARN("bridge", "reload of %s waits: informer=%s is handing a batch to a sink that does not take it "
+                    "(full?); its routes change once it has; SIGTERM still stops, and a new SIGHUP replaces this "
+                    "reload", pl->ncfg->path, busy);
+        kb_sleep_ms_interruptible(pause_ms, abandon);
+        pause_ms = pause_ms * 2 < KB_RELOAD_PAUSE_MAX_MS ? pause_ms * 2 : KB_RELOAD_PAUSE_MAX_MS;
+    }
+    return KB_ERR_STOPPED;
+}
+
+/* The routes a pipeline had before SWAP, freed once its heartbeats are gone. */
+typedef struct kb_old_routes {
+    kb_router_t *router;
+    kb_bsink_t **bsinks;
+    kb_noop_t **noops;
+    int *lidx;
+} kb_old_routes_t;
+
+/* Step SWAP, every route lock held (LOCK): each informer of the new config
+ * gets its routes and its lock back at once; then heartbeats are replaced
+ * (they point into the old routes) and the old routes freed. */
 static void kb_reload_swap_routes(kb_bridge_t *b, kb_reload_plan_t *pl) {
     kb_bsinks_link_dead_letters(pl->nsinks, pl->ncfg);
+    kb_old_routes_t *old = kb_calloc(pl->ni ? pl->ni : 1, sizeof(*old));
     for (size_t i = 0; i < pl->ni; i++) {
         kb_pipeline_t *p = pl->npipes[i];
-        kb_noop_t **noops = kb_noops_new(pl->routers[i]);
-        int *lidx = kb_pipeline_lidx(p, pl->routers[i], pl->ncfg, p->lidx, b->cfg);
-        pthread_rwlock_wrlock(&p->route_lock);
-        int *old_lidx = p->lidx;
-        kb_router_t *old_router = p->router;
-        kb_bsink_t **old_bsinks = p->bsinks;
-        kb_noop_t **old_noops = p->noops;
+        old[i] = (kb_old_routes_t){p->router, p->bsinks, p->noops, p->lidx};
+        p->lidx = kb_pipeline_lidx(p, pl->routers[i], pl->ncfg, p->lidx, b->cfg);
+        p->noops = kb_noops_new(pl->routers[i]);
         p->router = pl->routers[i];
         p->bsinks = kb_bsinks_copy(pl->nsinks, pl->nn);
-        p->lidx = lidx;
-        p->noops = noops;
         atomic_store(&p->eos, kb_router_eos(pl->routers[i], pl->nsinks));
         pthread_rwlock_unlock(&p->route_lock);
         pl->routers[i] = NULL; /* the pipeline owns it now */
+    }
+    for (size_t i = 0; i < pl->ni; i++) {
+        kb_pipeline_t *p = pl->npipes[i];
         if (pl->pipe_new[i])
             kb_eos_read_back(b, p);
-        kb_hbs_destroy(p->hbs); /* they point into the old router */
+        kb_hbs_destroy(p->hbs);
         p->hbs = kb_hbs_new(p, p->router, pl->ncfg);
         if (p->started)
             kb_hbs_start(p->hbs);
-        kb_noops_destroy(old_noops, old_router ? old_router->n : 0);
-        kb_router_destroy(old_router);
-        free(old_bsinks);
-        free(old_lidx);
+        kb_noops_destroy(old[i].noops, old[i].router ? old[i].router->n : 0);
+        kb_router_destroy(old[i].router);
+        free(old[i].bsinks);
+        free(old[i].lidx);
     }
+    free(old);
 }
 
 /* Publish the new set under b->lock and retire what went away (HTTP
@@ -1338,8 +1417,10 @@ static kb_bsink_t **kb_reload_publish(kb_bridge_t *b, kb_reload_plan_t *pl, size
     *n_dropped = 0;
     pthread_rwlock_wrlock(&b->lock);
     for (size_t j = 0; j < b->n_pipes; j++)
-        if (!kb_reload_keeps_pipe(pl, b->pipes[j]))
+        if (!kb_reload_keeps_pipe(pl, b->pipes[j])) {
             KB_PUSH(b->retired_pipes, b->n_retired_pipes, b->pipes[j]);
+            KB_PUSH(pl->gone, pl->n_gone, b->pipes[j]);
+        }
     for (size_t j = 0; j < ocfg->n_sinks; j++)
         if (!kb_reload_keeps_sink(pl, b->sinks[j]))
             KB_PUSH(dropped, *n_dropped, b->sinks[j]);
@@ -1358,7 +1439,8 @@ static kb_bsink_t **kb_reload_publish(kb_bridge_t *b, kb_reload_plan_t *pl, size
     return dropped;
 }
 
-kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_t errstr_size) {
+kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool *abandon, char *errstr,
+                          size_t errstr_size) {
     const kb_config_t *ocfg = b->cfg;
     if (kb_bridge_validate(ncfg, errstr, errstr_size) != KB_OK)
         return KB_ERR_CONFIG;
@@ -1368,29 +1450,32 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, char *errstr, size_
         snprintf(errstr, errstr_size, "%s: %s changed; it applies only on restart", ncfg->path, what);
         return KB_ERR_CONFIG;
     }
-    /* 1. Build everything new before changing anything. */
+    /* BUILD everything new, then LOCK: nothing running has changed yet. */
     kb_reload_plan_t pl;
     kb_reload_plan_init(&pl, ncfg);
     kb_err_t err = kb_reload_sinks(b, &pl, errstr, errstr_size);
     if (err == KB_OK)
         err = kb_reload_pipes(b, &pl, errstr, errstr_size);
+    if (err == KB_OK && (err = kb_reload_lock_routes(&pl, abandon)) != KB_OK)
+        snprintf(errstr, errstr_size, "%s: given up before it changed anything (a stop, or a newer SIGHUP)",
+                 ncfg->path);
     if (err != KB_OK) {
         kb_reload_plan_abort(&pl);
         kb_reload_plan_fini(&pl);
         return err;
     }
-    /* 2.–4. Drain what goes, swap routes, publish. */
-    kb_reload_drain_removed(b, &pl);
+    /* SWAP, PUBLISH, DRAIN what went away, START what is new, CLOSE unused sinks. */
     kb_reload_swap_routes(b, &pl);
     size_t n_dropped;
     kb_bsink_t **dropped = kb_reload_publish(b, &pl, &n_dropped);
+    kb_reload_drain_removed(b, &pl);
     for (size_t i = 0; i < pl.ni; i++)
         if (pl.pipe_new[i]) {
             if (b->started)
                 kb_pipeline_start(b->pipes[i]);
             pl.added++;
         }
-    /* 5. Sinks nothing routes to any more: flush and close. */
+    /* Sinks nothing routes to any more: flush and close. */
     for (size_t i = 0; i < n_dropped; i++)
         kb_bsink_close(dropped[i], ncfg->shutdown_timeout * 1000);
     free(dropped);

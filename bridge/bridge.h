@@ -6,7 +6,8 @@
  * drains: reflectors stop reading, workers hand what is queued to the sinks,
  * sinks flush, all within timeout_ms; kb_bridge_destroy() frees.
  *
- * Threads: all four are called from the main thread only. The config must
+ * Threads: all four are called from the main thread only, never while a
+ * reload runs (kb_bridge_reload's thread is joined first). The config must
  * outlive the bridge.
  */
 #ifndef KB_BRIDGE_BRIDGE_H
@@ -38,10 +39,11 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms);
 void kb_bridge_destroy(kb_bridge_t *b);
 /* Messages handed to sinks that were not acknowledged: still in flight, or
  * given up by the sink (a failed delivery) since start, over all informers.
- * Without state_dir nothing delivers them again. Thread: any; atomics only. */
+ * Without state_dir nothing delivers them again. Thread: any. Locks: b->lock
+ * (read), waited for at most 1 s: UINT64_MAX (unknown) if it was not had. */
 uint64_t kb_bridge_unacknowledged(kb_bridge_t *b);
 /* SIGHUP: ask every running sink that can to reopen its output (the file
- * sink's path after logrotate). Never blocks. Thread: main only. */
+ * sink's path after logrotate). Never blocks. Thread: the reload thread. */
 void kb_bridge_reopen_sinks(kb_bridge_t *b);
 /* One log line per informer and sink with the counters. */
 void kb_bridge_log_stats(kb_bridge_t *b);
@@ -52,8 +54,26 @@ void kb_bridge_log_stats(kb_bridge_t *b);
  * changes, KB_ERR_CONFIG is returned with "FILE:LINE: …" in errstr, and the
  * caller keeps ownership of cfg. On success the bridge owns cfg (freed by
  * kb_bridge_destroy). Changes to cluster, state_dir/journal, sharding or http
- * are refused: they need a restart. Thread: main only. */
-kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *cfg, char *errstr, size_t errstr_size);
+ * are refused: they need a restart.
+ *
+ * The steps, in order (each row's exit is the next row, or the end):
+ *
+ *   step     does                                             waits for               exits early
+ *   BUILD    validate; build new sinks and informers          nothing unbounded       KB_ERR_CONFIG
+ *   LOCK     every route lock of the new config's informers,  a worker's batch, in    KB_ERR_STOPPED when
+ *            all at once or none, attempt after attempt       200 ms slices           *abandon is set
+ *   SWAP     new routes in, each route lock given back        —                       —
+ *   PUBLISH  new informers/sinks/config under b->lock         short reader sections   —
+ *   DRAIN    removed informers drained and closed             shutdown_timeout        —
+ *   START    new informers started                            —                       —
+ *   CLOSE    sinks nothing routes to flushed and closed       shutdown_timeout        —
+ *
+ * Nothing running changes before SWAP, so giving up (*abandon: a stop, or a
+ * newer SIGHUP that supersedes this one) is only possible until then;
+ * KB_ERR_STOPPED then, and the caller keeps cfg. Thread: one reload thread,
+ * never the one that takes signals, never alongside kb_bridge_stop. */
+kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *cfg, const _Atomic bool *abandon, char *errstr,
+                          size_t errstr_size);
 
 /* ---- introspection, for the HTTP API (bridge/http.c) ------------------ *
  * Call these from any thread while the bridge runs, holding the bridge's
@@ -61,13 +81,13 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *cfg, char *errstr, size_t
  * used: a reload swaps informers and sinks under the write lock. Objects a
  * reload replaced stay allocated until kb_bridge_destroy. */
 /* The names of the sinks that stopped after refusing a message (on_refused =
- * "stop"), malloc'd (free each and the array). Thread: main. */
+ * "stop"), malloc'd (free each and the array). Thread: the reload thread. */
 size_t kb_bridge_stopped_sinks(kb_bridge_t *b, char ***names);
 /* Try the named sinks again (SIGHUP, after a reload): every informer that
  * routes to one is drained, closed and opened again on its state_dir, so the
  * journal's tail goes again to the sinks whose watermark is below it — the
  * stopped ones — and the sinks take messages again. Returns the informers
- * reopened. Thread: main. Locks: b->lock (write). */
+ * reopened. Thread: the reload thread. Locks: b->lock (write). */
 size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n);
 
 void kb_bridge_rdlock(kb_bridge_t *b);

@@ -39,7 +39,9 @@
  * client that hung up, or kb_http_stop, within half a second.
  *
  * Locks: every handler runs under the bridge's read lock (kb_bridge_rdlock;
- * a reload takes the write lock), released before the body streams. A
+ * a reload takes the write lock), released before the body streams; a
+ * handler never waits for anything unbounded while it holds it (a kube API
+ * request waiting for a resourceVersion lets it go meanwhile). A
  * watch's mtx is a leaf (taken inside the informer's subscriber
  * lock by the callback); nothing calls into the informer while holding it.
  * conns_mtx (the connection table) is a leaf too.

@@ -32,7 +32,9 @@
  * leave rule with the labels each ring entry remembers from before the change.
  *
  * Threads: every handler runs on its connection's thread under the bridge's
- * read lock; streams run later without it (see kapi.h for locks).
+ * read lock, except while it waits for a resourceVersion (the lock is let go,
+ * so no reload or stop waits for it); streams run later without it (see
+ * kapi.h for locks).
  */
 #include "bridge/kapi.h"
 
@@ -792,18 +794,26 @@ static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_selector_t 
 }
 
 /* Wait up to KB_KAPI_RV_WAIT_MS for the informer to reach rv. cur gets the
- * newest cut RV. */
+ * newest cut RV. The caller's hold on the bridge's read lock is let go while
+ * it waits (a reload or a stop must never wait for a waiting request: anyone
+ * with a token could send a dozen) and taken back before it returns; the
+ * informer stays allocated meanwhile, and if a reload retired it the answer
+ * is false, as if rv was never reached (the client asks again). */
 static bool kb_kapi_wait_rv(kb_kapi_t *k, kb_informer_t *inf, uint64_t rv, char *cur, size_t cur_size) {
     int64_t deadline = kb_now_mono_ns() + KB_KAPI_RV_WAIT_MS * KB_NS_PER_MS;
-    for (;;) {
-        kb_informer_cut(inf, NULL, NULL, cur, cur_size, NULL);
-        if (kb_rv_parse(cur, strlen(cur)) >= rv)
-            return true;
-        if (kb_now_mono_ns() > deadline || atomic_load(k->stopping))
-            return false;
+    kb_informer_cut(inf, NULL, NULL, cur, cur_size, NULL);
+    if (kb_rv_parse(cur, strlen(cur)) >= rv)
+        return true;
+    kb_bridge_unlock(k->b);
+    bool reached = false;
+    while (!reached && kb_now_mono_ns() <= deadline && !atomic_load(k->stopping)) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
+        kb_informer_cut(inf, NULL, NULL, cur, cur_size, NULL);
+        reached = kb_rv_parse(cur, strlen(cur)) >= rv;
     }
+    kb_bridge_rdlock(k->b);
+    return reached && kb_bridge_find_informer(k->b, kb_informer_conf(inf)->name) == inf;
 }
 
 static enum MHD_Result kb_kapi_too_large(struct MHD_Connection *c, const char *rv, const char *cur) {

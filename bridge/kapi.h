@@ -15,7 +15,8 @@
  * Ownership: bridge/http.c creates one kb_kapi_t per server (kb_kapi_new,
  * after the bridge started) and destroys it after the last connection ended.
  * Threads: kb_kapi_handle runs on libmicrohttpd's connection threads under the
- * bridge's read lock (like every handler); the streams it returns run later
+ * bridge's read lock (like every handler), which it lets go while it waits for
+ * a resourceVersion the cache has not reached; the streams it returns run later
  * without that lock and keep only the informer they read, which outlives the
  * server. Locks: the kapi mutex (discovery, histories, cuts, counters) is a
  * leaf except that creating a history takes the informer's ingest lock

@@ -8,10 +8,29 @@
  *
  * Signals are blocked before any thread exists, so every thread inherits the
  * mask and only this thread ever sees SIGTERM/SIGINT/SIGHUP: no handlers.
- * While draining, a watchdog thread takes over sigtimedwait: a second
+ * This thread never waits for anything but a signal, so a SIGTERM is always
+ * taken at once: a reload runs on its own thread (kb:reload), because a
+ * reload may wait — for a worker handing a batch to a full sink, for HTTP
+ * readers (bridge.h has its steps). The reloader's states:
+ *
+ *   state    SIGHUP                              reload ends             SIGTERM/SIGINT
+ *   idle     → running                           —                       → stopping
+ *   running  → running+again; a reload still     → idle                  → stopping: a reload
+ *            waiting gives up (nothing changed)                          still waiting gives up
+ *   r+again  (coalesced: stays r+again)          → running (reads the    → stopping
+ *                                                file again)
+ *
+ * So SIGHUPs during a reload are coalesced into one more reload that reads
+ * the file as it is then: the last one is never lost. On SIGTERM the
+ * watchdog starts first, then the reloader is told to stop and joined (a
+ * reload that has begun to change things finishes its bounded steps), then
+ * the drain gets what is left of shutdown_timeout.
+ *
+ * While stopping, a watchdog thread takes over sigtimedwait: a second
  * SIGTERM/SIGINT, or shutdown_timeout + 1 s without the drain ending (a sink
  * blocked in a library call), ends the process at once with exit 1 and a
- * line saying what was not delivered. Shutdown is bounded whatever a sink does.
+ * line saying what was not delivered. Shutdown is bounded whatever a sink or
+ * a reload does.
  */
 #include "bridge/bridge.h"
 #include "bridge/cli.h"
@@ -41,44 +60,130 @@ static void kb_setup_logging(const kb_config_t *cfg) {
     kb_log_setup(level < 0 ? KB_LOG_INFO : (kb_log_level_t)level, cfg->log_format && !strcmp(cfg->log_format, "json"));
 }
 
-/* SIGHUP: read the config file again and apply it (on any error keep running
- * as we are), then try again every sink that had stopped after a refusal. */
-static void kb_reload(kb_bridge_t *b, const char *path) {
+/* The reload thread and its state (the table above). */
+typedef struct kb_reloader {
+    kb_bridge_t *b;
+    const char *path;
+    pthread_mutex_t mtx;
+    pthread_cond_t cond;
+    bool again;                    /* mtx: a SIGHUP not yet taken up by a reload */
+    bool running;                  /* mtx: a reload runs */
+    bool quit;                     /* mtx: stopping; no reload starts any more */
+    _Atomic bool abandon;          /* a reload still waiting gives up (set under mtx) */
+    _Atomic int shutdown_timeout;  /* of the running config, seconds */
+    pthread_t thread;
+} kb_reloader_t;
+
+/* One reload: reopen file sinks, read the config file again and apply it
+ * (on any error keep running as we are), then try again every sink that had
+ * stopped after a refusal. Thread: kb:reload. */
+static void kb_reload(kb_reloader_t *r) {
     char errstr[1024];
-    KB_INFO("main", "SIGHUP received: reopening file sinks, reloading %s", path);
-    kb_bridge_reopen_sinks(b);
+    KB_INFO("main", "reloading %s (and reopening file sinks)", r->path);
+    kb_bridge_reopen_sinks(r->b);
     char **stopped;
-    size_t n_stopped = kb_bridge_stopped_sinks(b, &stopped);
-    kb_config_t *ncfg = kb_config_load(path, errstr, sizeof(errstr));
-    if (!ncfg) {
+    size_t n_stopped = kb_bridge_stopped_sinks(r->b, &stopped);
+    kb_config_t *ncfg = kb_config_load(r->path, errstr, sizeof(errstr));
+    kb_err_t err = ncfg ? kb_bridge_reload(r->b, ncfg, &r->abandon, errstr, sizeof(errstr)) : KB_ERR_CONFIG;
+    if (err == KB_ERR_STOPPED) {
+        KB_WARN("main", "reload %s", errstr);
+    } else if (err != KB_OK) {
         KB_ERROR("main", "reload refused, keeping the running configuration: %s", errstr);
-    } else if (kb_bridge_reload(b, ncfg, errstr, sizeof(errstr)) != KB_OK) {
-        KB_ERROR("main", "reload refused, keeping the running configuration: %s", errstr);
-        kb_config_free(ncfg);
     } else {
         kb_setup_logging(ncfg);
+        atomic_store(&r->shutdown_timeout, ncfg->shutdown_timeout);
+        ncfg = NULL; /* the bridge's now */
     }
-    if (n_stopped)
+    kb_config_free(ncfg);
+    if (n_stopped && !atomic_load(&r->abandon))
         KB_INFO("main", "SIGHUP: %zu stopped sink(s) tried again; %zu informer(s) reopened", n_stopped,
-                kb_bridge_retry_sinks(b, stopped, n_stopped));
+                kb_bridge_retry_sinks(r->b, stopped, n_stopped));
     for (size_t i = 0; i < n_stopped; i++)
         free(stopped[i]);
     free(stopped);
 }
 
+static void *kb_reloader_main(void *arg) {
+    kb_reloader_t *r = arg;
+    kb_thread_set_name("kb:reload");
+    pthread_mutex_lock(&r->mtx);
+    for (;;) {
+        while (!r->again && !r->quit)
+            pthread_cond_wait(&r->cond, &r->mtx);
+        if (r->quit)
+            break;
+        r->again = false;
+        r->running = true;
+        atomic_store(&r->abandon, false);
+        pthread_mutex_unlock(&r->mtx);
+        kb_reload(r);
+        pthread_mutex_lock(&r->mtx);
+        r->running = false;
+    }
+    pthread_mutex_unlock(&r->mtx);
+    return NULL;
+}
+
+static void kb_reloader_start(kb_reloader_t *r, kb_bridge_t *b, const kb_config_t *cfg) {
+    *r = (kb_reloader_t){.b = b, .path = cfg->path};
+    pthread_mutex_init(&r->mtx, NULL);
+    pthread_cond_init(&r->cond, NULL);
+    atomic_init(&r->abandon, false);
+    atomic_init(&r->shutdown_timeout, cfg->shutdown_timeout);
+    if (pthread_create(&r->thread, NULL, kb_reloader_main, r) != 0)
+        KB_FATAL("cannot start the reload thread");
+}
+
+/* SIGHUP. Never waits for a reload. Thread: main. */
+static void kb_reloader_ask(kb_reloader_t *r) {
+    pthread_mutex_lock(&r->mtx);
+    if (r->running)
+        KB_INFO("main", "SIGHUP received during a reload: coalesced; %s is read again when the reload ends (one "
+                "still waiting gives up for it)", r->path);
+    else
+        KB_INFO("main", "SIGHUP received: reopening file sinks, reloading %s", r->path);
+    r->again = true;
+    if (r->running)
+        atomic_store(&r->abandon, true);
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&r->mtx);
+}
+
+/* SIGTERM: no reload starts any more, one still waiting gives up. Never waits. */
+static void kb_reloader_quit(kb_reloader_t *r) {
+    pthread_mutex_lock(&r->mtx);
+    r->quit = true;
+    atomic_store(&r->abandon, true);
+    if (r->running)
+        KB_INFO("main", "stopping during a reload: a reload still waiting gives up, one already applying finishes");
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&r->mtx);
+}
+
+static void kb_reloader_join(kb_reloader_t *r) {
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->mtx);
+}
+
 /* What the last line says about changes the sinks did not acknowledge, and
  * the exit code that goes with it: with state_dir they are delivered again at
  * the next start (not a loss); without, they are gone (exit 1). */
-static int kb_stop_verdict(kb_bridge_t *b, const char *how, char *line, size_t size) {
+static int kb_stop_verdict(kb_bridge_t *b, const char *state_dir, const char *how, char *line, size_t size) {
     uint64_t left = kb_bridge_unacknowledged(b);
-    bool persistent = kb_bridge_config(b)->state_dir[0] != '\0';
+    bool persistent = state_dir[0] != '\0';
+    if (left == UINT64_MAX) {
+        snprintf(line, size, "%s; how many messages were not acknowledged is unknown (a reload held the bridge)%s",
+                 how, persistent ? "; state_dir keeps them and the next start delivers them again" : "");
+        return persistent ? KB_EXIT_OK : KB_EXIT_RUNTIME;
+    }
     if (left == 0) {
         snprintf(line, size, "%s: every message handed to a sink was acknowledged", how);
         return KB_EXIT_OK;
     }
     if (persistent) {
         snprintf(line, size, "%s with %llu message(s) not acknowledged; state_dir %s keeps them and the next start "
-                 "delivers them again", how, (unsigned long long)left, kb_bridge_config(b)->state_dir);
+                 "delivers them again", how, (unsigned long long)left, state_dir);
         return KB_EXIT_OK;
     }
     snprintf(line, size, "%s with %llu message(s) not acknowledged and no state_dir to deliver them again: they are "
@@ -89,6 +194,7 @@ static int kb_stop_verdict(kb_bridge_t *b, const char *how, char *line, size_t s
 /* The drain watchdog: see the design note above. */
 typedef struct kb_watchdog {
     kb_bridge_t *b;
+    const char *state_dir; /* cannot change on reload */
     const sigset_t *sigs;
     int64_t deadline_ns;   /* monotonic */
     _Atomic bool done;     /* the drain ended on its own */
@@ -112,9 +218,26 @@ static void *kb_watchdog_main(void *arg) {
     if (atomic_load(&wd->done))
         return NULL;
     char line[512];
-    (void)kb_stop_verdict(wd->b, "stopped at once", line, sizeof(line));
+    (void)kb_stop_verdict(wd->b, wd->state_dir, "stopped at once", line, sizeof(line));
     KB_ERROR("main", "%s while draining: %s", why, line);
     _exit(KB_EXIT_RUNTIME);
+}
+
+/* Take signals until SIGTERM/SIGINT (returned; -1 if sigwaitinfo failed),
+ * handing each SIGHUP to the reloader. */
+static int kb_wait_for_stop(const sigset_t *sigs, kb_reloader_t *r) {
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(sigs, &si);
+        if (sig == SIGHUP)
+            kb_reloader_ask(r);
+        else if (sig >= 0)
+            return sig;
+        else if (errno != EINTR)
+            break;
+    }
+    KB_ERROR("main", "sigwaitinfo: %s", strerror(errno));
+    return -1;
 }
 
 /* Run until SIGTERM/SIGINT; returns the exit code. */
@@ -135,34 +258,25 @@ static int kb_run(const kb_config_t *cfg, const sigset_t *sigs) {
         kb_bridge_destroy(b);
         return KB_EXIT_RUNTIME;
     }
-    for (;;) {
-        siginfo_t si;
-        int sig = sigwaitinfo(sigs, &si);
-        if (sig < 0) {
-            if (errno == EINTR)
-                continue;
-            KB_ERROR("main", "sigwaitinfo: %s", strerror(errno));
-            break;
-        }
-        if (sig == SIGHUP) {
-            kb_reload(b, cfg->path);
-            continue;
-        }
-        KB_INFO("main", "%s received: draining (shutdown_timeout=%ds; a second signal stops at once)",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT", kb_bridge_config(b)->shutdown_timeout);
-        break;
-    }
-    /* The running config: a reload may have changed shutdown_timeout. */
-    int timeout_s = kb_bridge_config(b)->shutdown_timeout;
-    kb_watchdog_t wd = {.b = b, .sigs = sigs,
-                        .deadline_ns = kb_now_mono_ns() + ((int64_t)timeout_s + 1) * KB_NS_PER_SEC};
+    kb_reloader_t reloader;
+    kb_reloader_start(&reloader, b, cfg);
+    int sig = kb_wait_for_stop(sigs, &reloader);
+    /* The running config's: a reload may have changed shutdown_timeout. */
+    int timeout_s = atomic_load(&reloader.shutdown_timeout);
+    KB_INFO("main", "%s received: draining (shutdown_timeout=%ds; a second signal stops at once)",
+            sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "sigwaitinfo failed", timeout_s);
+    int64_t drain_end = kb_now_mono_ns() + (int64_t)timeout_s * KB_NS_PER_SEC;
+    kb_watchdog_t wd = {.b = b, .state_dir = cfg->state_dir, .sigs = sigs, .deadline_ns = drain_end + KB_NS_PER_SEC};
     atomic_init(&wd.done, false);
     if (pthread_create(&wd.thread, NULL, kb_watchdog_main, &wd) != 0)
         KB_FATAL("cannot start the shutdown watchdog");
+    kb_reloader_quit(&reloader);
     kb_http_stop(http);
-    (void)kb_bridge_stop(b, timeout_s * 1000);
+    kb_reloader_join(&reloader);
+    int64_t left_ms = (drain_end - kb_now_mono_ns()) / KB_NS_PER_MS;
+    (void)kb_bridge_stop(b, left_ms > 0 ? (int)left_ms : 0);
     char line[512];
-    int rc = kb_stop_verdict(b, "stopped", line, sizeof(line));
+    int rc = kb_stop_verdict(b, cfg->state_dir, "stopped", line, sizeof(line));
     atomic_store(&wd.done, true);
     pthread_join(wd.thread, NULL);
     kb_bridge_log_stats(b);

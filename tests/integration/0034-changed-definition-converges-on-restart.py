@@ -46,7 +46,7 @@ def lists(sim):
 
 def start_with(b, old, new):
     b.stop()
-    b.rewrite(old, new)
+    b.rewrite_config(old, new)
     b.start()
 
 
@@ -78,7 +78,7 @@ def label_selector():
     check([(e["type"], e["name"]) for e in b.events()[n1:]] == [("MODIFIED", "b1")], "only the change arrives")
 
     # SIGHUP with a changed definition: refused, naming the informer and the key.
-    b.rewrite('"app=b"', '"app=a"')
+    b.rewrite_config('"app=b"', '"app=a"')
     b.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: "reload refused" in b.logtext()[b.log_start:], 30, what="the reload to be refused")
     check("informers.pods: its definition changed (label_selector)" in b.logtext(),

@@ -28,7 +28,7 @@ def keep_fields():
     b = Bridge(sim, informers=[inf])
     b.wait_converged(sim)
     check(b.events()[-1]["object"]["spec"].get("drop") == "me", "everything is kept at first")
-    b.rewrite("keep_fields = [];", 'keep_fields = [ "spec.keep" ];')
+    b.rewrite_config("keep_fields = [];", 'keep_fields = [ "spec.keep" ];')
     sighup_and_wait(b, "reloaded", 0)
     log = b.logtext()
     check("informer=pods is rebuilt (keep_fields changed" in log, "the rebuild names keep_fields:\n%s" % log[-2000:])
@@ -38,7 +38,7 @@ def keep_fields():
     check(spec == {"keep": "yes"}, "after the reload only the kept field is sent: %s" % spec)
 
     # 3. A key that needs a restart.
-    b.rewrite('server = "%s"; };' % sim.url, 'server = "%s"; qps = 7.0; };' % sim.url)
+    b.rewrite_config('server = "%s"; };' % sim.url, 'server = "%s"; qps = 7.0; };' % sim.url)
     sighup_and_wait(b, "reload refused", 0)
     check("cluster.qps changed; it applies only on restart" in b.logtext(), "the refusal names cluster.qps:\n%s" %
           b.logtext()[-1500:])
@@ -48,7 +48,7 @@ def keep_fields():
     d = tempfile.mkdtemp(prefix="kbtest-")
     b2 = Bridge(sim, informers=[inf], workdir=d, extra='state_dir = "%s/state";' % d)
     b2.wait_converged(sim)
-    b2.rewrite("keep_fields = [];", 'keep_fields = [ "spec.keep" ];')
+    b2.rewrite_config("keep_fields = [];", 'keep_fields = [ "spec.keep" ];')
     sighup_and_wait(b2, "reload refused", 0)
     check("informers.pods: its definition changed (keep_fields)" in b2.logtext(),
           "with state_dir the refusal names keep_fields:\n%s" % b2.logtext()[-1500:])
@@ -59,12 +59,7 @@ def keep_fields():
 def shutdown_timeout():
     sim = Sim()
     sim.bulk(pod_ops("create", "ns1", ["p%03d" % i for i in range(200)], extra={"spec": {"pad": "x" * 4000}}))
-    d = tempfile.mkdtemp(prefix="kbtest-")
-    fifo = os.path.join(d, "out.fifo")
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    b = Bridge(sim, workdir=d, out=fifo, start=False)
-    b.rewrite("shutdown_timeout = 20;", "shutdown_timeout = 600;")
+    b, reader = bridge_on_fifo(sim, 600)
     b.start()
 
     def pipe_full():
@@ -72,7 +67,7 @@ def shutdown_timeout():
         fcntl.ioctl(reader, termios.FIONREAD, n)
         return "listed items=200" in b.logtext() and n[0] >= 32768
     wait_for(pipe_full, 60, what="the list to fill the FIFO")
-    b.rewrite("shutdown_timeout = 600;", "shutdown_timeout = 1;")
+    b.rewrite_config("shutdown_timeout = 600;", "shutdown_timeout = 1;")
     sighup_and_wait(b, "reloaded", 0)
     check("other settings changed in place" in b.logtext(), "the reload applies shutdown_timeout in place")
     b.proc.send_signal(signal.SIGTERM)

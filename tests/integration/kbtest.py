@@ -206,13 +206,20 @@ class Bridge:
     def kill(self):
         return self.stop(signal.SIGKILL)
 
-    def rewrite(self, old, new):
-        """Replace old (which must be there) by new in the config file, for a SIGHUP or a restart."""
+    def rewrite_config(self, old, new):
+        """Replace old (which must be there) with new in the config file, for a SIGHUP or a restart."""
         with open(self.config) as f:
             text = f.read()
         check(old in text, "config holds %r" % old)
         with open(self.config, "w") as f:
             f.write(text.replace(old, new))
+
+    def add_file_sink(self, name, informer="pods"):
+        """A file sink name (name.jsonl in the work dir) and a route from informer to it, into the config file."""
+        path = os.path.join(self.dir, name + ".jsonl")
+        self.rewrite_config("sinks = (\n", 'sinks = (\n  { name = "%s"; type = "file"; path = "%s"; },\n' % (name, path))
+        self.rewrite_config("routes = (\n", 'routes = (\n  { informer = "%s"; sink = "%s"; },\n' % (informer, name))
+        return path
 
     def logtext(self):
         with open(self.log) as f:
@@ -300,6 +307,18 @@ class Bridge:
         p = subprocess.run(["gdb", "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt"],
                            capture_output=True, text=True, timeout=60)
         return "\n--- threads ---\n" + "\n".join(l for l in p.stdout.splitlines() if l.startswith(("#", "Thread")))
+
+
+def bridge_on_fifo(sim, shutdown_timeout):
+    """A Bridge, not started, whose file sink writes into a FIFO that a reader holds open and does
+    not read, and the reader's non-blocking fd (read it to let the sink go on)."""
+    d = tempfile.mkdtemp(prefix="kbtest-")
+    fifo = os.path.join(d, "out.fifo")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    b = Bridge(sim, workdir=d, out=fifo, start=False)
+    b.rewrite_config("shutdown_timeout = 20;", "shutdown_timeout = %d;" % shutdown_timeout)
+    return b, reader
 
 
 def http_request(url, method="GET", token=None, body=None, timeout=30):
