@@ -150,45 +150,6 @@ static enum MHD_Result kb_http_text(struct MHD_Connection *c, unsigned code, con
     return kb_http_send(c, code, "text/plain; charset=utf-8", &body);
 }
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
-static size_t kb_utf8_seq(const unsigned char *p, size_t n) {
-    unsigned char c = p[0];
-    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (!len || len > n)
-        return 0;
-    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range: no overlongs, surrogates or > U+10FFFF */
-    if (c == 0xE0)
-        lo = 0xA0;
-    else if (c == 0xED)
-        hi = 0x9F;
-    else if (c == 0xF0)
-        lo = 0x90;
-    else if (c == 0xF4)
-        hi = 0x8F;
-    for (size_t i = 1; i < len; i++) {
-        if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF))
-            return 0;
-    }
-    return len;
-}
-
-/* msg with every byte that is not part of valid UTF-8 replaced by U+FFFD:
- * a request's path or parameters echoed into a message may be anything. */
-static void kb_http_utf8_clean(const char *msg, kb_buf_t *out) {
-    const unsigned char *p = (const unsigned char *)msg;
-    size_t n = strlen(msg);
-    while (n) {
-        size_t len = kb_utf8_seq(p, n);
-        if (len)
-            kb_buf_append(out, (const char *)p, len);
-        else
-            kb_buf_append_str(out, "\xEF\xBF\xBD");
-        len = len ? len : 1;
-        p += len;
-        n -= len;
-    }
-}
-
 /* A Kubernetes Status object (what the API server answers on errors). */
 static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, const char *reason, const char *fmt,
                                       ...) __attribute__((format(printf, 4, 5)));
@@ -200,12 +161,11 @@ static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    kb_buf_t clean = KB_BUF_INIT, body = KB_BUF_INIT;
-    kb_http_utf8_clean(msg, &clean);
+    kb_buf_t body = KB_BUF_INIT;
     kb_buf_append_str(&body, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
                              "\"message\":");
-    kb_buf_append_json_str(&body, clean.len ? clean.data : "", clean.len);
-    kb_buf_fini(&clean);
+    /* a request's path or parameters echoed into the message may be anything */
+    kb_buf_append_json_text(&body, msg, strlen(msg));
     kb_buf_append_str(&body, ",\"reason\":");
     kb_buf_append_json_str(&body, reason, strlen(reason));
     kb_buf_appendf(&body, ",\"code\":%u}\n", code);
@@ -756,12 +716,13 @@ static bool kb_http_bool_arg(const char *v, bool *out) {
 static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
     const char *rv_text = kb_http_arg(c, "resourceVersion");
     bool watch = false;
-    if (!rv_text || !*rv_text || strlen(rv_text) > 20 || strspn(rv_text, "0123456789") != strlen(rv_text))
+    uint64_t rv = 0;
+    if (!rv_text || !kb_decimal_u64(rv_text, strlen(rv_text), &rv))
         return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest",
-                              "resourceVersion must be a decimal resourceVersion (of a snapshot or an event)");
+                              "resourceVersion must be a decimal resourceVersion below 2^64 (of a snapshot or an "
+                              "event)");
     if (!kb_http_bool_arg(kb_http_arg(c, "watch"), &watch))
         return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "watch must be true or false");
-    uint64_t rv = strtoull(rv_text, NULL, 10);
     kb_http_stream_t *s = kb_http_stream_new(h, inf, kb_http_replay_fill);
     if (!s)
         return kb_http_busy(h, c);
