@@ -12,10 +12,12 @@
  *    for an address with no connection open (a kubelet probe opens one at a
  *    time), and at most http.max_per_address from one address — decided in
  *    the accept callback from our own table of open connections;
- *  - header time: libmicrohttpd's idle timeout restarts with every byte, so a
- *    watchdog thread shuts down a connection that has not sent a whole
- *    request within http.header_timeout (it holds a dup of each socket, so a
- *    descriptor number reused after libmicrohttpd closed its own is never hit);
+ *  - request time: libmicrohttpd's idle timeout restarts with every byte, so
+ *    a watchdog thread shuts down a connection that has not sent a whole
+ *    request — line, headers and body — within http.header_timeout (it holds
+ *    a dup of each socket, so a descriptor number reused after libmicrohttpd
+ *    closed its own is never hit). The body counts: no endpoint reads one,
+ *    and a body trickled a byte at a time would hold the slot for ever;
  *  - bodies: at most http.max_streams snapshots/replays at once (429 beyond),
  *    and a replay holds one page of KB_HTTP_PAGE journal entries decoded at a
  *    time, read again from the journal when the client has taken it.
@@ -95,7 +97,7 @@ typedef struct kb_http_conn {
     int fd;
     struct sockaddr_storage addr; /* the client's address (port ignored) */
     int64_t wait_since_ms;        /* waiting for a request's headers since then */
-    bool answering;               /* headers complete: the header deadline is off */
+    bool answering;               /* whole request read (headers and body): the request deadline is off */
     bool served;                  /* answered a request already (kept alive) */
     bool cut;                     /* shut down by the watchdog */
 } kb_http_conn_t;
@@ -294,8 +296,8 @@ static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **sock
     *socket_context = NULL;
 }
 
-/* Headers complete (answering) or the answer done (waiting for the next
- * request, which gets header_timeout again). */
+/* The whole request read, headers and body (answering), or the answer done
+ * (waiting for the next request, which gets header_timeout again). */
 static void kb_http_conn_mark(kb_http_t *h, struct MHD_Connection *c, bool answering) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     kb_http_conn_t *x = ci ? ci->socket_context : NULL;
@@ -315,8 +317,9 @@ static void kb_http_completed(void *cls, struct MHD_Connection *c, void **con_cl
     kb_http_conn_mark(cls, c, false);
 }
 
-/* Shut down every connection that has not sent a whole request within
- * header_timeout: the idle timeout restarts with each byte, this does not.
+/* Shut down every connection that has not sent a whole request (line,
+ * headers and body) within header_timeout: the idle timeout restarts with
+ * each byte, this does not.
  * A kept-alive connection waiting for its next request is closed by the same
  * rule, but that is no refusal and is not counted. */
 static void kb_http_cut_slow(kb_http_t *h) {
@@ -837,7 +840,7 @@ static void kb_http_own_metrics(kb_http_t *h, kb_buf_t *o) {
                    "# TYPE kbridge_http_streams gauge\nkbridge_http_streams %d\n"
                    "# HELP kbridge_http_refused_total Requests and connections refused by a limit: streams "
                    "(http.max_streams, answered 429), connections (http.max_per_address or all slots taken, "
-                   "closed unanswered), header_timeout (no whole request within http.header_timeout, closed).\n"
+                   "closed unanswered), header_timeout (no whole request, headers and body, within http.header_timeout; closed).\n"
                    "# TYPE kbridge_http_refused_total counter\n"
                    "kbridge_http_refused_total{reason=\"streams\"} %llu\n"
                    "kbridge_http_refused_total{reason=\"connections\"} %llu\n"
@@ -1046,16 +1049,18 @@ static enum MHD_Result kb_http_handle(void *cls, struct MHD_Connection *c, const
     KB_UNUSED(version);
     KB_UNUSED(upload_data);
     if (!*con_cls) {
-        /* First call: headers only. Answer once the body (ignored) is read. */
+        /* First call: headers only. Answer once the body (ignored) is read;
+         * until then the request deadline runs (a body trickled a byte at a
+         * time holds a connection as long as trickled headers would). */
         *con_cls = &started;
         kb_thread_set_name("kb:http");
-        kb_http_conn_mark(cls, c, true);
         return MHD_YES;
     }
     if (*upload_data_size) {
         *upload_data_size = 0;
         return MHD_YES;
     }
+    kb_http_conn_mark(cls, c, true);
     /* The bridge's read lock for the whole answer: a reload swaps informers
      * and sinks under its write lock. Streams keep only their informer, which
      * stays allocated until the bridge is destroyed, and never take it. */

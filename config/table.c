@@ -133,8 +133,8 @@ static const kb_ckey_t kb_keys_http[] = {
     {.name = "max_per_address", .type = KB_CT_INT, .off = TOP(http_max_per_address), .def = "16", .min = 1,
      .max = 100000, .doc = "Open connections from one client address; more are closed at once."},
     {.name = "header_timeout", .type = KB_CT_INT, .off = TOP(http_header_timeout), .def = "10", .min = 1,
-     .max = 3600, .doc = "Seconds a client has to send its whole request (line and headers) before it is "
-                         "closed."},
+     .max = 3600, .doc = "Seconds a client has to send its whole request (line, headers and body) before it "
+                         "is closed, however steadily it trickles; the probes keep answering meanwhile."},
 };
 static const kb_csection_t kb_sec_http = {
     .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,
