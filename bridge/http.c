@@ -77,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define KB_HTTP_IDLE_TIMEOUT_S 60u
@@ -90,6 +91,15 @@
 #define KB_HTTP_RESERVED 8 /* slots beyond KB_HTTP_MAX_CONNECTIONS, for addresses with none open */
 #define KB_HTTP_WATCHDOG_MS 250
 #define KB_HTTP_PEM_MAX ((size_t)1 << 20)
+/* GnuTLS priorities of the HTTPS server: TLS 1.2 and 1.3 only (1.0 and 1.1
+ * have no AEAD suite and are deprecated, RFC 8996), key exchange by ECDHE
+ * only (a static-RSA suite such as AES128-SHA has no forward secrecy: the
+ * key, once taken, decrypts every recorded session), AEAD ciphers only.
+ * Explicit, so a library or system default that still allows more does not
+ * decide what kbridge's token travels under. */
+#define KB_HTTP_TLS_PRIORITIES                                                                                     \
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:-CIPHER-ALL:+AES-256-GCM:"         \
+    "+AES-128-GCM:+CHACHA20-POLY1305:-MAC-ALL:+AEAD:%SERVER_PRECEDENCE"
 
 /* One open connection (libmicrohttpd's socket context), on h->conns. */
 typedef struct kb_http_conn {
@@ -1115,6 +1125,17 @@ static kb_err_t kb_http_resolve(const char *listen, struct sockaddr_storage *ss,
     return KB_OK;
 }
 
+/* A private key that other users may read is said at start, not refused: a
+ * Kubernetes Secret volume is 0644 unless its defaultMode says otherwise,
+ * and refusing would only move the key somewhere less watched. */
+static void kb_http_warn_key_mode(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !(st.st_mode & (S_IRWXG | S_IRWXO)))
+        return;
+    KB_WARN("http", "http.tls_key_file %s has mode %04o: users other than kbridge's can read the private key; "
+            "make it 0600 or 0400 (a Secret volume: defaultMode 0400)", path, (unsigned)(st.st_mode & 07777));
+}
+
 /* The PEM files of http.tls_cert_file and http.tls_key_file (both set, or
  * neither: the config loader checks). */
 static kb_err_t kb_http_read_tls(kb_http_t *h, const kb_config_t *cfg, char *errstr, size_t errstr_size) {
@@ -1135,6 +1156,7 @@ static kb_err_t kb_http_read_tls(kb_http_t *h, const kb_config_t *cfg, char *err
         snprintf(errstr, errstr_size, "http.tls_key_file: %s", why);
         return KB_ERR_IO;
     }
+    kb_http_warn_key_mode(cfg->http_tls_key_file);
     return KB_OK;
 }
 
@@ -1179,6 +1201,7 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
     struct MHD_OptionItem tls[] = {
         {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)KB_HTTP_TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
     /* The port asked for, also passed apart from the address: libmicrohttpd's bind error names this one. */
@@ -1189,7 +1212,7 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
                             (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
                             KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
-                            h->tls_cert ? tls : tls + 2, MHD_OPTION_END);
+                            h->tls_cert ? tls : tls + 3, MHD_OPTION_END);
 }
 
 kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t errstr_size) {
