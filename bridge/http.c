@@ -12,10 +12,12 @@
  *    for an address with no connection open (a kubelet probe opens one at a
  *    time), and at most http.max_per_address from one address — decided in
  *    the accept callback from our own table of open connections;
- *  - header time: libmicrohttpd's idle timeout restarts with every byte, so a
- *    watchdog thread shuts down a connection that has not sent a whole
- *    request within http.header_timeout (it holds a dup of each socket, so a
- *    descriptor number reused after libmicrohttpd closed its own is never hit);
+ *  - request time: libmicrohttpd's idle timeout restarts with every byte, so
+ *    a watchdog thread shuts down a connection that has not sent a whole
+ *    request — line, headers and body — within http.header_timeout (it holds
+ *    a dup of each socket, so a descriptor number reused after libmicrohttpd
+ *    closed its own is never hit). The body counts: no endpoint reads one,
+ *    and a body trickled a byte at a time would hold the slot for ever;
  *  - bodies: at most http.max_streams snapshots/replays at once (429 beyond),
  *    and a replay holds one page of KB_HTTP_PAGE journal entries decoded at a
  *    time, read again from the journal when the client has taken it.
@@ -77,6 +79,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define KB_HTTP_IDLE_TIMEOUT_S 60u
@@ -90,6 +93,15 @@
 #define KB_HTTP_RESERVED 8 /* slots beyond KB_HTTP_MAX_CONNECTIONS, for addresses with none open */
 #define KB_HTTP_WATCHDOG_MS 250
 #define KB_HTTP_PEM_MAX ((size_t)1 << 20)
+/* GnuTLS priorities of the HTTPS server: TLS 1.2 and 1.3 only (1.0 and 1.1
+ * have no AEAD suite and are deprecated, RFC 8996), key exchange by ECDHE
+ * only (a static-RSA suite such as AES128-SHA has no forward secrecy: the
+ * key, once taken, decrypts every recorded session), AEAD ciphers only.
+ * Explicit, so a library or system default that still allows more does not
+ * decide what kbridge's token travels under. */
+#define KB_HTTP_TLS_PRIORITIES                                                                                     \
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:-CIPHER-ALL:+AES-256-GCM:"         \
+    "+AES-128-GCM:+CHACHA20-POLY1305:-MAC-ALL:+AEAD:%SERVER_PRECEDENCE"
 
 /* One open connection (libmicrohttpd's socket context), on h->conns. */
 typedef struct kb_http_conn {
@@ -97,7 +109,7 @@ typedef struct kb_http_conn {
     int fd;
     struct sockaddr_storage addr; /* the client's address (port ignored) */
     int64_t wait_since_ms;        /* waiting for a request's headers since then */
-    bool answering;               /* headers complete: the header deadline is off */
+    bool answering;               /* whole request read (headers and body): the request deadline is off */
     bool served;                  /* answered a request already (kept alive) */
     bool cut;                     /* shut down by the watchdog */
 } kb_http_conn_t;
@@ -152,45 +164,6 @@ static enum MHD_Result kb_http_text(struct MHD_Connection *c, unsigned code, con
     return kb_http_send(c, code, "text/plain; charset=utf-8", &body);
 }
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
-static size_t kb_utf8_seq(const unsigned char *p, size_t n) {
-    unsigned char c = p[0];
-    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (!len || len > n)
-        return 0;
-    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range: no overlongs, surrogates or > U+10FFFF */
-    if (c == 0xE0)
-        lo = 0xA0;
-    else if (c == 0xED)
-        hi = 0x9F;
-    else if (c == 0xF0)
-        lo = 0x90;
-    else if (c == 0xF4)
-        hi = 0x8F;
-    for (size_t i = 1; i < len; i++) {
-        if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF))
-            return 0;
-    }
-    return len;
-}
-
-/* msg with every byte that is not part of valid UTF-8 replaced by U+FFFD:
- * a request's path or parameters echoed into a message may be anything. */
-static void kb_http_utf8_clean(const char *msg, kb_buf_t *out) {
-    const unsigned char *p = (const unsigned char *)msg;
-    size_t n = strlen(msg);
-    while (n) {
-        size_t len = kb_utf8_seq(p, n);
-        if (len)
-            kb_buf_append(out, (const char *)p, len);
-        else
-            kb_buf_append_str(out, "\xEF\xBF\xBD");
-        len = len ? len : 1;
-        p += len;
-        n -= len;
-    }
-}
-
 /* A Kubernetes Status object (what the API server answers on errors). */
 static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, const char *reason, const char *fmt,
                                       ...) __attribute__((format(printf, 4, 5)));
@@ -202,12 +175,11 @@ static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    kb_buf_t clean = KB_BUF_INIT, body = KB_BUF_INIT;
-    kb_http_utf8_clean(msg, &clean);
+    kb_buf_t body = KB_BUF_INIT;
     kb_buf_append_str(&body, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
                              "\"message\":");
-    kb_buf_append_json_str(&body, clean.len ? clean.data : "", clean.len);
-    kb_buf_fini(&clean);
+    /* a request's path or parameters echoed into the message may be anything */
+    kb_buf_append_json_text(&body, msg, strlen(msg));
     kb_buf_append_str(&body, ",\"reason\":");
     kb_buf_append_json_str(&body, reason, strlen(reason));
     kb_buf_appendf(&body, ",\"code\":%u}\n", code);
@@ -336,8 +308,8 @@ static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **sock
     *socket_context = NULL;
 }
 
-/* Headers complete (answering) or the answer done (waiting for the next
- * request, which gets header_timeout again). */
+/* The whole request read, headers and body (answering), or the answer done
+ * (waiting for the next request, which gets header_timeout again). */
 static void kb_http_conn_mark(kb_http_t *h, struct MHD_Connection *c, bool answering) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     kb_http_conn_t *x = ci ? ci->socket_context : NULL;
@@ -357,8 +329,9 @@ static void kb_http_completed(void *cls, struct MHD_Connection *c, void **con_cl
     kb_http_conn_mark(cls, c, false);
 }
 
-/* Shut down every connection that has not sent a whole request within
- * header_timeout: the idle timeout restarts with each byte, this does not.
+/* Shut down every connection that has not sent a whole request (line,
+ * headers and body) within header_timeout: the idle timeout restarts with
+ * each byte, this does not.
  * A kept-alive connection waiting for its next request is closed by the same
  * rule, but that is no refusal and is not counted. */
 static void kb_http_cut_slow(kb_http_t *h) {
@@ -758,12 +731,13 @@ static bool kb_http_bool_arg(const char *v, bool *out) {
 static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf) {
     const char *rv_text = kb_http_arg(c, "resourceVersion");
     bool watch = false;
-    if (!rv_text || !*rv_text || strlen(rv_text) > 20 || strspn(rv_text, "0123456789") != strlen(rv_text))
+    uint64_t rv = 0;
+    if (!rv_text || !kb_decimal_u64(rv_text, strlen(rv_text), &rv))
         return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest",
-                              "resourceVersion must be a decimal resourceVersion (of a snapshot or an event)");
+                              "resourceVersion must be a decimal resourceVersion below 2^64 (of a snapshot or an "
+                              "event)");
     if (!kb_http_bool_arg(kb_http_arg(c, "watch"), &watch))
         return kb_http_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", "watch must be true or false");
-    uint64_t rv = strtoull(rv_text, NULL, 10);
     kb_http_stream_t *s = kb_http_stream_new(h, inf, kb_http_replay_fill);
     if (!s)
         return kb_http_busy(h, c);
@@ -878,7 +852,7 @@ static void kb_http_own_metrics(kb_http_t *h, kb_buf_t *o) {
                    "# TYPE kbridge_http_streams gauge\nkbridge_http_streams %d\n"
                    "# HELP kbridge_http_refused_total Requests and connections refused by a limit: streams "
                    "(http.max_streams, answered 429), connections (http.max_per_address or all slots taken, "
-                   "closed unanswered), header_timeout (no whole request within http.header_timeout, closed).\n"
+                   "closed unanswered), header_timeout (no whole request, headers and body, within http.header_timeout; closed).\n"
                    "# TYPE kbridge_http_refused_total counter\n"
                    "kbridge_http_refused_total{reason=\"streams\"} %llu\n"
                    "kbridge_http_refused_total{reason=\"connections\"} %llu\n"
@@ -1087,16 +1061,18 @@ static enum MHD_Result kb_http_handle(void *cls, struct MHD_Connection *c, const
     KB_UNUSED(version);
     KB_UNUSED(upload_data);
     if (!*con_cls) {
-        /* First call: headers only. Answer once the body (ignored) is read. */
+        /* First call: headers only. Answer once the body (ignored) is read;
+         * until then the request deadline runs (a body trickled a byte at a
+         * time holds a connection as long as trickled headers would). */
         *con_cls = &started;
         kb_thread_set_name("kb:http");
-        kb_http_conn_mark(cls, c, true);
         return MHD_YES;
     }
     if (*upload_data_size) {
         *upload_data_size = 0;
         return MHD_YES;
     }
+    kb_http_conn_mark(cls, c, true);
     /* The bridge's read lock for the whole answer: a reload swaps informers
      * and sinks under its write lock. Streams keep only their informer, which
      * stays allocated until the bridge is destroyed, and never take it. */
@@ -1151,6 +1127,17 @@ static kb_err_t kb_http_resolve(const char *listen, struct sockaddr_storage *ss,
     return KB_OK;
 }
 
+/* A private key that other users may read is said at start, not refused: a
+ * Kubernetes Secret volume is 0644 unless its defaultMode says otherwise,
+ * and refusing would only move the key somewhere less watched. */
+static void kb_http_warn_key_mode(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !(st.st_mode & (S_IRWXG | S_IRWXO)))
+        return;
+    KB_WARN("http", "http.tls_key_file %s has mode %04o: users other than kbridge's can read the private key; "
+            "make it 0600 or 0400 (a Secret volume: defaultMode 0400)", path, (unsigned)(st.st_mode & 07777));
+}
+
 /* The PEM files of http.tls_cert_file and http.tls_key_file (both set, or
  * neither: the config loader checks). */
 static kb_err_t kb_http_read_tls(kb_http_t *h, const kb_config_t *cfg, char *errstr, size_t errstr_size) {
@@ -1171,6 +1158,7 @@ static kb_err_t kb_http_read_tls(kb_http_t *h, const kb_config_t *cfg, char *err
         snprintf(errstr, errstr_size, "http.tls_key_file: %s", why);
         return KB_ERR_IO;
     }
+    kb_http_warn_key_mode(cfg->http_tls_key_file);
     return KB_OK;
 }
 
@@ -1215,6 +1203,7 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
     struct MHD_OptionItem tls[] = {
         {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)KB_HTTP_TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
     /* The port asked for, also passed apart from the address: libmicrohttpd's bind error names this one. */
@@ -1225,7 +1214,7 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
                             (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
                             KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
-                            h->tls_cert ? tls : tls + 2, MHD_OPTION_END);
+                            h->tls_cert ? tls : tls + 3, MHD_OPTION_END);
 }
 
 kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t errstr_size) {

@@ -49,7 +49,6 @@
 
 #include <jansson.h>
 
-#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -196,15 +195,17 @@ static void kb_kapi_json_member(kb_buf_t *o, const char *name, const char *v, bo
     if (!v)
         return;
     kb_buf_appendf(o, "%s\"%s\":", *first ? "" : ",", name);
-    kb_buf_append_json_str(o, v, strlen(v));
+    kb_buf_append_json_text(o, v, strlen(v));
     *first = false;
 }
 
+/* The message and details may echo a request's bytes (a path, a selector):
+ * written as valid UTF-8 whatever they hold, as the /v1 endpoints' are. */
 static void kb_kapi_status_json(kb_buf_t *o, unsigned code, const char *reason, const char *msg,
                                 const kb_kapi_details_t *d) {
     kb_buf_append_str(o, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
                          "\"message\":");
-    kb_buf_append_json_str(o, msg, strlen(msg));
+    kb_buf_append_json_text(o, msg, strlen(msg));
     kb_buf_append_str(o, ",\"reason\":");
     kb_buf_append_json_str(o, reason, strlen(reason));
     if (d && (d->name || d->group || d->kind || d->cause || d->retry_after > 0)) {
@@ -217,7 +218,7 @@ static void kb_kapi_status_json(kb_buf_t *o, unsigned code, const char *reason, 
             kb_buf_appendf(o, "%s\"causes\":[{\"reason\":", first ? "" : ",");
             kb_buf_append_json_str(o, d->cause, strlen(d->cause));
             kb_buf_append_str(o, ",\"message\":");
-            kb_buf_append_json_str(o, msg, strlen(msg));
+            kb_buf_append_json_text(o, msg, strlen(msg));
             kb_buf_append_str(o, "}]");
             first = false;
         }
@@ -677,20 +678,29 @@ static bool kb_kapi_bool(const char *v, bool *out) {
     return !v || *out || !strcmp(v, "false") || !strcmp(v, "0");
 }
 
-static bool kb_kapi_decimal(const char *v, long max, long *out) {
+/* A number parameter: unset, or digits only up to max (a sign, spaces, an
+ * exponent or a value past max is refused, never read as 0 or clamped). */
+static bool kb_kapi_decimal(const char *name, const char *v, long max, long *out, char *err, size_t err_size) {
+    uint64_t x = 0;
     if (!v)
         return true;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < 0 || x > max)
-        return false;
-    *out = x;
-    return true;
+    if (kb_decimal_u64(v, strlen(v), &x) && x <= (uint64_t)max) {
+        *out = (long)x;
+        return true;
+    }
+    snprintf(err, err_size, "%s: Invalid value: \"%.64s\": must be a non-negative integer up to %ld", name, v, max);
+    return false;
 }
 
-static bool kb_kapi_rv_valid(const char *rv) {
-    return !rv || (strlen(rv) <= 20 && strspn(rv, "0123456789") == strlen(rv));
+/* resourceVersion: unset, or a decimal that fits in 64 bits (kbridge's
+ * resourceVersions are the API server's, all such numbers). */
+static bool kb_kapi_rv_valid(const char *rv, char *err, size_t err_size) {
+    uint64_t x = 0;
+    if (!rv || kb_decimal_u64(rv, strlen(rv), &x))
+        return true;
+    snprintf(err, err_size, "resourceVersion: Invalid value: \"%.64s\": must be a decimal resourceVersion below "
+                            "2^64", rv);
+    return false;
 }
 
 /* Parse and check the query like the API server (400 / 422 on error). */
@@ -707,16 +717,11 @@ static unsigned kb_kapi_query_parse(struct MHD_Connection *c, kb_kapi_query_t *q
         return MHD_HTTP_BAD_REQUEST;
     }
     q->timeout_s = -1;
-    if (!kb_kapi_decimal(kb_kapi_arg(c, "limit"), 1L << 30, &q->limit) ||
-        !kb_kapi_decimal(kb_kapi_arg(c, "timeoutSeconds"), 1L << 30, &q->timeout_s)) {
-        snprintf(err, err_size, "limit and timeoutSeconds must be non-negative integers");
+    if (!kb_kapi_decimal("limit", kb_kapi_arg(c, "limit"), 1L << 30, &q->limit, err, err_size) ||
+        !kb_kapi_decimal("timeoutSeconds", kb_kapi_arg(c, "timeoutSeconds"), 1L << 30, &q->timeout_s, err,
+                         err_size) ||
+        !kb_kapi_rv_valid(q->rv, err, err_size))
         return MHD_HTTP_BAD_REQUEST;
-    }
-    if (!kb_kapi_rv_valid(q->rv)) {
-        snprintf(err, err_size, "resourceVersion: Invalid value: \"%.64s\": must be a decimal resourceVersion",
-                 q->rv);
-        return MHD_HTTP_BAD_REQUEST;
-    }
     if (q->rvm && strcmp(q->rvm, "NotOlderThan") && strcmp(q->rvm, "Exact")) {
         snprintf(err, err_size, "resourceVersionMatch: Unsupported value: \"%.64s\": supported values: "
                                 "\"Exact\", \"NotOlderThan\"", q->rvm);

@@ -105,6 +105,45 @@ void kb_buf_append_json_str(kb_buf_t *b, const char *s, size_t n) {
     kb_buf_append_char(b, '"');
 }
 
+/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
+static size_t kb_utf8_seq(const unsigned char *p, size_t n) {
+    unsigned char c = p[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range: no overlongs, surrogates or > U+10FFFF */
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    for (size_t i = 1; i < len; i++) {
+        if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF))
+            return 0;
+    }
+    return len;
+}
+
+void kb_buf_append_json_text(kb_buf_t *b, const char *s, size_t n) {
+    kb_buf_t clean = KB_BUF_INIT;
+    const unsigned char *p = (const unsigned char *)s;
+    while (n) {
+        size_t len = kb_utf8_seq(p, n);
+        if (len)
+            kb_buf_append(&clean, (const char *)p, len);
+        else
+            kb_buf_append_str(&clean, "\xEF\xBF\xBD");
+        len = len ? len : 1;
+        p += len;
+        n -= len;
+    }
+    kb_buf_append_json_str(b, clean.len ? clean.data : "", clean.len);
+    kb_buf_fini(&clean);
+}
+
 void kb_buf_consume(kb_buf_t *b, size_t n) {
     if (n >= b->len) {
         kb_buf_reset(b);

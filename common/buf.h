@@ -28,6 +28,10 @@ void kb_buf_appendf(kb_buf_t *b, const char *fmt, ...) __attribute__((format(pri
 void kb_buf_vappendf(kb_buf_t *b, const char *fmt, va_list ap);
 /* Append s[0..n) as a JSON string literal, quotes included. */
 void kb_buf_append_json_str(kb_buf_t *b, const char *s, size_t n);
+/* The same for text that may hold bytes from a request (a path, a query
+ * parameter echoed into an error message): every byte that is not part of
+ * valid UTF-8 becomes U+FFFD, so the literal is valid UTF-8 JSON. */
+void kb_buf_append_json_text(kb_buf_t *b, const char *s, size_t n);
 /* Drop the first n bytes, moving the rest to the front. */
 void kb_buf_consume(kb_buf_t *b, size_t n);
 /* Hand the memory to the caller (free with free()); the buffer is empty after. */

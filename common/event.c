@@ -88,19 +88,23 @@ const char *kb_resource_kind(const kb_resource_t *res) {
     return k ? k : "";
 }
 
-uint64_t kb_rv_parse(const char *rv, size_t len) {
-    if (len == 0)
-        return 0;
+bool kb_decimal_u64(const char *s, size_t len, uint64_t *out) {
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
-        if (rv[i] < '0' || rv[i] > '9')
-            return 0;
-        uint64_t d = (uint64_t)(rv[i] - '0');
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        uint64_t d = (uint64_t)(s[i] - '0');
         if (v > (UINT64_MAX - d) / 10)
-            return 0; /* does not fit in 64 bits */
+            return false; /* does not fit in 64 bits */
         v = v * 10 + d;
     }
-    return v;
+    *out = v;
+    return len > 0;
+}
+
+uint64_t kb_rv_parse(const char *rv, size_t len) {
+    uint64_t v = 0;
+    return kb_decimal_u64(rv, len, &v) ? v : 0;
 }
 
 static char *kb_put(char *p, const char *s, size_t n) {

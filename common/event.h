@@ -158,5 +158,9 @@ size_t kb_event_size(const kb_event_t *ev);
 
 /* "123" → 123; anything not a plain decimal fitting in 64 bits → 0. */
 uint64_t kb_rv_parse(const char *rv, size_t len);
+/* Whether s[0..len) is a plain decimal (digits only, at least one) that fits
+ * in 64 bits; its value in *out. What a request's resourceVersion, limit or
+ * timeoutSeconds must be: one that is not is refused, never read as 0. */
+bool kb_decimal_u64(const char *s, size_t len, uint64_t *out);
 
 #endif

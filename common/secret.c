@@ -102,11 +102,27 @@ bool kb_host_is_loopback(const char *host, size_t n) {
     return inet_pton(AF_INET, text, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
+/* The authority of scheme://authority/path (*n bytes), NULL when url has no "://". */
+static const char *kb_url_authority(const char *url, size_t *n) {
+    const char *p = strstr(url, "://");
+    if (!p)
+        return NULL;
+    p += 3;
+    *n = strcspn(p, "/?#");
+    return p;
+}
+
+bool kb_url_has_userinfo(const char *url) {
+    size_t n = 0;
+    const char *host = kb_url_authority(url, &n);
+    return host && memchr(host, '@', n);
+}
+
 bool kb_url_plain_beyond_loopback(const char *url) {
     if (strncasecmp(url, "http://", 7) != 0)
         return false;
-    const char *host = url + 7;
-    size_t n = strcspn(host, "/?#");
+    size_t n = 0;
+    const char *host = kb_url_authority(url, &n);
     const char *at = memrchr(host, '@', n); /* user:password@host */
     if (at) {
         n -= (size_t)(at + 1 - host);

@@ -28,6 +28,10 @@ bool kb_host_is_loopback(const char *host, size_t n);
 /* Whether url is plain http:// to a host that is not loopback: a secret
  * sent there crosses the network in clear text. */
 bool kb_url_plain_beyond_loopback(const char *url);
+/* Whether url ("scheme://user:password@host/…") carries userinfo before its
+ * host: a password there is sent (libcurl makes it Basic auth) and printed
+ * wherever the URL is, so kbridge refuses it and asks for a credential key. */
+bool kb_url_has_userinfo(const char *url);
 /* Whether a property named key ("sasl.password", "ssl.key.pem",
  * "sasl.oauthbearer.client.secret", …) holds a secret, so that summaries and
  * logs print "***" instead of its value. Names of files ("…_file",

@@ -583,6 +583,11 @@ bool kb_config__finish_sink(kb_loader_t *ld, void *base, size_t index, const con
                                    sink->file_mode);
         sink->file_mode_bits = (unsigned)mode;
     }
+    if (sink->type == KB_SINK_MQTT && sink->uri && kb_url_has_userinfo(sink->uri))
+        return kb_config__fail(ld, config_setting_get_member(grp, "uri"),
+                               "%s.uri: a URI with user:password@ is refused (the password would be printed "
+                               "wherever the URI is): write it as scheme://host:port and set username and "
+                               "password_file", prefix);
     if (!sink->client_id) {
         size_t n = strlen(ld->cfg->cluster.name) + sizeof("kbridge-");
         sink->client_id = kb_malloc(n);
@@ -636,18 +641,29 @@ static bool kb_finish_http(kb_loader_t *ld, const kb_config_t *cfg, const config
     return true;
 }
 
-/* An explicit http:// server with an explicit token file: refused at load
- * (the client refuses the same for credentials from a kubeconfig at start). */
+/* cluster.server carries no credential (libcurl would send user:password@
+ * as Basic auth while the start line said auth=none, and the URL is printed
+ * by --check, the log and /readyz), and plain http:// beyond loopback only
+ * when said: what kbridge reads there, and any credential it sends, crosses
+ * the network unencrypted and unauthenticated. The client refuses the same
+ * for a server from a kubeconfig at start. */
 static bool kb_finish_cluster(kb_loader_t *ld, const kb_config_t *cfg, const config_setting_t *grp) {
     const kb_config_cluster_t *c = &cfg->cluster;
-    if (!*c->token_file || c->allow_insecure_http || !kb_url_plain_beyond_loopback(c->server))
-        return true;
     const config_setting_t *cl = config_setting_get_member(grp, "cluster");
     const config_setting_t *at = cl ? config_setting_get_member(cl, "server") : NULL;
+    if (kb_url_has_userinfo(c->server))
+        return kb_config__fail(ld, at ? at : cl,
+                               "cluster.server: a URL with user:password@ is refused (the password would be sent "
+                               "as Basic auth and printed wherever the URL is): write it as scheme://host:port and "
+                               "put the credential in cluster.token_file, cluster.client_cert/client_key, or a "
+                               "kubeconfig user (cluster.kubeconfig)");
+    if (c->allow_insecure_http || !kb_url_plain_beyond_loopback(c->server))
+        return true;
     return kb_config__fail(ld, at ? at : cl,
-                           "cluster.server = \"%s\" is plain http:// beyond loopback and cluster.token_file would "
-                           "be sent to it in clear text: use https://, or set cluster.allow_insecure_http = true",
-                           c->server);
+                           "cluster.server = \"%s\" is plain http:// beyond loopback: what kbridge reads%s would "
+                           "cross the network unencrypted and unauthenticated; use https://, or set "
+                           "cluster.allow_insecure_http = true",
+                           c->server, *c->token_file ? " and cluster.token_file" : "");
 }
 
 /* Server-side sharding by uid may hand a re-created name's two incarnations

@@ -47,7 +47,9 @@ static const kb_ckey_t kb_keys_cluster[] = {
      .flags = KB_CF_NONEMPTY | KB_CF_NAME,
      .doc = "Name of the cluster; appears in envelopes, topics ({cluster}) and the MQTT client id."},
     {.name = "server", .type = KB_CT_STRING, .off = CL(server), .def = "",
-     .doc = "API server URL (https://host:port). Empty: take it from kubeconfig or in_cluster."},
+     .doc = "API server URL (https://host:port). Empty: take it from kubeconfig or in_cluster. A URL with "
+            "user:password@ is refused (credentials go in token_file, client_cert/client_key or a kubeconfig "
+            "user); plain http:// beyond loopback needs allow_insecure_http."},
     {.name = "kubeconfig", .type = KB_CT_STRING, .off = CL(kubeconfig), .flags = KB_CF_FILE, .def = "",
      .doc = "Path of a kubeconfig file; its current-context is used unless context is set."},
     {.name = "context", .type = KB_CT_STRING, .off = CL(context), .def = "",
@@ -65,8 +67,10 @@ static const kb_ckey_t kb_keys_cluster[] = {
     {.name = "insecure_skip_tls_verify", .type = KB_CT_BOOL, .off = CL(insecure_skip_tls_verify),
      .def = "false", .doc = "Do not verify the API server's certificate (testing only)."},
     {.name = "allow_insecure_http", .type = KB_CT_BOOL, .off = CL(allow_insecure_http), .def = "false",
-     .doc = "Send credentials (token, password, exec plugin token) to an http:// server beyond loopback, in "
-            "clear text. Without it such a server is refused; on loopback it only warns."},
+     .doc = "Talk to an http:// API server beyond loopback: what kbridge reads, and any credential it sends "
+            "(token, password, exec plugin token), cross the network in clear text and unauthenticated. Without "
+            "it such a server is refused (at load for cluster.server, at start for a kubeconfig's); on loopback "
+            "http:// is allowed, with a warning when a credential goes along."},
     {.name = "exec_timeout", .type = KB_CT_INT, .off = CL(exec_timeout), .def = "60", .min = 1, .max = 3600,
      .doc = "Seconds a kubeconfig exec credential plugin may take to print its credential and exit; then it "
             "is killed with its process group and the request fails (retried with backoff)."},
@@ -133,8 +137,8 @@ static const kb_ckey_t kb_keys_http[] = {
     {.name = "max_per_address", .type = KB_CT_INT, .off = TOP(http_max_per_address), .def = "16", .min = 1,
      .max = 100000, .doc = "Open connections from one client address; more are closed at once."},
     {.name = "header_timeout", .type = KB_CT_INT, .off = TOP(http_header_timeout), .def = "10", .min = 1,
-     .max = 3600, .doc = "Seconds a client has to send its whole request (line and headers) before it is "
-                         "closed."},
+     .max = 3600, .doc = "Seconds a client has to send its whole request (line, headers and body) before it "
+                         "is closed, however steadily it trickles; the probes keep answering meanwhile."},
 };
 static const kb_csection_t kb_sec_http = {
     .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,
@@ -398,7 +402,9 @@ static const kb_ckey_t kb_keys_sink[] = {
      .def = "__kbridge_checkpoints", .only = KAFKA_ONLY, .flags = KB_CF_NONEMPTY,
      .doc = "Topic that holds checkpoints in transactional mode."},
     {.name = "uri", .type = KB_CT_STRING, .off = SNK(uri), .def = "", .only = MQTT_ONLY,
-     .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY, .doc = "Broker URI, e.g. \"tcp://127.0.0.1:1883\" or \"ssl://host:8883\"."},
+     .flags = KB_CF_REQUIRED | KB_CF_NONEMPTY,
+     .doc = "Broker URI, e.g. \"tcp://127.0.0.1:1883\" or \"ssl://host:8883\". A URI with user:password@ is "
+            "refused: set username and password_file."},
     {.name = "client_id", .type = KB_CT_STRING, .off = SNK(client_id), .defdoc = "\"kbridge-<cluster.name>\"",
      .only = MQTT_ONLY, .flags = KB_CF_NONEMPTY,
      .doc = "MQTT client identifier. With ha.enabled the default gets \"-<ha.identity>\" appended: two "

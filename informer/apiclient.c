@@ -201,26 +201,32 @@ static const char *kb_api_auth_kind(const kb_apiclient_t *api) {
     return "none";
 }
 
-/* A plain http:// server: credentials would travel in clear text. Allowed to
- * loopback with a warning; beyond it only with cluster.allow_insecure_http. */
+/* A plain http:// server: what kbridge reads, and any credential it sends,
+ * travel in clear text and unauthenticated. Allowed to loopback (with a
+ * warning when a credential goes along); beyond it only with
+ * cluster.allow_insecure_http, whatever the credential. */
 static bool kb_api_check_plain_http(const kb_apiclient_t *api, const kb_config_cluster_t *cluster, char *errstr,
                                     size_t errstr_size) {
     const char *auth = kb_api_auth_kind(api);
-    if (strncmp(api->server, "http://", 7) != 0 || !strcmp(auth, "none") || !strcmp(auth, "client certificate"))
+    bool sends_secret = strcmp(auth, "none") != 0 && strcmp(auth, "client certificate") != 0;
+    if (strncmp(api->server, "http://", 7) != 0)
         return true;
     if (!kb_url_plain_beyond_loopback(api->server)) {
-        KB_WARN("apiclient", "server %s is plain http://: the %s credential travels unencrypted (loopback only)",
-                api->server, auth);
+        if (sends_secret)
+            KB_WARN("apiclient", "server %s is plain http://: the %s credential travels unencrypted (loopback only)",
+                    api->server, auth);
         return true;
     }
     if (cluster->allow_insecure_http) {
-        KB_WARN("apiclient", "server %s is plain http:// beyond loopback: the %s credential travels unencrypted "
-                "(cluster.allow_insecure_http = true)", api->server, auth);
+        KB_WARN("apiclient", "server %s is plain http:// beyond loopback: what kbridge reads%s%s%s travels "
+                "unencrypted and unauthenticated (cluster.allow_insecure_http = true)", api->server,
+                sends_secret ? " and the " : "", sends_secret ? auth : "", sends_secret ? " credential" : "");
         return true;
     }
-    snprintf(errstr, errstr_size, "server \"%s\" (from %s) is plain http:// beyond loopback and kbridge would send "
-             "it a %s credential in clear text: use https://, or set cluster.allow_insecure_http = true",
-             api->server, api->source, auth);
+    snprintf(errstr, errstr_size, "server \"%s\" (from %s) is plain http:// beyond loopback: what kbridge reads%s%s%s "
+             "would cross the network unencrypted and unauthenticated: use https://, or set "
+             "cluster.allow_insecure_http = true", api->server, api->source, sends_secret ? " and the " : "",
+             sends_secret ? auth : "", sends_secret ? " credential it sends" : "");
     return false;
 }
 
@@ -262,6 +268,14 @@ kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errst
     if (api->token_file[0] && access(api->token_file, R_OK) != 0) {
         snprintf(errstr, errstr_size, "token_file \"%s\" (from %s): cannot read it: %s", api->token_file,
                  kb_is_set(cluster->token_file) ? "cluster.token_file" : api->source, strerror(errno));
+        goto fail;
+    }
+    /* Before any message prints the server: a password in it must not show. */
+    if (kb_url_has_userinfo(api->server)) {
+        snprintf(errstr, errstr_size, "server (from %s) is a URL with user:password@, which is refused (the "
+                 "password would be sent as Basic auth and printed wherever the URL is): write it as "
+                 "scheme://host:port and put the credential in the kubeconfig's user (token, tokenFile, client "
+                 "certificate) or cluster.token_file", api->source);
         goto fail;
     }
     if (strncmp(api->server, "http://", 7) != 0 && strncmp(api->server, "https://", 8) != 0) {

@@ -8,7 +8,6 @@ replaced, nothing echoed raw)."""
 import json
 import subprocess
 import urllib.parse
-import http.client
 from kbtest import *
 
 SECRETS = {"sasl.password": "hunter2-0906", "ssl.key.password": "keypass-0906",
@@ -55,20 +54,9 @@ routes = ( { informer = "pods"; sink = "k"; } );
     port = int(b.http_url().rsplit(":", 1)[1])
     for path in ("/v1/snapshot/%ff%fe", "/v1/snapshot/ab%c3", "/v1/replay/%ed%a0%80?resourceVersion=1",
                  "/n%e9pe", "/v1/snapshot/%f0%9f%98%80"):
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        c.request("GET", path, headers={"Authorization": "Bearer t0ken-0906"})
-        r = c.getresponse()
-        raw = r.read()
-        c.close()
-        try:
-            st = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise Failure("%s: the error body is not UTF-8 JSON (%s): %r" % (path, e, raw[:300]))
-        check(r.status == 404 and st["kind"] == "Status", "%s: 404 Status: %d %r" % (path, r.status, st))
-        if "%f0%9f%98%80" in path:
-            check("\U0001F600" in st["message"], "valid UTF-8 is kept: %r" % st["message"])
-        else:
-            check("\ufffd" in st["message"], "invalid bytes replaced by U+FFFD: %r" % st["message"])
+        code, st = get_utf8_json(port, path, token="t0ken-0906")
+        check(code == 404 and st["kind"] == "Status", "%s: 404 Status: %d %r" % (path, code, st))
+        check_echo_cleaned(path, st["message"])
     check(b.stop() == 0, "clean stop")
     sim.stop()
 

@@ -333,6 +333,28 @@ def http_request(url, method="GET", token=None, body=None, timeout=30):
         return e.code, e.headers, e.read()
 
 
+def get_utf8_json(port, path, token=None):
+    """(status, decoded JSON) of GET path sent raw (percent-escapes kept as written); a body that is not
+    UTF-8 JSON fails the test."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", path, headers={"Authorization": "Bearer " + token} if token else {})
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    try:
+        return r.status, json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise Failure("%s: the body is not UTF-8 JSON (%s): %r" % (path, e, raw[:300]))
+
+
+def check_echo_cleaned(path, message):
+    """A Status message echoing path's bytes: U+1F600 (%f0%9f%98%80) kept, invalid UTF-8 as U+FFFD."""
+    if "%f0%9f%98%80" in path:
+        check("\U0001F600" in message, "valid UTF-8 is kept: %r" % message)
+    else:
+        check("\ufffd" in message, "invalid bytes replaced by U+FFFD: %r" % message)
+
+
 def read_jsonl(path):
     """Every JSON line of a file so far ([] when it does not exist yet)."""
     try:

@@ -132,6 +132,14 @@ static void test_rv_parse(void **state) {
     assert_true(kb_rv_parse("18446744073709551616", 20) == 0);
     assert_true(kb_rv_parse("99999999999999999999", 20) == 0);
     assert_true(kb_rv_parse("123456789012345678901", 21) == 0);
+    /* The checked form tells "0" apart from a number it refused. */
+    uint64_t v = 7;
+    assert_true(kb_decimal_u64("0", 1, &v) && v == 0);
+    assert_true(kb_decimal_u64("18446744073709551615", 20, &v) && v == UINT64_MAX);
+    assert_false(kb_decimal_u64("18446744073709551616", 20, &v));
+    assert_false(kb_decimal_u64("", 0, &v));
+    assert_false(kb_decimal_u64("+5", 2, &v));
+    assert_false(kb_decimal_u64("5 ", 2, &v));
 }
 
 static void test_size(void **state) {

@@ -116,6 +116,11 @@ static void test_key_like_and_loopback(void **state) {
     assert_true(kb_url_plain_beyond_loopback("HTTP://kube.example/"));
     assert_true(kb_url_plain_beyond_loopback("http://localhost@evil.example:80"));
     assert_true(kb_url_plain_beyond_loopback("http://[fd00::1]:6443"));
+    assert_true(kb_url_has_userinfo("http://u:pw@127.0.0.1:1"));
+    assert_true(kb_url_has_userinfo("tcp://pw@broker:1883"));
+    assert_false(kb_url_has_userinfo("https://10.0.0.1:6443/p@th?x=@"));
+    assert_false(kb_url_has_userinfo("ssl://broker:8883"));
+    assert_false(kb_url_has_userinfo("not a url"));
 }
 
 static void test_no_core_dumps(void **state) {
