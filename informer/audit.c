@@ -26,7 +26,12 @@
  *     (a change after A, told by the watch) — not drift; c < s ≤ W means the
  *     watch went past s without telling the change — stale;
  *   - a listed key the cache lacks, s ≤ W: drift (unknown) unless the ledger
- *     remembers a delete at an RV ≥ s (the watch deleted it after A);
+ *     remembers a delete after A (a grave g > A: the watch deleted it after
+ *     the list). A grave s ≤ g ≤ A cannot be in one history — the object the
+ *     list shows at s would have been gone by A — so it is a delete of a
+ *     history the server went back from (etcd restored): the repair forgets
+ *     it (if it is still there) before the read-back meets the gate, which
+ *     would refuse the object again;
  *   - a cached key the list lacks (only when W ≥ A): at c > A it was created
  *     after the list — not drift; at c ≤ A it did not exist at A though the
  *     cache, exact up to W ≥ A, says it did — missing (a lost delete).
@@ -79,6 +84,7 @@ typedef struct kb_audit_fix {
     char *key;
     const kb_audit_item_t *item; /* NULL for missing */
     char cached_rv[KB_RV_MAX];   /* "" for unknown */
+    uint64_t stale_grave;        /* unknown: the grave the list contradicts, forgotten by the repair (0: none) */
 } kb_audit_fix_t;
 
 typedef struct kb_audit_run {
@@ -214,8 +220,8 @@ static void kb_audit_wait_watch(kb_reflector_t *r, uint64_t list_rv) {
             "period", r->inf->conf->name, (unsigned long long)list_rv);
 }
 
-static void kb_audit_add_fix(kb_audit_run_t *a, kb_audit_kind_t kind, const char *key, size_t key_len,
-                             const kb_audit_item_t *item, const char *cached_rv, size_t cached_rv_len) {
+static kb_audit_fix_t *kb_audit_add_fix(kb_audit_run_t *a, kb_audit_kind_t kind, const char *key, size_t key_len,
+                                        const kb_audit_item_t *item, const char *cached_rv, size_t cached_rv_len) {
     if (a->n_fixes == a->cap_fixes) {
         a->cap_fixes = a->cap_fixes ? a->cap_fixes * 2 : 16;
         a->fixes = kb_realloc(a->fixes, a->cap_fixes * sizeof(*a->fixes));
@@ -225,18 +231,23 @@ static void kb_audit_add_fix(kb_audit_run_t *a, kb_audit_kind_t kind, const char
     f->key = kb_strndup(key, key_len);
     f->item = item;
     snprintf(f->cached_rv, sizeof(f->cached_rv), "%.*s", (int)cached_rv_len, cached_rv ? cached_rv : "");
+    f->stale_grave = 0;
+    return f;
 }
 
-/* A listed key against the cache (the rules of the design note). */
+/* A listed key against the cache (the rules of the design note); audit_rv:
+ * the audit list's RV (0: not decimal). */
 static void kb_audit_check_item(kb_informer_t *inf, kb_audit_run_t *a, const char *key, size_t key_len,
-                                const kb_audit_item_t *it, uint64_t w) {
+                                const kb_audit_item_t *it, uint64_t w, uint64_t audit_rv) {
     uint64_t s = kb_rv_parse(it->rv, strlen(it->rv)), hash = kb_fnv1a64(key, key_len);
     if (!s || s > w)
         return; /* not reached by the watch yet (or an RV we cannot order) */
     kb_event_t *c = kb_indexer_get(inf->idx, key, key_len, hash);
     if (!c) {
-        if (!kb_ledger_stale(inf->ledger, NULL, key, key_len, hash, it->rv, strlen(it->rv)))
-            kb_audit_add_fix(a, KB_AUDIT_UNKNOWN, key, key_len, it, NULL, 0);
+        uint64_t grave = kb_ledger_grave(inf->ledger, key, key_len, hash);
+        if (grave >= s && (!audit_rv || grave > audit_rv))
+            return; /* deleted after the audit list: the watch told it */
+        kb_audit_add_fix(a, KB_AUDIT_UNKNOWN, key, key_len, it, NULL, 0)->stale_grave = grave >= s ? grave : 0;
         return;
     }
     bool same_uid = c->uid_len == strlen(it->uid) && !memcmp(c->uid, it->uid, c->uid_len);
@@ -256,7 +267,7 @@ static void kb_audit_compare(kb_reflector_t *r, kb_audit_run_t *a) {
     const char *key;
     void *v;
     while (kb_strmap_next(a->items, &pos, &key, &key_len, &v))
-        kb_audit_check_item(inf, a, key, key_len, v, w);
+        kb_audit_check_item(inf, a, key, key_len, v, w, audit_rv);
     kb_event_list_t cached;
     kb_event_list_init(&cached);
     kb_indexer_list(inf->idx, r->ns, &cached);
@@ -286,7 +297,7 @@ static kb_err_t kb_audit_read_back(kb_reflector_t *r, const kb_audit_fix_t *f, b
     kb_err_t err = KB_OK;
     *staged = false;
     if (resp.err == KB_OK && resp.status == 200)
-        err = kb_inf__audit_ingest(r, body.data, body.len, staged);
+        err = kb_inf__audit_ingest(r, body.data, body.len, f->key, strlen(f->key), f->stale_grave, staged);
     else if (resp.err != KB_OK || resp.status != 404) /* 404: gone since the list; the watch tells it */
         KB_WARN("audit", "informer=%s key=%s: GET %s: %s HTTP %ld; repaired next period if still drifted",
                 inf->conf->name, f->key, path.data, resp.errmsg, resp.status);

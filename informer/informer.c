@@ -29,7 +29,11 @@
  *
  * The gate (kb_ledger_stale): a watch change not newer than what the key last
  * had, live or deleted, whatever its uid, is a replay and is dropped; opaque
- * RVs are only compared for equality.
+ * RVs are only compared for equality. A list whose RV is below the resume
+ * point means the server's history went back (etcd restored): a new epoch.
+ * The relist forgets the old graves and the deletes it infers leave graves at
+ * its RV at most, so a name created again in the new history below its old
+ * RV is delivered (ledger.c, "Epochs").
  */
 #include "informer/informer_int.h"
 #include "informer/audit.h"
@@ -268,9 +272,10 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
 
 /* Stage ev (consumes it): journal it and make it the cache's state of its key,
  * remembering the previous entry in case the batch cannot be committed.
- * refl/rv_after: the resume point this event completes (-1/"" if none).
- * Caller holds ingest_mtx inside an open batch. */
-static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const char *rv_after) {
+ * refl/rv_after: the resume point this event completes (-1/"" if none);
+ * grave_max: for a DELETED, the highest RV its grave may stand at (0: its own;
+ * see kb_ledger_accept). Caller holds ingest_mtx inside an open batch. */
+static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const char *rv_after, uint64_t grave_max) {
     kb_inf_batch_txn(inf);
     ev->seq = kb_ledger_next_seq(inf->ledger);
     kb_buf_t tag = KB_BUF_INIT;
@@ -288,7 +293,7 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
         u->key_len = ev->key_len;
         u->hash = ev->key_hash;
         u->old = (kb_indexer_old_t){0};
-        u->grave_before = kb_ledger_accept(inf->ledger, ev);
+        u->grave_before = kb_ledger_accept(inf->ledger, ev, grave_max);
         const char *labels = ev->labels_len ? ev->obj + ev->labels_off : NULL;
         if (ev->type == KB_EV_DELETED) {
             kb_indexer_delete(inf->idx, ev->key, ev->key_len, ev->key_hash, &u->old);
@@ -303,6 +308,12 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
         }
     }
     kb_inf_push_staged(inf, ev, ev->seq, refl, rv_after);
+}
+
+/* Stage the inferred delete of a cache entry (finalStateUnknown, its last
+ * known object), its grave at grave_max at most (0: its own RV). */
+static void kb_inf_stage_gone(kb_informer_t *inf, kb_event_t *cached, uint64_t grave_max) {
+    kb_inf_stage(inf, kb_inf_retype_full(inf, cached, KB_EV_DELETED, true), -1, "", grave_max);
 }
 
 /* Stage a resume-point marker (a bookmark, a finished list). */
@@ -513,21 +524,25 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch (or the
          * watch deletes an incarnation we never saw): the one we had is gone. */
-        kb_inf_stage(inf, kb_inf_retype_full(inf, old, KB_EV_DELETED, true), -1, "");
+        kb_inf_stage_gone(inf, old, 0);
         kb_event_unref(old);
         old = NULL;
     }
     in.type = server_type == KB_WATCH_DELETED ? KB_EV_DELETED : old ? KB_EV_MODIFIED : KB_EV_ADDED;
-    kb_inf_stage(inf, kb_event_new(&in), refl, rv_after);
+    kb_inf_stage(inf, kb_event_new(&in), refl, rv_after, 0);
 done:
     kb_event_unref(old);
 out:
     return inf->batch_failed ? KB_INGEST_STOPPED : KB_INGEST_OK;
 }
 
-/* After a complete list: every cached key of this reflector's scope that the
- * list did not contain was deleted while we were not watching. */
-static void kb_inf_delete_unseen(kb_reflector_t *r) {
+/* After a complete list (at list_rv, 0 if not decimal): every cached key of
+ * this reflector's scope that the list did not contain was deleted while we
+ * were not watching. Each grave stands at the list's RV at most: the list is
+ * where the key was seen gone, and after the server's history went back the
+ * object's own RV belongs to the old history and would refuse the new one's
+ * objects of that name (the design note's epochs). */
+static void kb_inf_delete_unseen(kb_reflector_t *r, uint64_t list_rv) {
     kb_informer_t *inf = r->inf;
     kb_event_list_t cached;
     kb_event_list_init(&cached);
@@ -537,7 +552,7 @@ static void kb_inf_delete_unseen(kb_reflector_t *r) {
         kb_event_t *ev = cached.ev[i];
         if (kb_strmap_get(r->seen, ev->key, ev->key_len, ev->key_hash))
             continue;
-        kb_inf_stage(inf, kb_inf_retype_full(inf, ev, KB_EV_DELETED, true), -1, "");
+        kb_inf_stage_gone(inf, ev, list_rv);
         n++;
     }
     kb_event_list_fini(&cached);
@@ -558,8 +573,9 @@ static bool kb_inf_in_scope(const kb_informer_t *inf, const char *ns, size_t ns_
 }
 
 /* After a change of namespaces: cached keys no reflector lists any more
- * leave as DELETED finalStateUnknown (no relist diff would reach them). */
-static void kb_inf_delete_unscoped(kb_informer_t *inf) {
+ * leave as DELETED finalStateUnknown (no relist diff would reach them), their
+ * graves at the list's RV at most, as kb_inf_delete_unseen's. */
+static void kb_inf_delete_unscoped(kb_informer_t *inf, uint64_t list_rv) {
     kb_event_list_t cached;
     kb_event_list_init(&cached);
     kb_indexer_list(inf->idx, NULL, &cached);
@@ -568,7 +584,7 @@ static void kb_inf_delete_unscoped(kb_informer_t *inf) {
         kb_event_t *ev = cached.ev[i];
         if (kb_inf_in_scope(inf, ev->ns, ev->ns_len))
             continue;
-        kb_inf_stage(inf, kb_inf_retype_full(inf, ev, KB_EV_DELETED, true), -1, "");
+        kb_inf_stage_gone(inf, ev, list_rv);
         n++;
     }
     kb_event_list_fini(&cached);
@@ -612,12 +628,14 @@ static bool kb_refl_wait_room(kb_reflector_t *r) {
 
 /* ---- the drift audit's repairs (informer/audit.c) ------------------------ */
 
-kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, bool *staged) {
+kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, const char *key, size_t key_len,
+                              uint64_t stale_grave, bool *staged) {
     kb_informer_t *inf = r->inf;
     *staged = false;
     if (!kb_refl_wait_room(r))
         return KB_ERR_STOPPED;
     pthread_mutex_lock(&inf->ingest_mtx);
+    kb_ledger_drop_grave(inf->ledger, key, key_len, kb_fnv1a64(key, key_len), stale_grave);
     kb_inf_batch_begin(inf);
     kb_inf_ingest(r, KB_SRC_AUDIT, KB_WATCH_MODIFIED, obj, len, kb_now_mono_ns(), false);
     *staged = inf->n_out > 0;
@@ -638,7 +656,7 @@ kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len
     kb_err_t err = KB_OK;
     if (old && old->rv_len == strlen(rv) && !memcmp(old->rv, rv, old->rv_len)) {
         kb_inf_batch_begin(inf);
-        kb_inf_stage(inf, kb_inf_retype_full(inf, old, KB_EV_DELETED, true), -1, "");
+        kb_inf_stage_gone(inf, old, 0);
         err = kb_inf_batch_end(inf);
         *done = err == KB_OK;
     }
@@ -772,10 +790,10 @@ static void kb_inf_list_close(kb_reflector_t *r) {
                 "delivering the difference by content, some keys' RVs will go down",
                 inf->conf->name, r->rv, list_rv);
     }
-    kb_inf_delete_unseen(r);
+    kb_inf_delete_unseen(r, now_rv);
     bool def_last = kb_inf_def_list_close(r);
     if (def_last)
-        kb_inf_delete_unscoped(inf);
+        kb_inf_delete_unscoped(inf, now_rv);
     kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
     if (def_last && !inf->batch_failed && kb_state_put_definition(inf->state, inf->def) != KB_OK)
         kb_inf_batch_fail(inf, "state_dir write");
@@ -1096,7 +1114,7 @@ static void *kb_resync_main(void *arg) {
             kb_deltafifo_t *fifo = inf->fifos[ev->key_hash % inf->n_shards];
             if (cur && !kb_deltafifo_has_pending(fifo, cur->key, cur->key_len, cur->key_hash)) {
                 kb_inf_batch_begin(inf);
-                kb_inf_stage(inf, kb_inf_retype_full(inf, cur, KB_EV_SYNC, false), -1, "");
+                kb_inf_stage(inf, kb_inf_retype_full(inf, cur, KB_EV_SYNC, false), -1, "", 0);
                 if (kb_inf_batch_end(inf) == KB_OK)
                     queued++;
             }

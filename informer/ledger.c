@@ -19,6 +19,23 @@
  * the dead one back). Graves keep the RV of a delete until the checkpoint has
  * passed it: no resume can then replay anything older.
  *
+ * Epochs: a restore is a new history. "Not newer than the grave" holds within
+ * one history of the server's; after an etcd restore the server's RVs start
+ * again below the ones kbridge saw, and a grave of the old history would take
+ * the new history's object of that name, created at a lower RV, for a replay —
+ * and the drift audit, asking the same grave, would agree. So no grave may
+ * stand above the resume point of its scope (the watch brings only RVs above
+ * it; in one history every delete is at or below it, so the rule changes
+ * nothing there). Three places keep it: the relist that sees the RV go back
+ * (informer.c) forgets every grave, and its inferred DELETEs — which carry
+ * the old history's last RV of the object — leave graves at the list's RV at
+ * most (accept's ceiling); at start-up the journal's tail graves are capped at
+ * the scope's resume point, so a restart after a restore does not bring the
+ * old history's deletes back as a gate (the epoch persists as the journal's
+ * resume points: nothing else needs storing); and the audit (audit.c) takes a
+ * grave its list contradicts for one of another history and drops it before
+ * its repair meets the gate.
+ *
  * Why redeliveries are marked: after a crash the journal's tail is queued
  * again, and some of it may already be at a sink. LATEST compaction would let
  * a re-queued ADDED and the watch's DELETED annihilate ("never delivered, now
@@ -219,8 +236,40 @@ static void kb_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *r
         snprintf(l->start_rv[t->scope], KB_RV_MAX, "%s", t->rv_after);
     if (ev) {
         ev->redelivery = true; /* not yet shared: the mark is set before anyone sees it */
-        kb_ledger_accept(l, ev); /* deletes not yet checkpointed still gate replays */
+        kb_ledger_accept(l, ev, 0); /* deletes not yet checkpointed still gate replays */
     }
+}
+
+/* Where the scope of key resumes, as a number (0: unknown or not decimal). */
+static uint64_t kb_key_resume_rv(const kb_ledger_t *l, const char *key, size_t len) {
+    const char *slash = memchr(key, '/', len);
+    for (size_t i = 0; i < l->n_scopes; i++) {
+        const char *ns = l->scope_ns[i];
+        if (!ns || (slash && strlen(ns) == (size_t)(slash - key) && !memcmp(ns, key, (size_t)(slash - key))))
+            return kb_rv_parse(l->start_rv[i], strlen(l->start_rv[i]));
+    }
+    return 0;
+}
+
+/* No grave stands above where its scope resumes (the design note's epochs):
+ * the watch brings only RVs above that point, and in one history every delete
+ * the journal holds is at or below it. A tail grave higher than that is a
+ * delete of a history the server went back from (etcd restored), journalled
+ * before the relist that saw the restore; left as it is, it would refuse the
+ * new history's objects of that name. */
+static void kb_graves_cap_at_resume(kb_ledger_t *l) {
+    kb_strmap_t *capped = kb_strmap_new(64);
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    while (kb_strmap_next(l->graves, &pos, &key, &len, &v)) {
+        uint64_t resume = kb_key_resume_rv(l, key, len);
+        if (resume && (uintptr_t)v > resume)
+            v = (void *)(uintptr_t)resume;
+        kb_strmap_put(capped, key, len, kb_fnv1a64(key, len), v);
+    }
+    kb_strmap_destroy(l->graves);
+    l->graves = capped;
 }
 
 kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t errstr_size) {
@@ -235,6 +284,7 @@ kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t
         kb_state_checkpoint_fini(&cp);
         return KB_ERR_IO;
     }
+    kb_graves_cap_at_resume(l);
     l->seq = cp.last_seq;
     l->acked = l->saved = l->loaded = cp.seq;
     l->base = cp.seq + 1;
@@ -348,10 +398,20 @@ bool kb_ledger_stale(const kb_ledger_t *l, const kb_event_t *cached, const char 
     return floor && n <= floor;
 }
 
-uint64_t kb_ledger_accept(kb_ledger_t *l, const kb_event_t *ev) {
-    uint64_t before = (uintptr_t)kb_strmap_get(l->graves, ev->key, ev->key_len, ev->key_hash);
-    if (ev->type == KB_EV_DELETED && ev->rv_num)
-        kb_strmap_put(l->graves, ev->key, ev->key_len, ev->key_hash, (void *)(uintptr_t)ev->rv_num);
+uint64_t kb_ledger_grave(const kb_ledger_t *l, const char *key, size_t key_len, uint64_t hash) {
+    return (uintptr_t)kb_strmap_get(l->graves, key, key_len, hash);
+}
+
+void kb_ledger_drop_grave(kb_ledger_t *l, const char *key, size_t key_len, uint64_t hash, uint64_t rv) {
+    if (rv && kb_ledger_grave(l, key, key_len, hash) == rv)
+        kb_strmap_del(l->graves, key, key_len, hash);
+}
+
+uint64_t kb_ledger_accept(kb_ledger_t *l, const kb_event_t *ev, uint64_t ceiling) {
+    uint64_t before = kb_ledger_grave(l, ev->key, ev->key_len, ev->key_hash);
+    uint64_t at = ceiling && ceiling < ev->rv_num ? ceiling : ev->rv_num;
+    if (ev->type == KB_EV_DELETED && at)
+        kb_strmap_put(l->graves, ev->key, ev->key_len, ev->key_hash, (void *)(uintptr_t)at);
     else if (ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED)
         kb_strmap_del(l->graves, ev->key, ev->key_len, ev->key_hash);
     return before;

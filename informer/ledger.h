@@ -92,14 +92,22 @@ void kb_ledger_rewind(kb_ledger_t *l, uint64_t seq); /* a batch that did not com
  * for a deleted one. Opaque (non-decimal) RVs are only compared for equality. */
 bool kb_ledger_stale(const kb_ledger_t *l, const kb_event_t *cached, const char *key, size_t key_len,
                      uint64_t hash, const char *rv, size_t rv_len);
-/* ev was staged: a DELETED leaves a grave at its RV, an ADDED/MODIFIED clears
- * it. Returns the grave before (0: none) for kb_ledger_unaccept. */
-uint64_t kb_ledger_accept(kb_ledger_t *l, const kb_event_t *ev);
+/* ev was staged: a DELETED leaves a grave at its RV — or at ceiling where that
+ * is lower (0: no ceiling; a relist's inferred delete: the list's RV, where the
+ * key was seen gone) — an ADDED/MODIFIED clears it. Returns the grave before
+ * (0: none) for kb_ledger_unaccept. */
+uint64_t kb_ledger_accept(kb_ledger_t *l, const kb_event_t *ev, uint64_t ceiling);
+/* The grave of key (0: none). */
+uint64_t kb_ledger_grave(const kb_ledger_t *l, const char *key, size_t key_len, uint64_t hash);
+/* Forget key's grave if it is still at rv (the drift audit found it belongs to
+ * a history the server no longer has). */
+void kb_ledger_drop_grave(kb_ledger_t *l, const char *key, size_t key_len, uint64_t hash, uint64_t rv);
 /* Undo kb_ledger_accept of key's change when its batch failed: grave_before back. */
 void kb_ledger_unaccept(kb_ledger_t *l, const char *key, size_t key_len, uint64_t hash, uint64_t grave_before);
 /* A batch committed: now and then, forget graves the checkpoint has passed. */
 void kb_ledger_batch_committed(kb_ledger_t *l);
-/* The server's history went back (etcd restored): old graves mean nothing. */
+/* The server's history went back (etcd restored): old graves mean nothing.
+ * (The graves the relist then leaves stand at its RV at most: see accept.) */
 void kb_ledger_forget_graves(kb_ledger_t *l);
 size_t kb_ledger_graves(const kb_ledger_t *l);
 

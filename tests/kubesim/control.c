@@ -581,6 +581,19 @@ enum MHD_Result kb_sim__control(kb_sim_t *sim, struct MHD_Connection *conn, cons
         pthread_mutex_unlock(&sim->mtx);
         return ok_json(sim, conn, method, url, 200, "{\"resourceVersion\":\"%llu\"}", rv);
     }
+    if (post && (!strcmp(ep, "snapshot") || !strcmp(ep, "restore"))) {
+        pthread_mutex_lock(&sim->mtx);
+        bool ok = true;
+        if (ep[0] == 's')
+            kb_sim__snapshot_locked(sim);
+        else
+            ok = kb_sim__restore_locked(sim);
+        unsigned long long rv = sim->rv;
+        pthread_mutex_unlock(&sim->mtx);
+        if (!ok)
+            return kb_sim__respond_status(sim, conn, method, url, 409, "Conflict", "restore: no snapshot taken");
+        return ok_json(sim, conn, method, url, 200, "{\"resourceVersion\":\"%llu\"}", rv);
+    }
     if (post && !strcmp(ep, "bulk"))
         return post_bulk(sim, conn, url, body, body_len);
     static const char *const json_eps[] = {"fault", "resources", "churn", "generate"};

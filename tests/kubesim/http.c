@@ -424,7 +424,7 @@ static enum MHD_Result do_list(kb_sim_t *sim, struct MHD_Connection *conn, const
         ret = kb_sim__respond(sim, conn, method, url, 504, body, strlen(body), 0);
         goto out;
     }
-    if (cont && tok_rv >= 0 && (uint64_t)tok_rv < sim->continue_min_rv) {
+    if (cont && tok_rv >= 0 && ((uint64_t)tok_rv < sim->continue_min_rv || (uint64_t)tok_rv > sim->rv)) {
         pthread_mutex_unlock(&sim->mtx);
         kb_buf_t tok = KB_BUF_INIT;
         kb_sim__token_encode(-1, start, &tok);
@@ -859,6 +859,7 @@ void kb_sim_stop(kb_sim_t *sim) {
     for (size_t i = 0; i < sim->nres; i++)
         kb_sim__res_free(sim->res[i]);
     free(sim->res);
+    kb_sim__snap_free(sim->snap);
     kb_sim__faults_clear_locked(sim);
     free(sim->watch_err_line);
     for (size_t i = 0; i < KB_SIM_REQLOG; i++)

@@ -157,6 +157,15 @@ typedef struct kb_sim_cut {
 #define KB_SIM_REQLOG 1000
 #define KB_SIM_MAX_FAULTS 64
 
+/* POST /_sim/snapshot: the objects of every resource at one RV, for
+ * POST /_sim/restore (an etcd backup and its restore). */
+typedef struct kb_sim_snap {
+    uint64_t rv;
+    size_t n;                 /* resources, in sim->res order at the snapshot */
+    kb_sim_res_t **res;
+    kb_strmap_t **objs;       /* key -> kb_sim_obj_t * (one reference each) */
+} kb_sim_snap_t;
+
 struct kb_sim {
     kb_sim_opts_t opts;       /* defaults applied; host points at host_buf */
     char host_buf[64];
@@ -166,6 +175,8 @@ struct kb_sim {
     pthread_cond_t cond;      /* CLOCK_MONOTONIC; broadcast on any change a watcher may want */
     atomic_bool stopping;
     uint64_t rv;              /* the global resourceVersion counter (last one issued) */
+    uint64_t rv_high;         /* the highest RV issued before the last restore (0: none yet) */
+    kb_sim_snap_t *snap;      /* POST /_sim/snapshot's copy of every resource's objects; NULL none */
     uint64_t uid_seq;         /* for uids */
     uint64_t gen_seq;         /* names for /_sim/generate */
     kb_sim_res_t **res;
@@ -216,6 +227,12 @@ void kb_sim__ensure_sorted_locked(kb_sim_res_t *res);
 /* First index in res->sorted whose key is > after (after NULL: 0) / >= from. */
 size_t kb_sim__sorted_lower_locked(const kb_sim_res_t *res, const char *from, bool strictly_after);
 void kb_sim__compact_locked(kb_sim_t *sim);
+/* Take a snapshot of every resource's objects (replacing the last one). */
+void kb_sim__snapshot_locked(kb_sim_t *sim);
+/* Put the snapshot back as an etcd restore does: objects and the RV counter
+ * go back to it, the history is gone, every watch is dropped. False: no snapshot. */
+bool kb_sim__restore_locked(kb_sim_t *sim);
+void kb_sim__snap_free(kb_sim_snap_t *snap); /* NULL is a no-op */
 void kb_sim__new_uid_locked(kb_sim_t *sim, char out[37]);
 void kb_sim__now_rfc3339(char out[32]);
 /* Churn step: bump the churn annotation of the object at key (fast path if it has

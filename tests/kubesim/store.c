@@ -383,6 +383,77 @@ void kb_sim__compact_locked(kb_sim_t *sim) {
     kb_sim__broadcast_locked(sim);
 }
 
+/* ---- snapshot and restore (an etcd backup) --------------------------------- */
+
+static kb_strmap_t *objs_copy(kb_strmap_t *from) {
+    kb_strmap_t *to = kb_strmap_new(kb_strmap_count(from) + 16);
+    size_t pos = 0, len;
+    const char *key;
+    void *val;
+    while (kb_strmap_next(from, &pos, &key, &len, &val))
+        kb_strmap_put(to, key, len, kb_fnv1a64(key, len), kb_sim__obj_ref(val));
+    return to;
+}
+
+static void objs_free(kb_strmap_t *objs) {
+    size_t pos = 0;
+    void *val;
+    while (objs && kb_strmap_next(objs, &pos, NULL, NULL, &val))
+        kb_sim__obj_unref(val);
+    kb_strmap_destroy(objs);
+}
+
+void kb_sim__snap_free(kb_sim_snap_t *snap) {
+    if (!snap)
+        return;
+    for (size_t i = 0; i < snap->n; i++)
+        objs_free(snap->objs[i]);
+    free(snap->objs);
+    free(snap->res);
+    free(snap);
+}
+
+void kb_sim__snapshot_locked(kb_sim_t *sim) {
+    kb_sim__snap_free(sim->snap);
+    kb_sim_snap_t *snap = kb_calloc(1, sizeof(*snap));
+    snap->rv = sim->rv;
+    snap->n = sim->nres;
+    snap->res = kb_calloc(sim->nres + 1, sizeof(*snap->res));
+    snap->objs = kb_calloc(sim->nres + 1, sizeof(*snap->objs));
+    for (size_t i = 0; i < sim->nres; i++) {
+        snap->res[i] = sim->res[i];
+        snap->objs[i] = objs_copy(sim->res[i]->objs);
+    }
+    sim->snap = snap;
+}
+
+/* Objects and RV go back to the snapshot (kept: it can be restored again);
+ * the history is gone (a watch from an RV above the restored one is too
+ * large, one below it too old), and every open watch is dropped, as the API
+ * servers restarted on the restored etcd would. uids keep counting: a name
+ * created again gets a new one. */
+bool kb_sim__restore_locked(kb_sim_t *sim) {
+    if (!sim->snap)
+        return false;
+    if (sim->rv > sim->rv_high)
+        sim->rv_high = sim->rv;
+    sim->rv = sim->snap->rv;
+    for (size_t r = 0; r < sim->nres; r++) {
+        kb_sim_res_t *res = sim->res[r];
+        kb_strmap_t *objs = NULL;
+        for (size_t i = 0; i < sim->snap->n && !objs; i++)
+            if (sim->snap->res[i] == res)
+                objs = objs_copy(sim->snap->objs[i]);
+        objs_free(res->objs);
+        res->objs = objs ? objs : kb_strmap_new(1024);
+        res->sorted_valid = false;
+    }
+    kb_sim__compact_locked(sim); /* also expires every continue token below the restored RV */
+    sim->drop_gen++;
+    kb_sim__broadcast_locked(sim);
+    return true;
+}
+
 void kb_sim__new_uid_locked(kb_sim_t *sim, char out[37]) {
     uint64_t n = ++sim->uid_seq;
     uint64_t h = kb_fnv1a64(&n, sizeof(n));

@@ -244,6 +244,22 @@ static void on_free(void *cls) {
     free(w);
 }
 
+/* A watch from an RV this server issued before a restore (POST /_sim/restore)
+ * and has not reached again: the real API server waits a few seconds for it,
+ * then sends this. */
+static char *too_large_line(uint64_t req, uint64_t current) {
+    char msg[128];
+    snprintf(msg, sizeof(msg), "Timeout: Too large resource version: %llu, current: %llu", (unsigned long long)req,
+             (unsigned long long)current);
+    char *st = kb_sim__status_json(504, "Timeout", msg,
+                                   "{\"causes\":[{\"reason\":\"ResourceVersionTooLarge\",\"message\":"
+                                   "\"Too large resource version\"}],\"retryAfterSeconds\":1}", NULL);
+    kb_buf_t b = KB_BUF_INIT;
+    kb_buf_appendf(&b, "{\"type\":\"ERROR\",\"object\":%s}\n", st);
+    free(st);
+    return kb_buf_steal(&b, NULL);
+}
+
 static char *too_old_line(uint64_t req, uint64_t oldest) {
     char msg[96];
     snprintf(msg, sizeof(msg), "too old resource version: %llu (%llu)", (unsigned long long)req,
@@ -313,6 +329,8 @@ enum MHD_Result kb_sim__watch_start(kb_sim_t *sim, struct MHD_Connection *conn, 
     } else if (sim->watch_err_next && sim->watch_err_line) {
         sim->watch_err_next = false;
         w->error_line = kb_strdup(sim->watch_err_line);
+    } else if (!from_state && rv_req > sim->rv && rv_req <= sim->rv_high) {
+        w->error_line = too_large_line(rv_req, sim->rv);
     } else if (!from_state && rv_req < res->expired_rv) {
         w->error_line = too_old_line(rv_req, res->expired_rv);
     } else if (from_state) {

@@ -28,6 +28,11 @@
  *   per key, apply a message only if (resourceVersion, DELETED ? 1 : 0) is
  *   greater than that of the last message applied for the key.
  *
+ * Some histories (compaction "none" only) also back the server up and
+ * restore it (etcd restored: RVs go back, names come again at RVs below their
+ * old incarnation's); their consumer takes each key's last message instead of
+ * the rule, which cannot order two histories.
+ *
  * Checks: (1) the consumer's view equals the server's state (uid and RV of
  * every live object); (2) every message the rule skips is an exact repeat of
  * one delivered before, and only of a change past the checkpoint the restart
@@ -101,6 +106,9 @@ typedef struct {
     uint64_t rv;                 /* the newest RV (etcd's revision) */
     uint64_t compacted;          /* history at or below this is gone */
     unsigned uids;
+    mobj_t snap_obj[MAX_NS][NAMES]; /* an etcd backup (has_snap), at snap_rv */
+    uint64_t snap_rv;
+    bool has_snap;
 } server_t;
 
 static const char *const ns_names[MAX_NS] = {"a", "b"};
@@ -173,6 +181,9 @@ typedef struct {
     size_t cursor;          /* next history index to consider */
     uint64_t from;          /* RV the watch began at */
     kb_buf_t pending;       /* bytes not yet handed over (a stream cut mid-frame) */
+    bool old_epoch;         /* the server was restored since this scope last completed a list: a watch
+                             * from its resume point is refused (ResourceVersionTooLarge), whatever
+                             * RV the new history has reached (see srv_restore) */
 } refl_t;
 
 /* A sink as the bridge drives it (bridge/bridge.c): messages it took are
@@ -204,6 +215,8 @@ typedef struct {
     msink_t sinks[MAX_SINKS];
     int n_sinks;
     bool latest;
+    bool restores;          /* this history may restore the server from a backup (compaction none only) */
+    unsigned restored;      /* how many times it did */
     bool memory;            /* no state_dir: the cache alone (no restarts then: they would start from nothing) */
     int stream_pct;         /* chance a list is streamed (sendInitialEvents) rather than paged */
     int64_t window;         /* coalescing window in clock ticks (0 = off; only with latest) */
@@ -445,6 +458,7 @@ static void list_page(sim_t *s, refl_t *f, int idx) {
         if (err != KB_OK)
             fail("list end: %s", kb_err_str(err));
         f->st = R_WATCH_OPEN;
+        f->old_epoch = false;
     }
     kb_buf_fini(&b);
     kb_buf_fini(&cont);
@@ -468,6 +482,11 @@ static void watch_open(sim_t *s, refl_t *f, int idx) {
         return;
     }
     uint64_t from = strtoull(rv, NULL, 10);
+    if (f->old_epoch) { /* a resume point of the history the server went back from */
+        TRACE("  refl %d: watch from %s: too large (restored)\n", idx, rv);
+        start_list(s, f, idx);
+        return;
+    }
     if (from < s->srv.compacted) { /* 410 Gone when the watch opens: relist */
         s->gones++;
         TRACE("  refl %d: watch from %s: 410\n", idx, rv);
@@ -496,6 +515,7 @@ static void stream_lost(sim_t *s, refl_t *f, int idx, bool gone) {
     kb_buf_reset(&f->pending);
     if (kb_ingest_stream_end(s->inf, (size_t)idx)) {
         f->st = R_WATCH_OPEN; /* it was complete after all: resume from its RV */
+        f->old_epoch = false;
         return;
     }
     f->page_next = gone;
@@ -537,6 +557,7 @@ static void stream_step(sim_t *s, refl_t *f, int idx, bool quiet) {
         stream_lost(s, f, idx, err == KB_ERR_GONE);
     } else if (kb_ingest_stream_listed(s->inf, (size_t)idx)) {
         TRACE("  refl %d: streamed list complete at rv %llu\n", idx, (unsigned long long)f->list_rv);
+        f->old_epoch = false;
         watch_from(s, f, f->list_rv); /* the rest of the bytes, if any, are changes */
     }
 }
@@ -581,6 +602,45 @@ static void watch_step(sim_t *s, refl_t *f, int idx, bool quiet) {
     }
 }
 
+/* An etcd backup, or its restore: the objects and the RV go back to the
+ * backup's, the history after it is gone, and every stream ends (the API
+ * servers restart). uids keep counting, so a name created again gets a new
+ * one — at an RV below the one its old incarnation had. A scope's watch from
+ * a resume point of the old history is refused until it lists again (the
+ * server answers ResourceVersionTooLarge while its RV is below; once the new
+ * history passes it nothing could tell, which is why etcd offers
+ * --bump-revision: see docs/guarantees.md). */
+static void srv_backup_or_restore(sim_t *s) {
+    server_t *v = &s->srv;
+    if (!v->has_snap || chance(&s->r, 40)) {
+        memcpy(v->snap_obj, v->obj, sizeof(v->obj));
+        v->snap_rv = v->rv;
+        v->has_snap = true;
+        TRACE("  server: backup at %llu\n", (unsigned long long)v->rv);
+        return;
+    }
+    if (v->rv == v->snap_rv)
+        return;
+    TRACE("  server: restored from %llu to the backup at %llu\n", (unsigned long long)v->rv,
+          (unsigned long long)v->snap_rv);
+    memcpy(v->obj, v->snap_obj, sizeof(v->obj));
+    v->rv = v->compacted = v->snap_rv;
+    while (v->n_hist && v->hist[v->n_hist - 1].rv > v->rv)
+        v->n_hist--;
+    s->restored++;
+    for (int i = 0; i < s->n_refl; i++) {
+        refl_t *f = &s->refl[i];
+        if (f->st == R_STREAMING)
+            stream_lost(s, f, i, false);
+        else if (f->st == R_LISTING)
+            start_list(s, f, i);
+        else if (f->st == R_WATCHING)
+            f->st = R_WATCH_OPEN;
+        kb_buf_reset(&f->pending);
+        f->old_epoch = true;
+    }
+}
+
 static void refl_step(sim_t *s, int idx, bool quiet) {
     refl_t *f = &s->refl[idx];
     switch (f->st) {
@@ -610,7 +670,10 @@ static void check_sink(sim_t *s, int si) {
         cmsg_t *m = &k->log.v[i];
         cview_t *v = &view[m->ns][m->name];
         int rank = m->type == KB_EV_DELETED ? 1 : 0;
-        if (!v->seen || m->rv > v->rv || (m->rv == v->rv && rank > v->rank)) {
+        /* After a restore RVs go back, so the rule cannot order the two
+         * histories: such histories (compaction none only, where a repeat
+         * is exact and in order) take each key's last message. */
+        if (!v->seen || m->rv > v->rv || (m->rv == v->rv && rank > v->rank) || s->restored) {
             *v = (cview_t){true, m->rv, rank, m->type != KB_EV_DELETED, m->uid};
             continue;
         }
@@ -728,6 +791,7 @@ static void configure(sim_t *s) {
         s->sinks[i].refuse_pct = chance(&s->r, 20) ? 2 : 0;
     }
     s->memory = chance(&s->r, 20);
+    s->restores = !s->latest && chance(&s->r, 40);
     for (int i = 0; i < s->n_sinks && s->memory; i++)
         s->sinks[i].refuse_pct = 0; /* a stopped sink is tried again by a restart */
     for (int i = 0; i < s->n_refl; i++)
@@ -767,7 +831,10 @@ static bool run_history(uint64_t seed, unsigned steps) {
         s->steps++;
         s->clock++;
         if (w < 25) {
-            srv_op(&s->srv, &s->r);
+            if (s->restores && chance(&s->r, 4))
+                srv_backup_or_restore(s);
+            else
+                srv_op(&s->srv, &s->r);
         } else if (w < 27) {
             if (s->srv.rv > 2)
                 s->srv.compacted = s->srv.rv - rnd(&s->r, 4);
@@ -809,10 +876,10 @@ static bool run_history(uint64_t seed, unsigned steps) {
     }
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
-               "%u crashes, %u restarts, %u messages%s)\n",
+               "%u crashes, %u restarts, %u restores, %u messages%s)\n",
                (unsigned long long)seed, failed ? "FAILED: " : "ok", failed ? failure : "", "",
                s->latest ? (s->window ? "latest+window" : "latest") : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
-               s->crashes, s->restarts, s->msgs, s->memory ? ", no state_dir" : "");
+               s->crashes, s->restarts, s->restored, s->msgs, s->memory ? ", no state_dir" : "");
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
     if (system(cmd) != 0)

@@ -55,7 +55,7 @@ static void test_graves_gate_and_undo(void **state) {
     (void)state;
     kb_ledger_t *l = kb_ledger_new(NULL, 1, NULL);
     kb_event_t *d = mk(KB_EV_DELETED, "x", "A", 105);
-    uint64_t before = kb_ledger_accept(l, d);
+    uint64_t before = kb_ledger_accept(l, d, 0);
     assert_int_equal(before, 0);
     assert_true(stale(l, NULL, "ns/x", "104"));
     assert_true(stale(l, NULL, "ns/x", "105"));
@@ -63,15 +63,39 @@ static void test_graves_gate_and_undo(void **state) {
     /* A batch that could not commit takes its grave back with it. */
     kb_ledger_unaccept(l, d->key, d->key_len, d->key_hash, before);
     assert_false(stale(l, NULL, "ns/x", "105"));
-    kb_ledger_accept(l, d);
+    kb_ledger_accept(l, d, 0);
     kb_event_t *a = mk(KB_EV_ADDED, "x", "B", 107);
-    kb_ledger_accept(l, a); /* re-created: the cache holds 107 from now on */
+    kb_ledger_accept(l, a, 0); /* re-created: the cache holds 107 from now on */
     assert_int_equal(kb_ledger_graves(l), 0);
-    kb_ledger_accept(l, d);
+    kb_ledger_accept(l, d, 0);
     kb_ledger_forget_graves(l); /* RV regression */
     assert_false(stale(l, NULL, "ns/x", "1"));
     kb_event_unref(d);
     kb_event_unref(a);
+    kb_ledger_destroy(l);
+}
+
+/* A restore: the relist at rv 50 (below the old history's 105) infers the
+ * delete of x, whose last RV 105 is the old history's. Its grave stands at
+ * the list's RV, so x created again at 51 in the new history is not refused. */
+static void test_inferred_grave_at_most_the_list_rv(void **state) {
+    (void)state;
+    kb_ledger_t *l = kb_ledger_new(NULL, 1, NULL);
+    kb_event_t *d = mk(KB_EV_DELETED, "x", "A", 105);
+    kb_ledger_forget_graves(l);
+    kb_ledger_accept(l, d, 50);
+    assert_int_equal(kb_ledger_grave(l, d->key, d->key_len, d->key_hash), 50);
+    assert_true(stale(l, NULL, "ns/x", "50"));
+    assert_false(stale(l, NULL, "ns/x", "51"));
+    /* A ceiling above the RV changes nothing. */
+    kb_ledger_accept(l, d, 200);
+    assert_int_equal(kb_ledger_grave(l, d->key, d->key_len, d->key_hash), 105);
+    /* The audit drops a grave only if it is still the one it judged. */
+    kb_ledger_drop_grave(l, d->key, d->key_len, d->key_hash, 104);
+    assert_int_equal(kb_ledger_graves(l), 1);
+    kb_ledger_drop_grave(l, d->key, d->key_len, d->key_hash, 105);
+    assert_int_equal(kb_ledger_graves(l), 0);
+    kb_event_unref(d);
     kb_ledger_destroy(l);
 }
 
@@ -342,6 +366,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gate_is_by_rv_across_uids),
         cmocka_unit_test(test_graves_gate_and_undo),
+        cmocka_unit_test(test_inferred_grave_at_most_the_list_rv),
         cmocka_unit_test(test_watermark_and_resume_points),
         cmocka_unit_test(test_produced_counts_for_the_cut),
         cmocka_unit_test(test_restart_tail_and_cut),
