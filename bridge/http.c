@@ -993,14 +993,15 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
                        (unsigned long long)st.ack_seq);
         kb_http_json_field(&o, "resourceVersion", st.checkpoint_rv);
         kb_buf_append_char(&o, '}');
-        kb_ledger_sink_t sinks[KB_LEDGER_MAX_SINKS];
-        size_t n_sinks = kb_ledger_sinks(kb_informer_ledger(inf), sinks, KB_ARRAY_LEN(sinks));
+        size_t n_sinks;
+        kb_ledger_sink_t *sinks = kb_ledger_sinks(kb_informer_ledger(inf), &n_sinks);
         kb_buf_append_str(&o, ",\"sinks\":[");
         for (size_t k = 0; k < n_sinks; k++) {
             kb_buf_append_str(&o, k ? ",{\"name\":" : "{\"name\":");
             kb_buf_append_json_str(&o, sinks[k].name, strlen(sinks[k].name));
             kb_buf_appendf(&o, ",\"watermark\":%llu}", (unsigned long long)sinks[k].watermark);
         }
+        free(sinks);
         kb_buf_append_char(&o, ']');
         kb_http_json_field(&o, "lastError", st.last_error);
         kb_http_json_field(&o, "sharding", st.sharding);
