@@ -852,7 +852,8 @@ static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb
             continue; /* not created: no route uses it */
         sink->ops->stats(sink->state, &st);
         if (!st.connected)
-            kb_buf_appendf(&body, "sink %s: not connected to its destination\n", cfg->sinks[i].name);
+            kb_buf_appendf(&body, "sink %s: not connected to its destination%s%s\n", cfg->sinks[i].name,
+                           st.why ? ": " : "", st.why ? st.why : "");
         kb_sink_refusals_t rf;
         if (kb_bridge_sink_refusals(h->b, i, &rf))
             kb_buf_appendf(&body, "sink %s: stopped: %s (on_refused = \"stop\"; fix the cause, then SIGHUP)\n",
