@@ -413,10 +413,16 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     kb_ledger_t *ledger = kb_informer_ledger(p->inf);
     /* Decide the routes first, so the sinks that owe an acknowledgement are
      * known to the ledger before any of them can acknowledge, and the count of
-     * messages before any transactional sink reports one enqueued. */
-    size_t take[64], n_take = 0;
-    uint64_t waiting = 0;
-    for (size_t i = 0; i < p->router->n && n_take < KB_ARRAY_LEN(take); i++) {
+     * messages before any transactional sink reports one enqueued. Every route
+     * may take the event: the usual few fit on the stack, more go on the heap. */
+    size_t take_few[16], *take = take_few, n_take = 0;
+    int owe_few[16], *owe = owe_few;
+    size_t n_owe = 0;
+    if (p->router->n > KB_ARRAY_LEN(take_few)) {
+        take = kb_malloc(p->router->n * sizeof(*take));
+        owe = kb_malloc(p->router->n * sizeof(*owe));
+    }
+    for (size_t i = 0; i < p->router->n; i++) {
         const kb_route_t *route = &p->router->routes[i];
         if (!kb_route_match(route, ev))
             continue;
@@ -429,7 +435,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             continue;
         take[n_take++] = i;
         if (lidx >= 0)
-            waiting |= UINT64_C(1) << lidx;
+            owe[n_owe++] = lidx;
     }
     kb_delivery_t *d = kb_malloc(sizeof(*d) + n_take * sizeof(d->s[0]));
     d->p = p;
@@ -451,7 +457,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
         }
     }
     d->expected = expected;
-    kb_ledger_routed(ledger, ev->seq, waiting);
+    kb_ledger_routed(ledger, ev->seq, owe, n_owe);
     bool eos = atomic_load(&p->eos) != NULL;
     for (size_t t = 0; t < n_take; t++) {
         const kb_route_t *route = &p->router->routes[take[t]];
@@ -498,6 +504,10 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
             break;
         }
     }
+    if (take != take_few) {
+        free(take);
+        free(owe);
+    }
     if (!routed)
         atomic_fetch_add(&p->unrouted, 1);
     kb_histogram_observe_ns(&p->handle[ev->type], kb_now_mono_ns() - t0);
@@ -506,7 +516,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
 
 /* ha.enabled: a change the leader acknowledged is acknowledged to nothing here. */
 static void kb_deliver_none(kb_pipeline_t *p, kb_event_t *ev) {
-    kb_ledger_routed(kb_informer_ledger(p->inf), ev->seq, 0);
+    kb_ledger_routed(kb_informer_ledger(p->inf), ev->seq, NULL, 0);
 }
 
 /* A batch when ha.enabled: the gate before every event, outside route_lock
@@ -639,9 +649,8 @@ static int *kb_pipeline_lidx(kb_pipeline_t *p, const kb_router_t *r, const kb_co
         lidx[i] = -1;
     for (size_t i = 0; i < r->n; i++) {
         size_t si = r->routes[i].sink_index;
-        if (lidx[si] < 0 && (lidx[si] = kb_ledger_add_sink(l, cfg->sinks[si].name)) < 0)
-            KB_WARN("bridge", "informer=%s routes to more than %d sinks: sink=%s gets no watermark of its own",
-                    kb_informer_conf(p->inf)->name, KB_LEDGER_MAX_SINKS, cfg->sinks[si].name);
+        if (lidx[si] < 0)
+            lidx[si] = kb_ledger_add_sink(l, cfg->sinks[si].name);
     }
     for (size_t i = 0; old && old_cfg && i < old_cfg->n_sinks; i++) {
         bool kept = false;

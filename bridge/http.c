@@ -828,7 +828,8 @@ static enum MHD_Result kb_http_readyz(kb_http_t *h, struct MHD_Connection *c, kb
             continue; /* not created: no route uses it */
         sink->ops->stats(sink->state, &st);
         if (!st.connected)
-            kb_buf_appendf(&body, "sink %s: not connected to its destination\n", cfg->sinks[i].name);
+            kb_buf_appendf(&body, "sink %s: not connected to its destination%s%s\n", cfg->sinks[i].name,
+                           st.why ? ": " : "", st.why ? st.why : "");
         kb_sink_refusals_t rf;
         if (kb_bridge_sink_refusals(h->b, i, &rf))
             kb_buf_appendf(&body, "sink %s: stopped: %s (on_refused = \"stop\"; fix the cause, then SIGHUP)\n",
@@ -969,14 +970,15 @@ static enum MHD_Result kb_http_informers(kb_http_t *h, struct MHD_Connection *c,
                        (unsigned long long)st.ack_seq);
         kb_http_json_field(&o, "resourceVersion", st.checkpoint_rv);
         kb_buf_append_char(&o, '}');
-        kb_ledger_sink_t sinks[KB_LEDGER_MAX_SINKS];
-        size_t n_sinks = kb_ledger_sinks(kb_informer_ledger(inf), sinks, KB_ARRAY_LEN(sinks));
+        size_t n_sinks;
+        kb_ledger_sink_t *sinks = kb_ledger_sinks(kb_informer_ledger(inf), &n_sinks);
         kb_buf_append_str(&o, ",\"sinks\":[");
         for (size_t k = 0; k < n_sinks; k++) {
             kb_buf_append_str(&o, k ? ",{\"name\":" : "{\"name\":");
             kb_buf_append_json_str(&o, sinks[k].name, strlen(sinks[k].name));
             kb_buf_appendf(&o, ",\"watermark\":%llu}", (unsigned long long)sinks[k].watermark);
         }
+        free(sinks);
         kb_buf_append_char(&o, ']');
         kb_http_json_field(&o, "lastError", st.last_error);
         kb_http_json_field(&o, "sharding", st.sharding);

@@ -510,10 +510,11 @@ void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
     kb_m_informers(out, b, infs, n);
     kb_m_head(out, "kbridge_noop_suppressed_total", "counter",
               "Changes a route with suppress_noop skipped as identical to what it last delivered for the key.");
+    size_t max_routes = cfg->n_routes ? cfg->n_routes : 1; /* an informer's routes are some of cfg's */
+    const char **routes = kb_malloc(max_routes * sizeof(*routes));
+    uint64_t *counts = kb_malloc(max_routes * sizeof(*counts));
     for (size_t i = 0; i < n; i++) {
-        const char *routes[64];
-        uint64_t counts[64];
-        size_t k = kb_bridge_noop_counts(b, i, routes, counts, 64);
+        size_t k = kb_bridge_noop_counts(b, i, routes, counts, max_routes);
         for (size_t j = 0; j < k; j++) {
             kb_buf_append_str(out, "kbridge_noop_suppressed_total{");
             kb_m_label(out, "informer", infs[i].name);
@@ -522,6 +523,8 @@ void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
             kb_buf_appendf(out, "} %llu\n", (unsigned long long)counts[j]);
         }
     }
+    free(routes);
+    free(counts);
     kb_m_sinks(out, b, cfg);
     kb_m_ha(out, b);
     free(infs);

@@ -382,7 +382,10 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "path", .type = KB_CT_STRING, .off = SNK(path), .def = "-", .only = FILE_ONLY,
      .flags = KB_CF_NONEMPTY | KB_CF_FILE,
      .doc = "File to append JSON Lines to; \"-\" = stdout. Reopened on SIGHUP and when the path no longer "
-            "names the open file (after logrotate's rename + create, or rm)."},
+            "names the open file (after logrotate's rename + create, or rm). Whole lines only: a torn last line "
+            "left by a crash is cut at the next start (logged with the bytes cut). A FIFO is opened for writing "
+            "only: while no reader has it open nothing is written or acknowledged and /readyz says so; see "
+            "guarantees.md for what a pipe can lose."},
     {.name = "follow_symlinks", .type = KB_CT_BOOL, .off = SNK(follow_symlinks), .def = "false", .only = FILE_ONLY,
      .doc = "false: a symbolic link at path is refused (the sink would otherwise write to, and cut the torn "
             "tail of, whatever file the link points at); true: follow it."},

@@ -53,6 +53,7 @@
 #include "common/time.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,10 +61,9 @@
 
 typedef struct kb_slot {
     bool done;       /* nothing more to wait for */
-    bool routed;     /* the bridge handed it to its sinks: waiting says which still owe an ack */
+    bool routed;     /* the bridge handed it to its sinks: its waiting bits say which still owe an ack */
     bool produced;   /* inside an open transaction (exactly-once) */
     int scope;       /* the resume point this change completes, -1 none */
-    uint64_t waiting;/* bit i: sink i (the ledger's sink table) has not acknowledged it */
     uint32_t bytes;  /* of its event (the bound on what the window holds) */
     char *rv_after;  /* its RV (malloc'd), NULL none */
 } kb_slot_t;
@@ -104,13 +104,19 @@ struct kb_ledger {
     pthread_mutex_t mtx;        /* guards what follows; a leaf lock */
     kb_slot_t *ring;
     size_t ring_cap, ring_head, ring_len;
+    /* Which sinks still owe an acknowledgement of each slot: words 64-bit
+     * words per ring position (ring_cap × words), bit i = sink i of the sink
+     * table. One word covers the usual handful of sinks; the table growing
+     * past words × 64 widens every slot by a word (kb_waits_widen). */
+    uint64_t *waits;
+    size_t words;
     uint64_t base;              /* seq of ring[ring_head] */
     uint64_t acked;             /* every seq <= acked is acknowledged */
     char (*ack_rv)[KB_RV_MAX];  /* per scope: resume point at acked */
     int64_t ack_time_ns;
     uint64_t saved;             /* the checkpoint in state_dir (checkpointer only) */
-    kb_lsink_t sinks[KB_LEDGER_MAX_SINKS];
-    size_t n_sinks;
+    kb_lsink_t *sinks;          /* the sink table; an index never changes once given */
+    size_t n_sinks, cap_sinks;
     uint64_t loaded;            /* the checkpoint this process started from */
     pthread_cond_t room_cv;     /* signalled when the watermark moves (kb_ledger_wait_room) */
     size_t max_slots;           /* bounds of the window; 0 = none */
@@ -130,6 +136,7 @@ kb_ledger_t *kb_ledger_new(const char *const *scope_ns, size_t n_scopes, kb_stat
     l->start_rv = kb_calloc(n_scopes, sizeof(*l->start_rv));
     l->ack_rv = kb_calloc(n_scopes, sizeof(*l->ack_rv));
     l->base = 1;
+    l->words = 1;
     pthread_mutex_init(&l->mtx, NULL);
     kb_cond_init_mono(&l->room_cv);
     return l;
@@ -151,11 +158,13 @@ void kb_ledger_destroy(kb_ledger_t *l) {
     for (size_t i = 0; i < l->ring_len; i++)
         free(l->ring[(l->ring_head + i) % l->ring_cap].rv_after);
     free(l->ring);
+    free(l->waits);
     for (size_t i = 0; i < l->n_scopes; i++)
         free(l->scope_ns[i]);
     free(l->scope_ns);
     for (size_t i = 0; i < l->n_sinks; i++)
         free(l->sinks[i].name);
+    free(l->sinks);
     free(l->start_rv);
     free(l->ack_rv);
     kb_strmap_destroy(l->graves);
@@ -460,6 +469,54 @@ static kb_slot_t *kb_slot(kb_ledger_t *l, uint64_t seq) {
     return &l->ring[(l->ring_head + (seq - l->base)) % l->ring_cap];
 }
 
+/* The waiting bits of slot s (of l->ring). l->mtx held. */
+static uint64_t *kb_waits(const kb_ledger_t *l, const kb_slot_t *s) {
+    return &l->waits[(size_t)(s - l->ring) * l->words];
+}
+
+static bool kb_waits_none(const kb_ledger_t *l, const kb_slot_t *s) {
+    const uint64_t *w = kb_waits(l, s);
+    for (size_t i = 0; i < l->words; i++)
+        if (w[i])
+            return false;
+    return true;
+}
+
+static bool kb_waits_has(const kb_ledger_t *l, const kb_slot_t *s, size_t sink) {
+    return kb_waits(l, s)[sink / 64] & (UINT64_C(1) << (sink % 64));
+}
+
+static void kb_waits_clear(const kb_ledger_t *l, const kb_slot_t *s, size_t sink) {
+    kb_waits(l, s)[sink / 64] &= ~(UINT64_C(1) << (sink % 64));
+}
+
+/* Copy the window into a ring of cap slots of words waiting words each, in
+ * seq order from position 0. l->mtx held. */
+static void kb_ring_rebuild(kb_ledger_t *l, size_t cap, size_t words) {
+    kb_slot_t *ring = kb_calloc(cap, sizeof(*ring));
+    uint64_t *waits = kb_calloc(cap * words, sizeof(*waits));
+    for (size_t i = 0; i < l->ring_len; i++) {
+        size_t from = (l->ring_head + i) % l->ring_cap;
+        ring[i] = l->ring[from];
+        memcpy(&waits[i * words], &l->waits[from * l->words], l->words * sizeof(*waits));
+    }
+    free(l->ring);
+    free(l->waits);
+    l->ring = ring;
+    l->waits = waits;
+    l->ring_cap = cap;
+    l->ring_head = 0;
+    l->words = words;
+}
+
+/* The sink table outgrew the waiting bits: one more word per slot. l->mtx held. */
+static void kb_waits_widen(kb_ledger_t *l) {
+    if (l->ring_cap)
+        kb_ring_rebuild(l, l->ring_cap, l->words + 1);
+    else
+        l->words++;
+}
+
 /* Move the watermark over the done prefix. l->mtx held. */
 static void kb_advance(kb_ledger_t *l) {
     if (l->ring_len && l->ring[l->ring_head].done)
@@ -491,21 +548,13 @@ void kb_ledger_track_sized(kb_ledger_t *l, uint64_t seq, int scope, const char *
     if (l->ring_len == 0)
         l->base = seq; /* nothing in flight: the window starts here (seqs before were done) */
     while (l->base + l->ring_len <= seq) {
-        if (l->ring_len == l->ring_cap) {
-            size_t cap = l->ring_cap ? l->ring_cap * 2 : 1024;
-            kb_slot_t *ring = kb_calloc(cap, sizeof(*ring));
-            for (size_t i = 0; i < l->ring_len; i++)
-                ring[i] = l->ring[(l->ring_head + i) % l->ring_cap];
-            free(l->ring);
-            l->ring = ring;
-            l->ring_cap = cap;
-            l->ring_head = 0;
-        }
+        if (l->ring_len == l->ring_cap)
+            kb_ring_rebuild(l, l->ring_cap ? l->ring_cap * 2 : 1024, l->words);
         kb_slot_t *s = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
         bool this = l->base + l->ring_len == seq;
         s->done = this ? done : true; /* a seq no batch committed: nothing to wait for */
         s->routed = false;
-        s->waiting = 0;
+        memset(kb_waits(l, s), 0, l->words * sizeof(uint64_t));
         s->produced = false;
         s->scope = this ? scope : -1;
         s->rv_after = this && scope >= 0 && rv_after && rv_after[0] ? kb_strdup(rv_after) : NULL;
@@ -576,31 +625,38 @@ int kb_ledger_add_sink(kb_ledger_t *l, const char *name) {
             idx = (int)i;
     if (idx >= 0) {
         l->sinks[idx].gone = false;
-    } else if (l->n_sinks < KB_LEDGER_MAX_SINKS) {
-        idx = (int)l->n_sinks++;
-        kb_lsink_t *k = &l->sinks[idx];
-        k->name = kb_strdup(name);
-        k->gone = false;
-        /* A sink with no watermark of its own (new, or a state_dir from before
-         * per-sink watermarks) starts from the checkpoint. */
-        k->start_wm = k->saved_wm = l->loaded;
-        uint64_t wm;
-        if (l->state && kb_state_read_sink_seq(l->state, name, &wm) == KB_OK && wm > k->start_wm)
-            k->start_wm = k->saved_wm = wm;
+        pthread_mutex_unlock(&l->mtx);
+        return idx;
     }
+    KB_ASSERT(l->n_sinks < INT_MAX);
+    if (l->n_sinks == l->cap_sinks) {
+        l->cap_sinks = l->cap_sinks ? l->cap_sinks * 2 : 8;
+        l->sinks = kb_realloc(l->sinks, l->cap_sinks * sizeof(*l->sinks));
+    }
+    if (l->n_sinks == l->words * 64)
+        kb_waits_widen(l);
+    idx = (int)l->n_sinks++;
+    kb_lsink_t *k = &l->sinks[idx];
+    k->name = kb_strdup(name);
+    k->gone = false;
+    /* A sink with no watermark of its own (new, or a state_dir from before
+     * per-sink watermarks) starts from the checkpoint. */
+    k->start_wm = k->saved_wm = l->loaded;
+    uint64_t wm;
+    if (l->state && kb_state_read_sink_seq(l->state, name, &wm) == KB_OK && wm > k->start_wm)
+        k->start_wm = k->saved_wm = wm;
     pthread_mutex_unlock(&l->mtx);
     return idx;
 }
 
 void kb_ledger_remove_sink(kb_ledger_t *l, int sink) {
-    KB_ASSERT(sink >= 0 && (size_t)sink < l->n_sinks);
     pthread_mutex_lock(&l->mtx);
+    KB_ASSERT(sink >= 0 && (size_t)sink < l->n_sinks);
     l->sinks[sink].gone = true;
-    uint64_t bit = UINT64_C(1) << sink;
     for (size_t i = 0; i < l->ring_len; i++) {
         kb_slot_t *s = &l->ring[(l->ring_head + i) % l->ring_cap];
-        s->waiting &= ~bit;
-        if (s->routed && !s->waiting)
+        kb_waits_clear(l, s, (size_t)sink);
+        if (s->routed && kb_waits_none(l, s))
             s->done = true;
     }
     kb_advance(l);
@@ -608,20 +664,25 @@ void kb_ledger_remove_sink(kb_ledger_t *l, int sink) {
 }
 
 bool kb_ledger_wants(kb_ledger_t *l, uint64_t seq, int sink) {
-    KB_ASSERT(sink >= 0 && (size_t)sink < l->n_sinks);
     pthread_mutex_lock(&l->mtx);
+    KB_ASSERT(sink >= 0 && (size_t)sink < l->n_sinks);
     bool wants = seq > l->sinks[sink].start_wm;
     pthread_mutex_unlock(&l->mtx);
     return wants;
 }
 
-void kb_ledger_routed(kb_ledger_t *l, uint64_t seq, uint64_t waiting) {
+void kb_ledger_routed(kb_ledger_t *l, uint64_t seq, const int *sinks, size_t n_sinks) {
     pthread_mutex_lock(&l->mtx);
     kb_slot_t *s = kb_slot(l, seq);
     if (s) {
         s->routed = true;
-        s->waiting = waiting;
-        if (!waiting) {
+        uint64_t *w = kb_waits(l, s);
+        memset(w, 0, l->words * sizeof(*w));
+        for (size_t i = 0; i < n_sinks; i++) {
+            KB_ASSERT(sinks[i] >= 0 && (size_t)sinks[i] < l->n_sinks);
+            w[(size_t)sinks[i] / 64] |= UINT64_C(1) << ((size_t)sinks[i] % 64);
+        }
+        if (!n_sinks) {
             s->done = true;
             kb_advance(l);
         }
@@ -630,13 +691,13 @@ void kb_ledger_routed(kb_ledger_t *l, uint64_t seq, uint64_t waiting) {
 }
 
 void kb_ledger_sink_done(kb_ledger_t *l, uint64_t seq, int sink) {
-    KB_ASSERT(sink >= 0 && sink < KB_LEDGER_MAX_SINKS);
     pthread_mutex_lock(&l->mtx);
+    KB_ASSERT(sink >= 0 && (size_t)sink < l->n_sinks);
     kb_slot_t *s = kb_slot(l, seq);
     if (s) {
-        s->waiting &= ~(UINT64_C(1) << sink);
+        kb_waits_clear(l, s, (size_t)sink);
         l->ack_time_ns = kb_now_real_ns();
-        if (s->routed && !s->waiting) {
+        if (s->routed && kb_waits_none(l, s)) {
             s->done = true;
             kb_advance(l);
         }
@@ -647,19 +708,19 @@ void kb_ledger_sink_done(kb_ledger_t *l, uint64_t seq, int sink) {
 /* Sink i's watermark: the first change it still owes (routed to it and not
  * acknowledged, or not routed yet), less one. l->mtx held. */
 static uint64_t kb_sink_wm(const kb_ledger_t *l, size_t sink) {
-    uint64_t bit = UINT64_C(1) << sink;
     for (size_t i = 0; i < l->ring_len; i++) {
         const kb_slot_t *s = &l->ring[(l->ring_head + i) % l->ring_cap];
-        if (!s->done && (!s->routed || (s->waiting & bit)))
+        if (!s->done && (!s->routed || kb_waits_has(l, s, sink)))
             return l->base + i - 1;
     }
     return l->ring_len ? l->base + l->ring_len - 1 : l->acked;
 }
 
-size_t kb_ledger_sinks(kb_ledger_t *l, kb_ledger_sink_t *out, size_t max) {
+kb_ledger_sink_t *kb_ledger_sinks(kb_ledger_t *l, size_t *n_out) {
     pthread_mutex_lock(&l->mtx);
+    kb_ledger_sink_t *out = kb_malloc((l->n_sinks ? l->n_sinks : 1) * sizeof(*out));
     size_t n = 0;
-    for (size_t i = 0; i < l->n_sinks && n < max; i++) {
+    for (size_t i = 0; i < l->n_sinks; i++) {
         if (l->sinks[i].gone)
             continue;
         snprintf(out[n].name, sizeof(out[n].name), "%s", l->sinks[i].name);
@@ -668,7 +729,8 @@ size_t kb_ledger_sinks(kb_ledger_t *l, kb_ledger_sink_t *out, size_t max) {
         n++;
     }
     pthread_mutex_unlock(&l->mtx);
-    return n;
+    *n_out = n;
+    return out;
 }
 
 /* ---- checkpoint ------------------------------------------------------------ */
@@ -677,10 +739,10 @@ void kb_ledger_checkpoint(kb_ledger_t *l) {
     if (!l->state)
         return;
     kb_buf_t rvs = KB_BUF_INIT;
-    kb_state_sink_seq_t wms[KB_LEDGER_MAX_SINKS];
     size_t n = 0;
     bool moved = false;
     pthread_mutex_lock(&l->mtx);
+    kb_state_sink_seq_t *wms = kb_malloc((l->n_sinks ? l->n_sinks : 1) * sizeof(*wms));
     uint64_t seq = l->acked;
     for (size_t i = 0; i < l->n_sinks; i++) {
         if (l->sinks[i].gone)
@@ -710,6 +772,7 @@ void kb_ledger_checkpoint(kb_ledger_t *l) {
         }
     }
     kb_buf_fini(&rvs);
+    free(wms);
 }
 
 void kb_ledger_txn_cut(kb_ledger_t *l, kb_buf_t *json) {

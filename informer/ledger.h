@@ -146,21 +146,21 @@ bool kb_ledger_wait_room(kb_ledger_t *l, int timeout_ms, kb_ledger_window_t *w);
 /* Per sink, an acknowledgement watermark: every change up to it that was
  * routed to the sink was acknowledged by it. The checkpoint (acked) is the
  * lowest of them; a restart delivers a change of the journal's tail again only
- * to the sinks whose watermark is below it. */
-#define KB_LEDGER_MAX_SINKS 64
+ * to the sinks whose watermark is below it. The sink table has no fixed size. */
 
-/* The index of sink name in this ledger's table (added if new, with the
- * watermark state_dir recorded for it, or the checkpoint). -1 if the table is
- * full. A removed sink added again gets its old index. */
+/* The index (>= 0) of sink name in this ledger's table (added if new, with the
+ * watermark state_dir recorded for it, or the checkpoint). A removed sink
+ * added again gets its old index. */
 int kb_ledger_add_sink(kb_ledger_t *l, const char *name);
 /* A reload removed the sink: nothing waits for it any more. */
 void kb_ledger_remove_sink(kb_ledger_t *l, int sink);
 /* Should sink get change seq? False for a change of the journal's tail the
  * sink had acknowledged before this process started. */
 bool kb_ledger_wants(kb_ledger_t *l, uint64_t seq, int sink);
-/* The bridge routed seq: waiting (bits of sink indexes) owe acknowledgements;
- * 0 = nothing to wait for. Before this, a tracked seq holds every sink. */
-void kb_ledger_routed(kb_ledger_t *l, uint64_t seq, uint64_t waiting);
+/* The bridge routed seq: sinks[0..n_sinks) (indexes from kb_ledger_add_sink,
+ * repeats allowed) owe acknowledgements; none = nothing to wait for. Before
+ * this, a tracked seq holds every sink. */
+void kb_ledger_routed(kb_ledger_t *l, uint64_t seq, const int *sinks, size_t n_sinks);
 /* Sink acknowledged all its messages of seq. */
 void kb_ledger_sink_done(kb_ledger_t *l, uint64_t seq, int sink);
 
@@ -169,8 +169,9 @@ typedef struct kb_ledger_sink {
     int index;
     uint64_t watermark;
 } kb_ledger_sink_t;
-/* The sinks (not removed) and their watermarks now; returns how many. */
-size_t kb_ledger_sinks(kb_ledger_t *l, kb_ledger_sink_t *out, size_t max);
+/* The sinks (not removed) and their watermarks now: a malloc'd array of *n
+ * (free it). */
+kb_ledger_sink_t *kb_ledger_sinks(kb_ledger_t *l, size_t *n);
 
 /* ---- checkpoint ----------------------------------------------------------- */
 

@@ -13,6 +13,16 @@
  * of an earlier run (bytes after the last '\n') is cut off, so the next line
  * starts clean. Nothing before the last newline is ever touched.
  *
+ * A FIFO is opened the way a writer should: write-only. Opened read-write the
+ * sink would be a reader itself, and lines would go into a pipe nobody reads
+ * and be acknowledged — lost at a crash. While no reader has it open (ENXIO at
+ * open, EPIPE on write) nothing is written or acknowledged: the writer looks
+ * again every KB_FILE_POLL_MS, the stats say "not connected: no reader", and
+ * the pipeline backs up. A pipe cannot be cut back like a file, so each
+ * write(2) into it holds whole lines that the pipe is sure to take whole (see
+ * kb_pipe_room): a stop, or a crash in the middle of a write, never leaves
+ * half a line for the next run's first line to be glued onto.
+ *
  * Stopping never waits on the reader: the descriptor is non-blocking (stdout
  * too when it is a pipe, its flags restored at the end; a terminal is left
  * blocking, the shutdown watchdog bounds it), so a pipe or FIFO whose reader stopped
@@ -30,7 +40,8 @@
  * file the sink creates gets file_mode exactly (fchmod, umask or not).
  *
  * An ack means write(2) accepted the bytes (they survive a crash of this
- * process; a power loss may still take the page cache with it).
+ * process; a power loss may still take the page cache with it). For a FIFO it
+ * means the line is in the pipe, with a reader holding it open.
  *
  * Locks: fs->mtx guards pending, acks and flags; it is never held while
  * writing or while calling an ack. fd, dev and ino belong to the writer
@@ -45,26 +56,44 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define KB_FILE_MAX_PENDING (8u << 20) /* bytes of lines waiting for the writer */
-#define KB_FILE_POLL_MS 100            /* how often a blocked writer looks at the stop flag */
+#define KB_FILE_POLL_MS 100            /* how often a blocked writer looks at the stop flag (and for a reader) */
+#define KB_PIPE_ROOM_MS 5              /* how often a writer waiting for room for a whole line looks again */
 
 typedef struct kb_file_ack {
     kb_ack_fn fn;
     void *opaque;
 } kb_file_ack_t;
 
+/* One write(2) into a FIFO: where it ended in the stream and the pipe slots
+ * (pages) it can have taken. */
+typedef struct kb_pipe_write {
+    uint64_t end;
+    size_t pages;
+} kb_pipe_write_t;
+
 typedef struct kb_file_sink {
     char *path;
     bool is_stdout;            /* path "-" */
+    bool fifo;                 /* path is a FIFO (writer thread once it runs) */
+    _Atomic bool no_reader;    /* a FIFO no reader has open: nothing is written or acknowledged */
+    size_t page;               /* the pipe's slot size (a page) */
+    size_t slots;              /* the pipe's capacity in slots (F_GETPIPE_SZ / page); writer thread */
+    uint64_t piped;            /* bytes written into the pipe since it was opened; writer thread */
+    uint64_t piped_writes;     /* write(2)s that put them there; writer thread */
+    kb_pipe_write_t *pw;       /* the latest writes into it, a ring of slots entries; writer thread */
+    size_t pw_head, pw_len;
     bool follow;               /* follow_symlinks */
     unsigned mode;             /* file_mode_bits for a file we create */
     int fd;                    /* writer thread */
@@ -142,16 +171,15 @@ static void kb_file_repair_tail(int fd, const char *path) {
         KB_ERROR("file", "path=%s cannot cut torn line: %s", path, strerror(errno));
 }
 
-/* Open (or create with exactly fs->mode) fs->path for appending, non-blocking,
- * its torn tail repaired. Returns the descriptor, or -1 with why in errstr. */
-static int kb_file_open(const kb_file_sink_t *fs, char *errstr, size_t errstr_size) {
-    /* read access only to look at the tail (kb_file_repair_tail); O_RDWR also
-     * opens a FIFO without waiting for a reader */
-    int flags = O_RDWR | O_APPEND | O_CLOEXEC | O_NONBLOCK | (fs->follow ? 0 : O_NOFOLLOW);
+/* Open fs->path for appending, non-blocking: a FIFO write-only, anything
+ * else read-write (read access only to look at the tail), created with exactly
+ * fs->mode if missing. -1 with errno on failure. */
+static int kb_file_open_as(const kb_file_sink_t *fs, bool fifo) {
+    int flags = (fifo ? O_WRONLY : O_RDWR) | O_APPEND | O_CLOEXEC | O_NONBLOCK | (fs->follow ? 0 : O_NOFOLLOW);
     int fd = -1;
     for (int attempt = 0; attempt < 3 && fd < 0; attempt++) {
         fd = open(fs->path, flags);
-        if (fd >= 0 || errno != ENOENT)
+        if (fd >= 0 || errno != ENOENT || fifo)
             break;
         fd = open(fs->path, flags | O_CREAT | O_EXCL, (mode_t)fs->mode);
         if (fd >= 0 && fchmod(fd, (mode_t)fs->mode) != 0)
@@ -159,9 +187,28 @@ static int kb_file_open(const kb_file_sink_t *fs, char *errstr, size_t errstr_si
         if (fd < 0 && errno != EEXIST)
             break;
     }
+    return fd;
+}
+
+/* Open fs->path (kb_file_open_as), a regular file's torn tail repaired.
+ * *fifo says whether it is a FIFO. Returns the descriptor, or -1 with why in
+ * errstr; *no_reader: it is a FIFO no reader has open yet (not an error). */
+static int kb_file_open(const kb_file_sink_t *fs, bool *fifo, bool *no_reader, char *errstr, size_t errstr_size) {
+    struct stat st;
+    *fifo = (fs->follow ? stat(fs->path, &st) : lstat(fs->path, &st)) == 0 && S_ISFIFO(st.st_mode);
+    *no_reader = false;
+    int fd = kb_file_open_as(fs, *fifo);
+    if (fd >= 0 && !*fifo && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
+        close(fd); /* a FIFO took the path's place after the look: never be its reader */
+        *fifo = true;
+        fd = kb_file_open_as(fs, true);
+    }
     if (fd < 0) {
         int e = errno;
-        if (e == ELOOP && !fs->follow)
+        *no_reader = *fifo && e == ENXIO;
+        if (*no_reader)
+            snprintf(errstr, errstr_size, "\"%s\" is a FIFO no reader has open", fs->path);
+        else if (e == ELOOP && !fs->follow)
             snprintf(errstr, errstr_size, "\"%s\" is a symbolic link; it is not followed unless "
                      "follow_symlinks = true", fs->path);
         else
@@ -172,6 +219,123 @@ static int kb_file_open(const kb_file_sink_t *fs, char *errstr, size_t errstr_si
     return fd;
 }
 
+/* ---- pipes: whole lines per write(2) --------------------------------------
+ *
+ * A pipe holds `slots` pages (F_GETPIPE_SZ), and a write(2) of n bytes takes
+ * at most ceil(n / page) of them (fewer when its tail fits into the last one):
+ * a write that many free slots can hold goes in whole — no stop can cut it,
+ * and a crash cannot stop it half-way. The sink is the pipe's one writer, so
+ * the bytes still unread (FIONREAD) are the end of what it wrote, and the
+ * slots they hold are at most those the writes holding them took. */
+
+/* The ring of the latest writes holds `slots` entries: each counts at least a
+ * slot, so older ones never matter. */
+static void kb_pipe_set_slots(kb_file_sink_t *fs, size_t slots) {
+    kb_pipe_write_t *pw = kb_calloc(slots, sizeof(*pw));
+    size_t keep = fs->pw_len < slots ? fs->pw_len : slots;
+    for (size_t i = 0; i < keep; i++)
+        pw[i] = fs->pw[(fs->pw_head + fs->pw_len - keep + i) % fs->slots];
+    free(fs->pw);
+    fs->pw = pw;
+    fs->slots = slots;
+    fs->pw_head = 0;
+    fs->pw_len = keep;
+}
+
+/* A pipe was opened: its size; nothing in it is known to be ours. */
+static void kb_pipe_reset(kb_file_sink_t *fs) {
+    int cap = fcntl(fs->fd, F_GETPIPE_SZ);
+    size_t slots = cap > 0 ? (size_t)cap / fs->page : 1;
+    fs->pw_len = 0;
+    fs->piped = 0;
+    fs->piped_writes = 0;
+    kb_pipe_set_slots(fs, slots ? slots : 1);
+}
+
+static void kb_pipe_wrote(kb_file_sink_t *fs, size_t n) {
+    fs->piped += n;
+    fs->piped_writes++;
+    if (fs->pw_len == fs->slots) {
+        fs->pw_head = (fs->pw_head + 1) % fs->slots;
+        fs->pw_len--;
+    }
+    fs->pw[(fs->pw_head + fs->pw_len++) % fs->slots] = (kb_pipe_write_t){fs->piped, (n + fs->page - 1) / fs->page};
+}
+
+/* Bytes a write(2) into the pipe is sure to take whole now (0: none). Unread
+ * bytes this sink did not write (or no longer remembers) count as a full pipe. */
+static size_t kb_pipe_room(const kb_file_sink_t *fs) {
+    int unread = 0;
+    if (ioctl(fs->fd, FIONREAD, &unread) != 0 || unread < 0 || (uint64_t)unread > fs->piped)
+        return 0;
+    uint64_t first = fs->piped - (uint64_t)unread; /* the oldest unread byte */
+    size_t used = 0;
+    bool covered = unread == 0;
+    for (size_t i = fs->pw_len; i-- > 0 && !covered;) {
+        const kb_pipe_write_t *w = &fs->pw[(fs->pw_head + i) % fs->slots];
+        covered = w->end <= first;
+        if (!covered)
+            used += w->pages;
+    }
+    if (!covered && fs->pw_len == fs->piped_writes)
+        covered = true; /* every write since the open is remembered */
+    return covered && used < fs->slots ? (fs->slots - used) * fs->page : 0;
+}
+
+/* A line longer than the pipe: make the pipe hold it, if allowed. */
+static bool kb_pipe_grow(kb_file_sink_t *fs, size_t line) {
+    size_t want = fs->page;
+    while (want < line && want < (size_t)INT_MAX / 2)
+        want *= 2;
+    int got = fcntl(fs->fd, F_SETPIPE_SZ, (int)want);
+    if (got < 0 || (size_t)got < line) {
+        static kb_ratelimit_t rl;
+        if (kb_ratelimit_allow(&rl, 60000, NULL))
+            KB_WARN("file", "path=%s a line of %zu bytes is longer than the pipe (%zu bytes) and the pipe cannot "
+                    "grow (%s; see /proc/sys/fs/pipe-max-size): it is written as the reader takes it, and a "
+                    "stop meanwhile can cut it", fs->path, line, fs->slots * fs->page,
+                    got < 0 ? strerror(errno) : "too small");
+        return false;
+    }
+    kb_pipe_set_slots(fs, (size_t)got / fs->page);
+    return true;
+}
+
+/* How much of p[0..n) (whole lines) to write now: the longest run of whole
+ * lines the pipe takes whole; 0 = wait for the reader. */
+static size_t kb_pipe_chunk(kb_file_sink_t *fs, const char *p, size_t n) {
+    size_t room = kb_pipe_room(fs), take = 0;
+    for (;;) {
+        const char *nl = memchr(p + take, '\n', n - take);
+        size_t end = nl ? (size_t)(nl - p) + 1 : n;
+        if (end > room)
+            break;
+        take = end;
+        if (take == n)
+            return take;
+    }
+    if (take)
+        return take;
+    const char *nl = memchr(p, '\n', n);
+    size_t line = nl ? (size_t)(nl - p) + 1 : n;
+    if (line <= fs->slots * fs->page || kb_pipe_grow(fs, line))
+        return 0; /* it fits once the reader has made room */
+    return line;
+}
+
+/* The reader came or went (a FIFO or stdout's pipe); said once per change. */
+static void kb_file_set_reader(kb_file_sink_t *fs, bool reader) {
+    if (atomic_exchange(&fs->no_reader, !reader) == !reader)
+        return;
+    if (reader)
+        KB_INFO("file", "path=%s a reader has the pipe open: writing", fs->path);
+    else
+        KB_WARN("file", "path=%s no reader has the pipe open: nothing is written or acknowledged until one opens "
+                "it", fs->path);
+}
+
+/* ---- the file ---------------------------------------------------------------- */
+
 /* Remember which file fd is, for kb_file_path_moved. */
 static void kb_file_note_identity(kb_file_sink_t *fs) {
     struct stat st;
@@ -181,6 +345,18 @@ static void kb_file_note_identity(kb_file_sink_t *fs) {
     }
 }
 
+/* fd, just opened, is the sink's file from now on. */
+static void kb_file_adopt(kb_file_sink_t *fs, int fd, bool fifo) {
+    if (fs->fd >= 0)
+        close(fs->fd);
+    fs->fd = fd;
+    fs->fifo = fifo;
+    kb_file_note_identity(fs);
+    if (fifo)
+        kb_pipe_reset(fs);
+    kb_file_set_reader(fs, true);
+}
+
 /* Does the path still name the open file? One stat(2). */
 static bool kb_file_path_moved(const kb_file_sink_t *fs) {
     struct stat st;
@@ -188,53 +364,93 @@ static bool kb_file_path_moved(const kb_file_sink_t *fs) {
     return rc != 0 || st.st_dev != fs->dev || st.st_ino != fs->ino;
 }
 
-/* Before a batch: reopen the path when asked (SIGHUP) or when it names
- * another file or none. On failure the old descriptor stays in use. */
+/* Before a batch: open the path if nothing is open (a FIFO no reader had
+ * open), reopen it when asked (SIGHUP) or when it names another file or none.
+ * On failure an open descriptor stays in use. */
 static void kb_file_maybe_reopen(kb_file_sink_t *fs) {
     if (fs->is_stdout)
         return;
     bool asked = atomic_exchange(&fs->reopen, false);
-    if (!asked && !kb_file_path_moved(fs))
+    if (fs->fd >= 0 && !asked && !kb_file_path_moved(fs))
         return;
     char why[512];
-    int fd = kb_file_open(fs, why, sizeof(why));
+    bool fifo, no_reader;
+    int fd = kb_file_open(fs, &fifo, &no_reader, why, sizeof(why));
     if (fd < 0) {
         static kb_ratelimit_t rl;
-        if (kb_ratelimit_allow(&rl, 10000, NULL))
-            KB_ERROR("file", "path=%s cannot reopen (%s): %s; still writing to the file opened before", fs->path,
-                     asked ? "SIGHUP" : "the path names another file", why);
+        if (fs->fd < 0 && no_reader)
+            kb_file_set_reader(fs, false);
+        else if (kb_ratelimit_allow(&rl, 10000, NULL))
+            KB_ERROR("file", "path=%s cannot %s (%s): %s%s", fs->path, fs->fd < 0 ? "open" : "reopen",
+                     asked ? "SIGHUP" : fs->fd < 0 ? "not open yet" : "the path names another file", why,
+                     fs->fd < 0 ? "; trying again" : "; still writing to the file opened before");
         return;
     }
-    KB_INFO("file", "path=%s reopened (%s)", fs->path, asked ? "SIGHUP" : "the path no longer names the open file");
-    close(fs->fd);
-    fs->fd = fd;
-    kb_file_note_identity(fs);
+    if (fs->fd >= 0)
+        KB_INFO("file", "path=%s reopened (%s)", fs->path, asked ? "SIGHUP" : "the path no longer names the open file");
+    kb_file_adopt(fs, fd, fifo);
     pthread_mutex_lock(&fs->mtx);
     fs->reopens++;
     pthread_mutex_unlock(&fs->mtx);
 }
 
-/* Write all of p[0..n), retrying errors with backoff. Returns false only once
- * the sink is stopping and the reader or the disk does not take the bytes. */
-static bool kb_file_write_all(kb_file_sink_t *fs, const char *p, size_t n) {
+/* Until the path is open: a FIFO waits for a reader. False once stopping. */
+static bool kb_file_ready(kb_file_sink_t *fs) {
+    kb_file_maybe_reopen(fs);
+    while (fs->fd < 0) {
+        if (atomic_load(&fs->stop_now))
+            return false;
+        kb_sleep_ms_interruptible(KB_FILE_POLL_MS, &fs->stop_now);
+        kb_file_maybe_reopen(fs);
+    }
+    return true;
+}
+
+/* Wait for the pipe's reader to make room (or to come back), or for the stop. */
+static void kb_file_wait_reader(kb_file_sink_t *fs) {
+    struct pollfd pfd = {.fd = fs->fd, .events = POLLOUT};
+    int rc = poll(&pfd, 1, KB_FILE_POLL_MS);
+    if (rc > 0 && (pfd.revents & POLLERR)) {
+        kb_file_set_reader(fs, false); /* no reader: POLLERR at once */
+        kb_sleep_ms_interruptible(KB_FILE_POLL_MS, &fs->stop_now);
+    } else if (rc > 0 && fs->fifo) {
+        kb_sleep_ms_interruptible(KB_PIPE_ROOM_MS, &fs->stop_now); /* a slot, not yet the room for a line */
+    }
+}
+
+/* Write p[0..n) (whole lines), retrying errors with backoff; into a pipe only
+ * runs of whole lines it takes whole (kb_pipe_chunk). Returns the bytes
+ * written: all of them, or fewer only once the sink is stopping and the reader
+ * or the disk does not take the rest. */
+static size_t kb_file_write_all(kb_file_sink_t *fs, const char *p, size_t n) {
     static kb_ratelimit_t rl;
     int64_t backoff_ms = 100;
-    while (n > 0) {
-        ssize_t w = write(fs->fd, p, n);
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done;
+        if (fs->fifo && (done == 0 || p[done - 1] == '\n')) {
+            chunk = kb_pipe_chunk(fs, p + done, n - done);
+        } else if (fs->fifo) { /* the rest of a line the pipe could not take whole */
+            const char *nl = memchr(p + done, '\n', n - done);
+            chunk = nl ? (size_t)(nl - p) + 1 - done : n - done;
+        }
+        ssize_t w = chunk ? write(fs->fd, p + done, chunk) : -1;
         if (w > 0) {
-            p += w;
-            n -= (size_t)w;
+            if (fs->fifo) {
+                kb_pipe_wrote(fs, (size_t)w);
+                kb_file_set_reader(fs, true);
+            }
+            done += (size_t)w;
             backoff_ms = 100;
             continue;
         }
-        if (w < 0 && errno == EINTR)
+        if (w < 0 && chunk && errno == EINTR)
             continue;
         if (atomic_load(&fs->stop_now))
-            return false;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            /* The reader is not reading: wait for room (backpressure) or stop. */
-            struct pollfd pfd = {.fd = fs->fd, .events = POLLOUT};
-            (void)poll(&pfd, 1, KB_FILE_POLL_MS);
+            return done;
+        if (!chunk || (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EPIPE))) {
+            /* The reader is not reading, or there is none: wait (backpressure) or stop. */
+            kb_file_wait_reader(fs);
             continue;
         }
         uint64_t suppressed = 0;
@@ -247,7 +463,14 @@ static bool kb_file_write_all(kb_file_sink_t *fs, const char *p, size_t n) {
         kb_sleep_ms_interruptible(backoff_ms, &fs->stop_now);
         backoff_ms = backoff_ms * 2 > 5000 ? 5000 : backoff_ms * 2;
     }
-    return true;
+    return done;
+}
+
+static size_t kb_count_lines(const char *p, size_t n) {
+    size_t lines = 0;
+    for (const char *end = p + n; (p = memchr(p, '\n', (size_t)(end - p))) != NULL; p++)
+        lines++;
+    return lines;
 }
 
 static void *kb_file_writer(void *arg) {
@@ -277,20 +500,19 @@ static void *kb_file_writer(void *arg) {
         pthread_cond_broadcast(&fs->cond);
         pthread_mutex_unlock(&fs->mtx);
 
-        kb_file_maybe_reopen(fs);
-        bool ok = kb_file_write_all(fs, batch.data, batch.len);
-        if (!ok)
-            KB_ERROR("file", "path=%s stopping while the reader takes nothing: %zu line(s) not written", fs->path, n);
+        size_t wrote = kb_file_ready(fs) ? kb_file_write_all(fs, batch.data, batch.len) : 0;
+        size_t whole = kb_count_lines(batch.data, wrote); /* a line cut short (a stop) is not one */
+        if (whole < n)
+            KB_ERROR("file", "path=%s stopping while the reader takes nothing: %zu line(s) not written", fs->path,
+                     n - whole);
         kb_buf_reset(&batch);
         for (size_t i = 0; i < n; i++)
-            acks[i].fn(acks[i].opaque, ok ? KB_OK : KB_ERR_STOPPED);
+            acks[i].fn(acks[i].opaque, i < whole ? KB_OK : KB_ERR_STOPPED);
 
         pthread_mutex_lock(&fs->mtx);
         fs->writing = false;
-        if (ok)
-            fs->acked += n;
-        else
-            fs->failed += n;
+        fs->acked += whole;
+        fs->failed += n - whole;
         pthread_cond_broadcast(&fs->cond);
     }
     pthread_mutex_unlock(&fs->mtx);
@@ -303,6 +525,8 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
                                size_t errstr_size) {
     kb_file_sink_t *fs = kb_calloc(1, sizeof(*fs));
     fs->path = kb_strdup(conf->path);
+    long page = sysconf(_SC_PAGESIZE);
+    fs->page = page > 0 ? (size_t)page : 4096;
     fs->follow = conf->follow_symlinks;
     fs->mode = conf->file_mode_bits ? conf->file_mode_bits : 0600;
     if (!strcmp(conf->path, "-")) {
@@ -315,16 +539,24 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
         fs->saved_flags = piped ? fcntl(fs->fd, F_GETFL) : -1;
         if (fs->saved_flags >= 0)
             (void)fcntl(fs->fd, F_SETFL, fs->saved_flags | O_NONBLOCK);
+        fs->fifo = S_ISFIFO(st.st_mode) && piped;
+        if (fs->fifo)
+            kb_pipe_reset(fs);
     } else {
         char why[512];
-        fs->fd = kb_file_open(fs, why, sizeof(why));
-        if (fs->fd < 0) {
+        bool fifo, no_reader;
+        int fd = kb_file_open(fs, &fifo, &no_reader, why, sizeof(why));
+        if (fd < 0 && !no_reader) {
             snprintf(errstr, errstr_size, "%s:%d: sinks.%s.path: %s", cfg->path, conf->line, conf->name, why);
             free(fs->path);
             free(fs);
             return KB_ERR_IO;
         }
-        kb_file_note_identity(fs);
+        fs->fd = -1;
+        if (fd >= 0)
+            kb_file_adopt(fs, fd, fifo);
+        else
+            kb_file_set_reader(fs, false); /* the writer opens it once a reader has */
     }
     pthread_mutex_init(&fs->mtx, NULL);
     kb_cond_init_mono(&fs->cond);
@@ -399,7 +631,8 @@ static void kb_file_stats(void *state, kb_sink_stats_t *st) {
     st->failed = fs->failed;
     st->retries = fs->retries;
     st->queue_bytes = fs->pending.len;
-    st->connected = true;
+    st->connected = !atomic_load(&fs->no_reader);
+    st->why = st->connected ? NULL : "no reader has the pipe open";
     pthread_mutex_unlock(&fs->mtx);
 }
 
@@ -419,12 +652,13 @@ static void kb_file_destroy(void *state) {
     pthread_cond_broadcast(&fs->cond);
     pthread_mutex_unlock(&fs->mtx);
     pthread_join(fs->writer, NULL);
-    if (!fs->is_stdout)
+    if (!fs->is_stdout && fs->fd >= 0)
         close(fs->fd);
     else if (fs->saved_flags >= 0)
         (void)fcntl(fs->fd, F_SETFL, fs->saved_flags);
     kb_buf_fini(&fs->pending);
     free(fs->acks);
+    free(fs->pw);
     pthread_cond_destroy(&fs->cond);
     pthread_mutex_destroy(&fs->mtx);
     free(fs->path);

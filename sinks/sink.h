@@ -72,6 +72,8 @@ typedef struct kb_sink_stats {
     uint64_t retries;    /* re-sends after a transient failure */
     uint64_t queue_bytes;/* bytes waiting inside the sink */
     bool connected;
+    const char *why;     /* when not connected, why in a few words (a static string; NULL: not said);
+                            /readyz shows it */
     /* It can never deliver again in this process (a Kafka producer the broker
      * fenced, or another fatal producer error): /healthz fails, so that the
      * liveness probe's restart brings it back. */

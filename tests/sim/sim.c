@@ -278,14 +278,15 @@ static void kb_open(sim_t *s) {
  * it to its consumer at once; the acknowledgement comes later, or never. */
 static void deliver(sim_t *s, kb_event_t *ev) {
     kb_ledger_t *l = kb_informer_ledger(s->inf);
-    uint64_t waiting = 0;
+    int owe[MAX_SINKS];
+    size_t n_owe = 0;
     bool take[MAX_SINKS];
     for (int i = 0; i < s->n_sinks; i++) {
         take[i] = !ev->redelivery || kb_ledger_wants(l, ev->seq, s->sinks[i].lidx);
         if (take[i])
-            waiting |= UINT64_C(1) << s->sinks[i].lidx;
+            owe[n_owe++] = s->sinks[i].lidx;
     }
-    kb_ledger_routed(l, ev->seq, waiting);
+    kb_ledger_routed(l, ev->seq, owe, n_owe);
     int ns = ev->ns[0] == 'a' ? 0 : 1, name = atoi(ev->name + 1);
     for (int i = 0; i < s->n_sinks; i++) {
         msink_t *k = &s->sinks[i];
@@ -341,12 +342,13 @@ static void sink_acks(sim_t *s, msink_t *k, bool all) {
 /* The checkpointer: what it writes is what a restart starts from. */
 static void checkpoint(sim_t *s) {
     kb_informer_save_checkpoint(s->inf);
-    kb_ledger_sink_t sk[MAX_SINKS];
-    size_t n = kb_ledger_sinks(kb_informer_ledger(s->inf), sk, MAX_SINKS);
+    size_t n;
+    kb_ledger_sink_t *sk = kb_ledger_sinks(kb_informer_ledger(s->inf), &n);
     for (size_t j = 0; j < n; j++)
         for (int i = 0; i < s->n_sinks; i++)
             if (sk[j].index == s->sinks[i].lidx)
                 s->sinks[i].persisted_wm = sk[j].watermark;
+    free(sk);
 }
 
 static void pop_shard(sim_t *s, size_t shard) {
