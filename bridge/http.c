@@ -19,6 +19,7 @@
  *    closed its own is never hit). The body counts: no endpoint reads one,
  *    and a body trickled a byte at a time would hold the slot for ever;
  *  - bodies: at most http.max_streams snapshots/replays at once (429 beyond),
+ *    Kubernetes API lists and watch initial events included (bridge/slots.h),
  *    and a replay holds one page of KB_HTTP_PAGE journal entries decoded at a
  *    time, read again from the journal when the client has taken it.
  *
@@ -53,6 +54,7 @@
 #include "bridge/http_int.h"
 #include "bridge/ha.h"
 #include "bridge/kapi.h"
+#include "bridge/slots.h"
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/event.h"
@@ -123,10 +125,10 @@ struct kb_http {
     int port;
     int64_t start_real_ns;
     atomic_bool stopping; /* set by kb_http_stop; open streams end */
-    int max_streams, max_per_address;
+    int max_per_address;
+    kb_slots_t slots;     /* http.max_streams bodies, shared with the Kubernetes API */
     int64_t header_timeout_ms;
-    atomic_int streams;   /* snapshot/replay bodies being sent */
-    atomic_ullong refused_streams, refused_connections, header_timeouts;
+    atomic_ullong refused_connections, header_timeouts;
     pthread_mutex_t conns_mtx; /* guards conns and n_conns (leaf) */
     kb_http_conn_t *conns;
     int n_conns;
@@ -189,8 +191,8 @@ static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, c
 /* 429 when every stream slot is taken. */
 static enum MHD_Result kb_http_busy(kb_http_t *h, struct MHD_Connection *c) {
     return kb_http_status(c, MHD_HTTP_TOO_MANY_REQUESTS, "TooManyRequests",
-                          "%d snapshot/replay streams are being sent already (http.max_streams); retry later",
-                          h->max_streams);
+                          "%d snapshot/replay/list streams are being sent already (http.max_streams); retry later",
+                          h->slots.max);
 }
 
 static const char *kb_http_arg(struct MHD_Connection *c, const char *name) {
@@ -436,18 +438,15 @@ static void kb_http_stream_free(void *cls) {
     kb_event_list_fini(&s->items);
     kb_selector_free(s->sel);
     kb_buf_fini(&s->out);
-    atomic_fetch_sub(&s->h->streams, 1);
+    kb_slots_give(&s->h->slots);
     free(s);
 }
 
 /* NULL when http.max_streams bodies are being sent already (counted). */
 static kb_http_stream_t *kb_http_stream_new(kb_http_t *h, kb_informer_t *inf,
                                             kb_fill_t (*fill)(kb_http_stream_t *s)) {
-    if (atomic_fetch_add(&h->streams, 1) >= h->max_streams) {
-        atomic_fetch_sub(&h->streams, 1);
-        atomic_fetch_add(&h->refused_streams, 1);
+    if (!kb_slots_take(&h->slots))
         return NULL;
-    }
     kb_http_stream_t *s = kb_calloc(1, sizeof(*s));
     s->h = h;
     s->fill = fill;
@@ -849,7 +848,8 @@ static void kb_http_own_metrics(kb_http_t *h, kb_buf_t *o) {
     kb_buf_appendf(o,
                    "# HELP kbridge_http_connections Open connections to the HTTP API.\n"
                    "# TYPE kbridge_http_connections gauge\nkbridge_http_connections %d\n"
-                   "# HELP kbridge_http_streams Snapshot and replay bodies being sent.\n"
+                   "# HELP kbridge_http_streams Snapshot, replay and Kubernetes API list bodies and watch initial "
+                   "events being sent.\n"
                    "# TYPE kbridge_http_streams gauge\nkbridge_http_streams %d\n"
                    "# HELP kbridge_http_refused_total Requests and connections refused by a limit: streams "
                    "(http.max_streams, answered 429), connections (http.max_per_address or all slots taken, "
@@ -858,7 +858,7 @@ static void kb_http_own_metrics(kb_http_t *h, kb_buf_t *o) {
                    "kbridge_http_refused_total{reason=\"streams\"} %llu\n"
                    "kbridge_http_refused_total{reason=\"connections\"} %llu\n"
                    "kbridge_http_refused_total{reason=\"header_timeout\"} %llu\n",
-                   conns, atomic_load(&h->streams), (unsigned long long)atomic_load(&h->refused_streams),
+                   conns, atomic_load(&h->slots.in_use), (unsigned long long)atomic_load(&h->slots.refused),
                    (unsigned long long)atomic_load(&h->refused_connections),
                    (unsigned long long)atomic_load(&h->header_timeouts));
 }
@@ -1186,8 +1186,9 @@ static kb_http_t *kb_http_new(kb_bridge_t *b, const kb_config_t *cfg) {
     h->b = b;
     h->start_real_ns = kb_now_real_ns();
     atomic_init(&h->stopping, false);
-    atomic_init(&h->streams, 0);
-    h->max_streams = cfg->http_max_streams;
+    atomic_init(&h->slots.in_use, 0);
+    atomic_init(&h->slots.refused, 0);
+    h->slots.max = cfg->http_max_streams;
     h->max_per_address = cfg->http_max_per_address;
     h->header_timeout_ms = (int64_t)cfg->http_header_timeout * 1000;
     pthread_mutex_init(&h->conns_mtx, NULL);
@@ -1235,7 +1236,7 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
         if (err != KB_OK)
             goto fail;
     }
-    h->kapi = kb_kapi_new(b, &h->stopping);
+    h->kapi = kb_kapi_new(b, &h->stopping, &h->slots);
     h->max_conns = KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi);
     err = kb_http_read_tls(h, cfg, errstr, errstr_size);
     if (err != KB_OK)

@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -92,6 +93,7 @@ typedef struct kb_kapi_hist {
 typedef struct kb_kapi_cut {
     uint64_t id;                /* 0: free */
     int64_t expires_ms;
+    uint64_t owner;             /* hash of the client's address (kb_kapi_client): whose cut it is */
     kb_informer_t *inf;
     char ns[256];               /* "" = all namespaces */
     char rv[64];
@@ -109,6 +111,7 @@ typedef struct kb_kapi_counter {
 struct kb_kapi {
     kb_bridge_t *b;
     const atomic_bool *stopping;
+    kb_slots_t *slots;          /* the server's http.max_streams (bridge/slots.h) */
     int history_cap, bookmark_ms, max_watches;
     pthread_mutex_t mtx;
     kb_kapi_disc_t *disc;       /* KB_KAPI_MAX_SERVED rows, appended only (under mtx) */
@@ -778,8 +781,11 @@ static bool kb_kapi_matches(const kb_kapi_query_t *q, const kb_event_t *ev) {
  * the informer's indexes give for sel (only the matching objects when sel has
  * an equality term on an indexed label key). When the index did not answer
  * sel, each candidate is read after the ingest lock is released and those
- * sel does not match are dropped; otherwise the entries stay as the cache
- * holds them, read one at a time as they are written (kb_kapi_item). */
+ * sel does not match are dropped. Either way the cut holds the cache's
+ * entries (references: identities only with state_dir, packed with the
+ * compressed cache), never the objects read to match them — a client that
+ * does not read, or a kept cut, would otherwise pin a full copy of every
+ * object — so each is read again as it is written (kb_kapi_item). */
 static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_selector_t *sel, kb_event_list_t *all,
                         char *rv, size_t rv_size, uint64_t *seq) {
     bool exact = false;
@@ -789,11 +795,13 @@ static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_selector_t 
     size_t keep = 0;
     for (size_t i = 0; i < all->n; i++) {
         kb_event_t *full = kb_informer_full(inf, all->ev[i]);
-        kb_event_unref(all->ev[i]);
-        if (!kb_selector_match_json(sel, full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len))
-            kb_event_unref(full);
+        bool match =
+            kb_selector_match_json(sel, full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len);
+        kb_event_unref(full);
+        if (match)
+            all->ev[keep++] = all->ev[i];
         else
-            all->ev[keep++] = full;
+            kb_event_unref(all->ev[i]);
     }
     all->n = keep;
 }
@@ -866,6 +874,8 @@ struct kb_kapi_stream {
     atomic_bool slow;       /* counted as too slow once */
     struct kb_kapi_stream *reg_prev, *reg_next;
     bool registered;
+    bool slot;              /* holds one of http.max_streams: a list, or a watch until its initial events are out */
+    struct MHD_Connection *conn; /* a watch's connection (its idle timeout is lifted after the initial events) */
 };
 
 static ssize_t kb_kapi_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -897,8 +907,28 @@ static void kb_kapi_unregister(kb_kapi_stream_t *s) {
     pthread_mutex_unlock(&k->reg_mtx);
 }
 
+/* Take one of http.max_streams for s; false when all are taken (the caller answers kb_kapi_busy). */
+static bool kb_kapi_slot_take(kb_kapi_stream_t *s) {
+    s->slot = kb_slots_take(s->k->slots);
+    return s->slot;
+}
+
+static void kb_kapi_slot_give(kb_kapi_stream_t *s) {
+    if (s->slot)
+        kb_slots_give(s->k->slots);
+    s->slot = false;
+}
+
+static enum MHD_Result kb_kapi_busy(kb_kapi_t *k, struct MHD_Connection *c) {
+    kb_kapi_details_t d = {.retry_after = 1};
+    return kb_kapi_status(c, MHD_HTTP_TOO_MANY_REQUESTS, "TooManyRequests", &d,
+                          "%d snapshot/replay/list streams are being sent already (http.max_streams); retry later",
+                          k->slots->max);
+}
+
 static void kb_kapi_stream_free(void *cls) {
     kb_kapi_stream_t *s = cls;
+    kb_kapi_slot_give(s);
     if (s->registered)
         kb_kapi_unregister(s);
     if (s->fd >= 0)
@@ -1008,27 +1038,67 @@ static bool kb_kapi_unhex(const char *s, char *out, size_t out_size) {
     return strlen(out) == n / 2;
 }
 
-/* Keep a cut for its later pages (new references); returns its id. Caller holds k->mtx. */
 static uint64_t kb_kapi_sel_hash(const kb_kapi_query_t *q) {
     const char *t = q->sel_text ? q->sel_text : "";
     return kb_fnv1a64(t, strlen(t));
 }
 
-static uint64_t kb_kapi_cut_keep(kb_kapi_t *k, kb_informer_t *inf, const char *ns, const char *rv,
-                                 const kb_kapi_query_t *q, const kb_event_list_t *items) {
-    int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
-    kb_kapi_cut_t *slot = &k->cuts[0];
+/* Who asks: a hash of the client's address (its port left out), so a
+ * client's cuts are told from another's. */
+static uint64_t kb_kapi_client(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ai ? ai->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        return kb_fnv1a64(&((const struct sockaddr_in *)(const void *)sa)->sin_addr, sizeof(struct in_addr));
+    if (sa && sa->sa_family == AF_INET6)
+        return kb_fnv1a64(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, sizeof(struct in6_addr));
+    return 0;
+}
+
+static size_t kb_kapi_cuts_of(const kb_kapi_t *k, uint64_t owner) {
+    size_t n = 0;
+    for (size_t i = 0; i < KB_KAPI_CUTS; i++)
+        n += k->cuts[i].id && k->cuts[i].owner == owner;
+    return n;
+}
+
+/* The slot a new cut of owner takes: a free or expired one, else the
+ * oldest cut of the client that holds the most (owner's new one counted,
+ * and owner's own on a tie), so no client is pushed out by one that holds
+ * no more cuts than it does. Caller holds k->mtx. */
+static kb_kapi_cut_t *kb_kapi_cut_slot(kb_kapi_t *k, uint64_t owner, int64_t now) {
+    kb_kapi_cut_t *slot = NULL;
+    size_t most = 0;
     for (size_t i = 0; i < KB_KAPI_CUTS; i++) {
         kb_kapi_cut_t *c = &k->cuts[i];
         if (c->id && c->expires_ms < now) {
             kb_event_list_fini(&c->items);
             c->id = 0;
         }
-        if (!c->id || (slot->id && c->expires_ms < slot->expires_ms))
-            slot = c;
+        if (!c->id)
+            return c;
     }
-    if (slot->id)
-        kb_event_list_fini(&slot->items);
+    for (size_t i = 0; i < KB_KAPI_CUTS; i++) {
+        kb_kapi_cut_t *c = &k->cuts[i];
+        size_t n = kb_kapi_cuts_of(k, c->owner) + (c->owner == owner);
+        bool mine = c->owner == owner, slot_mine = slot && slot->owner == owner;
+        if (!slot || n > most || (n == most && mine && !slot_mine) ||
+            (n == most && mine == slot_mine && c->expires_ms < slot->expires_ms)) {
+            slot = c;
+            most = n;
+        }
+    }
+    kb_event_list_fini(&slot->items);
+    slot->id = 0;
+    return slot;
+}
+
+/* Keep a cut for its later pages (new references); returns its id. Caller holds k->mtx. */
+static uint64_t kb_kapi_cut_keep(kb_kapi_t *k, uint64_t owner, kb_informer_t *inf, const char *ns, const char *rv,
+                                 const kb_kapi_query_t *q, const kb_event_list_t *items) {
+    int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
+    kb_kapi_cut_t *slot = kb_kapi_cut_slot(k, owner, now);
+    slot->owner = owner;
     slot->id = ++k->next_cut_id;
     slot->expires_ms = now + KB_KAPI_CUT_TTL_MS;
     slot->inf = inf;
@@ -1103,6 +1173,10 @@ static enum MHD_Result kb_kapi_list_continue(kb_kapi_t *k, struct MHD_Connection
     if (!colon || sscanf(q->cont, "%llu:", &id) != 1 || !kb_kapi_unhex(colon + 1, after, sizeof(after)))
         return kb_kapi_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", NULL, "continue key is not valid");
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_list_fill);
+    if (!kb_kapi_slot_take(s)) {
+        kb_kapi_stream_free(s);
+        return kb_kapi_busy(k, c);
+    }
     bool found = false, same_sel = true;
     pthread_mutex_lock(&k->mtx);
     for (size_t i = 0; i < KB_KAPI_CUTS && !found; i++) {
@@ -1157,6 +1231,10 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     if (answered)
         return ret;
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_list_fill);
+    if (!kb_kapi_slot_take(s)) {
+        kb_kapi_stream_free(s);
+        return kb_kapi_busy(k, c);
+    }
     kb_event_list_t all;
     kb_event_list_init(&all);
     kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q->sel, &all, s->rv, sizeof(s->rv), NULL);
@@ -1167,7 +1245,7 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     uint64_t id = 0;
     if (q->limit > 0 && (size_t)q->limit < all.n) {
         pthread_mutex_lock(&k->mtx);
-        id = kb_kapi_cut_keep(k, r->inf, p->has_ns ? p->ns : "", s->rv, q, &all);
+        id = kb_kapi_cut_keep(k, kb_kapi_client(c), r->inf, p->has_ns ? p->ns : "", s->rv, q, &all);
         kb_kapi_page_to(s, &all, q, "", id);
         pthread_mutex_unlock(&k->mtx);
     } else {
@@ -1332,6 +1410,8 @@ static bool kb_kapi_watch_journal(kb_kapi_stream_t *s) {
             return false; /* trimmed meanwhile: the client resumes and gets 410 */
         if (s->j_after == before && s->j_page.n == 0) {
             s->journal = false;
+            kb_kapi_slot_give(s);
+            MHD_set_connection_option(s->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
             s->pos = kb_history_after_seq(s->hist->h, s->j_seq);
             atomic_store(&s->live_pos, s->pos);
             return true;
@@ -1355,6 +1435,13 @@ static bool kb_kapi_watch_fill(kb_kapi_stream_t *s) {
     }
     if (s->next < s->items.n)
         return true;
+    if (s->slot) { /* the initial events are written: from here on the watch holds a position only */
+        kb_event_list_fini(&s->items);
+        kb_event_list_init(&s->items);
+        s->next = 0;
+        kb_kapi_slot_give(s);
+        MHD_set_connection_option(s->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* (this connection's thread) */
+    }
     if (s->end_bookmark) {
         s->end_bookmark = false;
         kb_kapi_bookmark(s, s->rv, true);
@@ -1380,6 +1467,10 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
             *ret = kb_kapi_too_large(c, q->rv, cur);
             return false;
         }
+        if (!kb_kapi_slot_take(s)) {
+            *ret = kb_kapi_busy(k, c);
+            return false;
+        }
         kb_event_list_t all;
         kb_event_list_init(&all);
         uint64_t seq = 0;
@@ -1401,6 +1492,10 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
     }
     if (kb_history_after_rv(s->hist->h, want, &s->pos) == KB_HISTORY_GONE && !q->sel) {
         /* Before the window: state_dir's journal may still have it. */
+        if (!kb_kapi_slot_take(s)) {
+            *ret = kb_kapi_busy(k, c);
+            return false;
+        }
         uint64_t after = 0;
         kb_err_t e = kb_informer_replay(r->inf, want, &after, KB_KAPI_JOURNAL_PAGE, kb_kapi_journal_collect, s);
         if (e == KB_OK) {
@@ -1409,6 +1504,7 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
             s->j_after = after;
             return true;
         }
+        kb_kapi_slot_give(s);
         kb_event_list_fini(&s->j_page);
         kb_event_list_init(&s->j_page);
     }
@@ -1466,8 +1562,13 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     }
     /* A quiet watch without bookmarks writes nothing for minutes: not the
      * idle connection libmicrohttpd would close (hang-ups and the deadline
-     * are noticed by the stream itself). */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+     * are noticed by the stream itself). While it sends initial events it
+     * holds a stream slot, and a client that stops reading is cut at the
+     * idle timeout like a list's (the API server, too, ends a watch whose
+     * client does not keep up). */
+    s->conn = c;
+    if (!s->slot)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     atomic_store(&s->live_pos, s->journal ? UINT64_MAX : s->pos);
     pthread_mutex_lock(&k->reg_mtx);
     s->reg_next = k->watch_list;
@@ -1635,13 +1736,14 @@ void kb_kapi_metrics(kb_kapi_t *k, kb_buf_t *o) {
 
 /* ---- life ------------------------------------------------------------------- */
 
-kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping) {
+kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *slots) {
     const kb_config_t *cfg = kb_bridge_config(b);
     if (!cfg->kapi_enabled)
         return NULL;
     kb_kapi_t *k = kb_calloc(1, sizeof(*k));
     k->b = b;
     k->stopping = stopping;
+    k->slots = slots;
     k->history_cap = cfg->kapi_history;
     k->bookmark_ms = cfg->kapi_bookmark_seconds * 1000;
     k->max_watches = cfg->kapi_max_watches;

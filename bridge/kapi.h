@@ -26,6 +26,7 @@
 #define KB_BRIDGE_KAPI_H
 
 #include "bridge/bridge.h"
+#include "bridge/slots.h"
 #include "common/buf.h"
 
 #include <microhttpd.h>
@@ -36,9 +37,11 @@
 typedef struct kb_kapi kb_kapi_t;
 
 /* NULL when kube_api.enabled is false. stopping becomes true when the server
- * stops (open watches end); it must outlive the kapi. Reads upstream
- * discovery once (bounded), so kinds and scopes are the API server's. */
-kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping);
+ * stops (open watches end); it and slots (the server's http.max_streams,
+ * taken by every list body and by a watch while it sends initial events)
+ * must outlive the kapi. Reads upstream discovery once (bounded), so kinds
+ * and scopes are the API server's. */
+kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *slots);
 void kb_kapi_destroy(kb_kapi_t *k); /* after every stream ended; NULL is a no-op */
 
 /* Watches at most (the server sizes its connection limit with it). */

@@ -6,7 +6,8 @@ match it), sent and never read, grow kbridge's RSS by less than 64 MiB (a
 cut holds references to the cache's entries, each object is read again as
 it is written); lists and the initial events of watches count in
 kbridge_http_streams and at most http.max_streams are sent at once (429
-beyond). Paged lists keep their cut for their continue token; 17 paged
+beyond). 18 paged lists (limit=1, same selector) grow RSS by less than
+32 MiB: their kept cuts hold references too. Paged lists keep their cut for their continue token; 17 paged
 lists from one address push out only that address's own oldest cut, never
 the cut of a client that holds fewer (its continue still answers 200)."""
 import http.client
@@ -79,9 +80,15 @@ def test():
     b.wait_converged(sim, timeout=120)
 
     # Kept cuts: one client's, then another address's 17 paged lists.
+    code, _ = get_from(port, "127.0.0.1", "/api/v1/pods?limit=1")  # the watch window exists before RSS is read
+    check(code == 200, "a first list: %d" % code)
+    start = rss_kib(b.proc.pid)
     victim = first_page(port, "127.0.0.2")
     pages = [first_page(port, "127.0.0.1") for _ in range(PAGED)]
     base = rss_kib(b.proc.pid)
+    print("RSS %d KiB before, %d KiB with %d kept cuts of paged lists (+%d KiB)"
+          % (start, base, PAGED + 1, base - start))
+    check(base - start < 32 * 1024, "kept cuts grew RSS by %d KiB (< 32 MiB)" % (base - start))
     before = answered(metrics(url))
 
     socks = []
