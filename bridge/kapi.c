@@ -18,7 +18,14 @@
  * which is the API server's order. A paged list keeps its cut (references,
  * not copies) for five minutes under an id the continue token names, so
  * every page comes from the same cut, as etcd's revision reads do; an
- * expired token is 410, as after etcd's compaction.
+ * expired token is 410, as after etcd's compaction. Of the 16 kept cuts, a
+ * new one pushes out the oldest of the client address holding the most, so
+ * one client's paged lists cannot push out another's. A cut never holds the
+ * objects read to match a labelSelector, only the cache's entries: each
+ * object is read again as it is written, so what a client that does not read
+ * pins is references and at most two blocks (plus one object) of output.
+ * Every list, and a watch while it sends initial events, takes one of the
+ * server's http.max_streams slots (bridge/slots.h), 429 beyond.
  *
  * Watches read the informer's history (informer/history.h): one subscriber
  * per informer whatever the number of watchers, each watcher a position in a

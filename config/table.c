@@ -132,8 +132,8 @@ static const kb_ckey_t kb_keys_http[] = {
     {.name = "tls_key_file", .type = KB_CT_STRING, .off = TOP(http_tls_key_file), .flags = KB_CF_FILE,
      .def = "", .doc = "Private key (PEM, unencrypted) of tls_cert_file."},
     {.name = "max_streams", .type = KB_CT_INT, .off = TOP(http_max_streams), .def = "16", .min = 1, .max = 1000,
-     .doc = "Snapshot and replay bodies sent at once; more are answered 429 (counted in "
-            "kbridge_http_refused_total)."},
+     .doc = "Bodies sent at once: snapshots, replays, Kubernetes API lists, and watches while they send "
+            "initial events; more are answered 429 (counted in kbridge_http_refused_total)."},
     {.name = "max_per_address", .type = KB_CT_INT, .off = TOP(http_max_per_address), .def = "16", .min = 1,
      .max = 100000, .doc = "Open connections from one client address; more are closed at once."},
     {.name = "header_timeout", .type = KB_CT_INT, .off = TOP(http_header_timeout), .def = "10", .min = 1,
