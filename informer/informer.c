@@ -1341,9 +1341,8 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     pthread_mutex_init(&inf->sub_mtx, NULL);
     for (size_t i = 0; i < inf->n_shards; i++)
         kb_deltafifo_set_drop(inf->fifos[i], kb_inf_dropped, inf);
-    if (conf->secrets_unredacted)
-        KB_WARN("informer", "informer=%s watches secrets with redact_fields = []: Secret values are sent in clear",
-                conf->name);
+    if (conf->emit_secret_values)
+        KB_WARN("informer", "informer=%s emit_secret_values = true: Secret values are sent in clear", conf->name);
     if (cfg->state_dir && cfg->state_dir[0]) {
         if (kb_inf_open_state(inf, errstr, errstr_size) != KB_OK) {
             kb_informer_destroy(inf);
