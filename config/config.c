@@ -124,6 +124,19 @@ static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
                 cfg->http_max_streams, cfg->http_max_per_address);
 }
 
+/* What a Secrets informer lets out, said plainly: --check is where a
+ * reviewer looks before Secret values reach a topic. */
+static void kb_summary_secrets(const kb_config_informer_t *inf, FILE *out) {
+    if (!kb_config_informer_is_secrets(inf))
+        return;
+    if (inf->emit_secret_values)
+        fprintf(out, "  WARNING informers.%s: emit_secret_values = true: Secret values (data, stringData, "
+                     "the last-applied-configuration annotation) go out in clear unless drop_fields or "
+                     "redact_fields remove them\n", inf->name);
+    else
+        fprintf(out, "  informers.%s: data and stringData redacted, last-applied-configuration removed\n", inf->name);
+}
+
 static void kb_summary_informer(const kb_config_informer_t *inf, FILE *out) {
     fprintf(out, "  %s: %s/%s/%s namespaces=", inf->name, *inf->group ? inf->group : "core", inf->version,
             inf->resource);
@@ -141,6 +154,7 @@ static void kb_summary_informer(const kb_config_informer_t *inf, FILE *out) {
         kb_print_list(out, &inf->redact_fields, "");
     }
     fputc('\n', out);
+    kb_summary_secrets(inf, out);
 }
 
 static void kb_summary_sink(const kb_config_sink_t *s, FILE *out) {

@@ -64,6 +64,10 @@ typedef struct kb_config_cluster {
 /* The most informers[].index_labels keys (the indexer's KB_INDEXER_MAX_LABELS). */
 #define KB_CONFIG_INDEX_LABELS_MAX 16
 
+/* The annotation kubectl apply leaves: the whole object as applied (a
+ * Secret's values in clear), dropped by default. */
+#define KB_CONFIG_LAST_APPLIED_PATH "metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]"
+
 typedef struct kb_config_informer {
     char *name;
     char *group;         /* "" = core */
@@ -82,12 +86,13 @@ typedef struct kb_config_informer {
     int coalesce_ms;     /* 0 = off; > 0 only with compaction = latest (checked at load) */
     kb_strlist_t drop_fields;     /* default [ "metadata.managedFields",
                                      "metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]" ] */
-    kb_strlist_t redact_fields;   /* default [], or [ "data", "stringData" ] for core secrets */
+    kb_strlist_t redact_fields;   /* default []; core secrets: "data", "stringData" added */
     bool redact_fields_set;       /* the key was present in the file */
     kb_strlist_t keep_fields;     /* allow-list (informer/decode.h); default [] = keep everything */
     kb_strlist_t index_labels;    /* label keys indexed for snapshot / list queries; default [] */
-    bool secrets_unredacted;      /* core "secrets" with redact_fields = [] written explicitly:
-                                     Secret values go out in clear; the bridge warns at start */
+    bool emit_secret_values;      /* core secrets only; false: data/stringData redacted and the
+                                     last-applied annotation dropped whatever the lists say (added
+                                     to them at load); true: values in clear, the bridge warns */
     int64_t queue_bytes;          /* 64 MiB: the bound over all shards' queues */
     int line;                     /* where the informer's group starts */
 } kb_config_informer_t;
@@ -208,6 +213,9 @@ kb_reload_t kb_config_diff_sink(const kb_config_sink_t *a, const kb_config_sink_
 const char *kb_reload_name(kb_reload_t r);
 
 const kb_config_informer_t *kb_config_find_informer(const kb_config_t *cfg, const char *name);
+/* Whether the informer watches core Secrets (group "", resource "secrets"):
+ * the one place that decides which informers get the Secret protections. */
+bool kb_config_informer_is_secrets(const kb_config_informer_t *inf);
 const kb_config_sink_t *kb_config_find_sink(const kb_config_t *cfg, const char *name);
 
 const char *kb_sink_type_name(kb_sink_type_t t);

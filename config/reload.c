@@ -9,7 +9,8 @@
  * hand-written equality to forget a key in: that is how a changed
  * keep_fields used to be ignored by a reload.
  *
- * Values the loader derives from keys (file_mode_bits, secrets_unredacted)
+ * Values the loader derives from keys (file_mode_bits, the Secret protections
+ * added to drop_fields and redact_fields)
  * and the lines where groups start are not keys, so they never count.
  */
 #include "config/config_int.h"

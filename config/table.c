@@ -271,17 +271,26 @@ static const kb_ckey_t kb_keys_informer[] = {
             "so a burst merges into one message (each change waits at most this long; a delete goes at once). "
             "0 = off. Only with compaction = \"latest\"."},
     {.name = "drop_fields", .type = KB_CT_STRLIST, .off = INF(drop_fields),
-     .def = "metadata.managedFields,metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]",
+     .def = "metadata.managedFields," KB_CONFIG_LAST_APPLIED_PATH,
      .flags = KB_CF_PATH,
      .doc = "Field paths removed from every object: dot-separated names, a [bracketed] segment taken whole "
             "(metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]); when a path reaches "
-            "an array it applies to each element."},
+            "an array it applies to each element. On core secrets the last-applied-configuration annotation "
+            "(it holds the whole Secret as applied, values in clear) is removed in addition to these, "
+            "unless emit_secret_values = true."},
     {.name = "redact_fields", .type = KB_CT_STRLIST, .off = INF(redact_fields), .off2 = INF(redact_fields_set),
-     .def = "", .defdoc = "[] (core secrets: [ \"data\", \"stringData\" ])",
+     .def = "", .defdoc = "[] (core secrets: data and stringData added)",
      .flags = KB_CF_PATH | KB_CF_SEEN,
-     .doc = "Field paths whose values are replaced by `\"<redacted>\"` (an object keeps its keys). Secrets are "
-            "redacted unless this key is written; `redact_fields = []` on secrets sends them in clear and "
-            "the bridge logs a warning at start."},
+     .doc = "Field paths whose values are replaced by a fixed value that stays valid for the field (an object "
+            "keeps its keys): `\"<redacted>\"` in a string field, `\"PHJlZGFjdGVkPg==\"` (the base64 of "
+            "`<redacted>`) in a base64 field — a Secret's data, a ConfigMap's binaryData — so kubectl and "
+            "typed clients still decode the object. On core secrets data and stringData are redacted in "
+            "addition to these, unless emit_secret_values = true."},
+    {.name = "emit_secret_values", .type = KB_CT_BOOL, .off = INF(emit_secret_values), .def = "false",
+     .doc = "Core secrets only: true sends Secret values in clear — data, stringData and the "
+            "last-applied-configuration annotation are then shaped by drop_fields and redact_fields alone — "
+            "and the bridge warns at start and in --check. false (the default): whatever drop_fields and "
+            "redact_fields say, data and stringData are redacted and the annotation removed."},
     {.name = "keep_fields", .type = KB_CT_STRLIST, .off = INF(keep_fields), .def = "", .flags = KB_CF_PATH,
      .doc = "Allow-list of field paths: when set, only these survive, plus kind, apiVersion and "
             "metadata.name/namespace/uid/resourceVersion/labels. drop_fields and redact_fields still apply "
@@ -324,12 +333,39 @@ static bool kb_index_labels_valid(kb_loader_t *ld, const config_setting_t *grp, 
     return true;
 }
 
-/* Secrets are redacted unless the file says otherwise; saying [] is recorded
- * so the bridge can warn. Only the core group's "secrets" is a Secret. */
+/* Append path to list unless it is there already. */
+static void kb_strlist_add_once(kb_strlist_t *list, const char *path) {
+    for (size_t i = 0; i < list->n; i++)
+        if (strcmp(list->v[i], path) == 0)
+            return;
+    list->v = kb_realloc(list->v, (list->n + 1) * sizeof(char *));
+    list->v[list->n++] = kb_strdup(path);
+}
+
+/* A Secret's values leave only when the file says emit_secret_values = true:
+ * the user's own drop_fields and redact_fields add to the protection, never
+ * replace it. Only the core group's "secrets" is a Secret. */
+static bool kb_secret_protect(kb_loader_t *ld, kb_config_informer_t *inf, const config_setting_t *grp,
+                              const char *prefix) {
+    static const char *const redact[] = {"data", "stringData"};
+    if (!kb_config_informer_is_secrets(inf)) {
+        if (inf->emit_secret_values)
+            return kb_config__fail(ld, config_setting_get_member(grp, "emit_secret_values"),
+                                   "%s.emit_secret_values: only for resource = \"secrets\" of the core group",
+                                   prefix);
+        return true;
+    }
+    if (inf->emit_secret_values)
+        return true;
+    for (size_t i = 0; i < KB_ARRAY_LEN(redact); i++)
+        kb_strlist_add_once(&inf->redact_fields, redact[i]);
+    kb_strlist_add_once(&inf->drop_fields, KB_CONFIG_LAST_APPLIED_PATH);
+    return true;
+}
+
 static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                                const char *prefix) {
     KB_UNUSED(index);
-    static const char *const secret_paths[] = {"data", "stringData"};
     kb_config_informer_t *inf = base;
     /* The server would refuse a bad selector with a 400 on every list, for ever: say it at load. */
     if (!kb_selector_valid(ld, grp, prefix, inf->label_selector))
@@ -340,16 +376,11 @@ static bool kb_finish_informer(kb_loader_t *ld, void *base, size_t index, const 
     if (inf->coalesce_ms > 0 && inf->compaction != KB_COMPACTION_LATEST)
         return kb_config__fail(ld, config_setting_get_member(grp, "coalesce_ms"),
                                "%s.coalesce_ms: needs compaction = \"latest\"", prefix);
-    if (strcmp(inf->group, "") != 0 || strcmp(inf->resource, "secrets") != 0)
-        return true;
-    if (inf->redact_fields_set) {
-        inf->secrets_unredacted = inf->redact_fields.n == 0;
-        return true;
-    }
-    inf->redact_fields.v = kb_realloc(inf->redact_fields.v, (inf->redact_fields.n + 2) * sizeof(char *));
-    for (size_t i = 0; i < KB_ARRAY_LEN(secret_paths); i++)
-        inf->redact_fields.v[inf->redact_fields.n++] = kb_strdup(secret_paths[i]);
-    return true;
+    return kb_secret_protect(ld, inf, grp, prefix);
+}
+
+bool kb_config_informer_is_secrets(const kb_config_informer_t *inf) {
+    return strcmp(inf->group, "") == 0 && strcmp(inf->resource, "secrets") == 0;
 }
 
 const kb_csection_t kb_config__sec_informer = {

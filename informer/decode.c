@@ -11,7 +11,7 @@
  * of bytes that are in cache anyway.
  *
  * Invariant of the output cursor: the output never grows faster than the
- * input is consumed, except by "<redacted>" (handled by kb_dec_room()) and
+ * input is consumed, except by a redaction (handled by kb_dec_room()) and
  * by the kind/apiVersion prefix, which is inserted with one memmove after
  * the object is complete — list items are the only objects lacking kind.
  *
@@ -50,6 +50,8 @@ typedef struct kb_tnode {
     size_t name_len;
     kb_tact_t act;             /* what happens to a member reaching this node */
     kb_tkeep_t keep;           /* allow-list mark (keep_fields) */
+    bool base64;               /* the value here is base64 ([]byte): a redaction writes
+                                  kb_redacted_b64 (set at and below a base64 path) */
     struct kb_tnode **kids;    /* owned */
     size_t n_kids;
 } kb_tnode_t;
@@ -232,31 +234,79 @@ static const char *const kb_keep_identity[] = {
     "metadata.labels",
 };
 
-kb_transform_t *kb_transform_new_keep(const char *const *drop, size_t n_drop, const char *const *redact,
-                                      size_t n_redact, const char *const *keep, size_t n_keep, char *errstr,
-                                      size_t errstr_size) {
+/* Mark node and everything below it as base64. */
+static void kb_tbase64_mark(kb_tnode_t *node) {
+    node->base64 = true;
+    for (size_t k = 0; k < node->n_kids; k++)
+        kb_tbase64_mark(node->kids[k]);
+}
+
+/* A base64 path only matters where a redaction can reach it, so no node is
+ * created for it: the node at its end, if some drop/redact/keep path made
+ * one, is marked with its subtree. */
+static bool kb_tbase64_add(kb_tnode_t *root, const char *path, char *errstr, size_t errstr_size) {
+    kb_path_seg_t segs[KB_PATH_MAX_SEGS];
+    size_t n;
+    if (!kb_path_split(path, segs, &n, errstr, errstr_size))
+        return false;
+    kb_tnode_t *node = root;
+    for (size_t s = 0; s < n && node; s++)
+        node = (kb_tnode_t *)kb_tnode_find(node, segs[s].p, segs[s].len);
+    if (node)
+        kb_tbase64_mark(node);
+    return true;
+}
+
+kb_transform_t *kb_transform_new_paths(const kb_transform_paths_t *p, char *errstr, size_t errstr_size) {
     kb_transform_t *tf = kb_calloc(1, sizeof(*tf));
     kb_path_seg_t segs[KB_PATH_MAX_SEGS];
     size_t n;
-    for (size_t k = 0; k < n_drop + n_redact; k++) {
-        const char *path = k < n_drop ? drop[k] : redact[k - n_drop];
+    for (size_t k = 0; k < p->n_drop + p->n_redact; k++) {
+        const char *path = k < p->n_drop ? p->drop[k] : p->redact[k - p->n_drop];
         if (!kb_path_parse(path, segs, &n, errstr, errstr_size))
             goto fail;
-        kb_tnode_add(&tf->root, segs, n, k < n_drop ? KB_TACT_DROP : KB_TACT_REDACT);
+        kb_tnode_add(&tf->root, segs, n, k < p->n_drop ? KB_TACT_DROP : KB_TACT_REDACT);
     }
-    for (size_t k = 0; k < n_keep; k++) {
-        if (!kb_path_split(keep[k], segs, &n, errstr, errstr_size))
+    for (size_t k = 0; k < p->n_keep; k++) {
+        if (!kb_path_split(p->keep[k], segs, &n, errstr, errstr_size))
             goto fail;
         kb_tkeep_add(&tf->root, segs, n);
     }
-    for (size_t k = 0; n_keep && k < KB_ARRAY_LEN(kb_keep_identity); k++) {
+    for (size_t k = 0; p->n_keep && k < KB_ARRAY_LEN(kb_keep_identity); k++) {
         kb_path_split(kb_keep_identity[k], segs, &n, NULL, 0);
         kb_tkeep_add(&tf->root, segs, n);
     }
     kb_tkeep_normalize(&tf->root, false);
+    for (size_t k = 0; k < p->n_base64; k++)
+        if (!kb_tbase64_add(&tf->root, p->base64[k], errstr, errstr_size))
+            goto fail;
     return tf;
 fail:
     kb_transform_free(tf);
+    return NULL;
+}
+
+kb_transform_t *kb_transform_new_keep(const char *const *drop, size_t n_drop, const char *const *redact,
+                                      size_t n_redact, const char *const *keep, size_t n_keep, char *errstr,
+                                      size_t errstr_size) {
+    kb_transform_paths_t p = {drop, n_drop, redact, n_redact, keep, n_keep, NULL, 0};
+    return kb_transform_new_paths(&p, errstr, errstr_size);
+}
+
+const char *const *kb_transform_base64_fields(const char *group, const char *resource, size_t *n) {
+    static const char *const secret[] = {"data"};
+    static const char *const configmap[] = {"binaryData"};
+    *n = 0;
+    if (strcmp(group, "") != 0)
+        return NULL;
+    if (strcmp(resource, "secrets") == 0) {
+        *n = KB_ARRAY_LEN(secret);
+        return secret;
+    }
+    if (strcmp(resource, "configmaps") == 0) {
+        *n = KB_ARRAY_LEN(configmap);
+        return configmap;
+    }
     return NULL;
 }
 
@@ -284,7 +334,8 @@ void kb_transform_free(kb_transform_t *tf) {
 enum {
     KB_PEND_NONE,
     KB_PEND_DROP,   /* cut the output back to value_mark (the key was never written) */
-    KB_PEND_REDACT, /* replace the value by "<redacted>" */
+    KB_PEND_REDACT, /* replace the value by kb_redacted */
+    KB_PEND_REDACT_B64, /* replace the value by kb_redacted_b64 */
     KB_PEND_KIND,   /* record a span in kb_objmeta_t */
     KB_PEND_APIV,
     KB_PEND_META,   /* the root's metadata object: nothing to record */
@@ -303,14 +354,20 @@ typedef struct kb_dec_frame {
     size_t value_mark;      /* output offset where the current value starts */
     uint8_t is_array;
     uint8_t nonempty;       /* something was written into this container */
-    uint8_t redact_members; /* object at a redact path: each member value is redacted */
+    uint8_t redact_members; /* object at a redact path: each member value is redacted;
+                               KB_PEND_REDACT or KB_PEND_REDACT_B64, 0 when not */
     uint8_t filter;         /* object at a KB_KEEP_SOME node: members off every keep path
                                are dropped (node is then never NULL) */
     uint8_t role;           /* KB_ROLE_* (root object, root metadata object, other) */
     uint8_t pending;        /* KB_PEND_* for the current value */
 } kb_dec_frame_t;
 
+/* A redacted value stays a valid value of its field: a string field gets
+ * "<redacted>", a base64 ([]byte) field the base64 of those same bytes, so
+ * typed clients (client-go, kubectl describe) still decode the object. */
 static const char kb_redacted[] = "\"<redacted>\"";
+static const char kb_redacted_b64[] = "\"PHJlZGFjdGVkPg==\"";
+_Static_assert(sizeof(kb_redacted_b64) >= sizeof(kb_redacted), "kb_dec_room reserves the longer one");
 
 typedef struct kb_dec {
     const char *in;
@@ -323,7 +380,7 @@ typedef struct kb_dec {
 /* Make sure the rest of the input (plus one redaction and the string
  * copier's slack) fits after output offset w. */
 static void kb_dec_room(kb_dec_t *d, size_t w, size_t i) {
-    size_t need = w + (d->n - i) + sizeof(kb_redacted) + 16;
+    size_t need = w + (d->n - i) + sizeof(kb_redacted_b64) + 16;
     if (need > d->out->cap) {
         size_t len = d->out->len;
         d->out->len = w;
@@ -342,10 +399,12 @@ static size_t kb_dec_finish_value(kb_dec_t *d, kb_dec_frame_t *f, size_t w, size
         return w;
     if (pend == KB_PEND_DROP)
         return f->value_mark;
-    if (pend == KB_PEND_REDACT) {
+    if (pend == KB_PEND_REDACT || pend == KB_PEND_REDACT_B64) {
+        const char *r = pend == KB_PEND_REDACT ? kb_redacted : kb_redacted_b64;
+        size_t rlen = pend == KB_PEND_REDACT ? sizeof(kb_redacted) - 1 : sizeof(kb_redacted_b64) - 1;
         kb_dec_room(d, f->value_mark, i);
-        memcpy(d->out->data + f->value_mark, kb_redacted, sizeof(kb_redacted) - 1);
-        return f->value_mark + sizeof(kb_redacted) - 1;
+        memcpy(d->out->data + f->value_mark, r, rlen);
+        return f->value_mark + rlen;
     }
     if (d->seen & (1u << pend))
         return w; /* a duplicate key: the first one counts */
@@ -382,6 +441,11 @@ static size_t kb_dec_finish_value(kb_dec_t *d, kb_dec_frame_t *f, size_t w, size
     return w;
 }
 
+/* How a value at redact node is replaced. */
+static unsigned kb_redact_pend(const kb_tnode_t *node) {
+    return node->base64 ? KB_PEND_REDACT_B64 : KB_PEND_REDACT;
+}
+
 /* The pending action for member key k[0..klen) of frame f (key not yet written). */
 static unsigned kb_dec_member_action(kb_dec_t *d, const kb_dec_frame_t *f, const char *k,
                                      size_t klen, const kb_tnode_t **kid) {
@@ -390,7 +454,7 @@ static unsigned kb_dec_member_action(kb_dec_t *d, const kb_dec_frame_t *f, const
         return KB_PEND_DROP;
     if (f->redact_members) {
         *kid = NULL; /* the whole value is replaced: no paths below */
-        return KB_PEND_REDACT;
+        return f->redact_members;
     }
     if (*kid && (*kid)->act == KB_TACT_DROP)
         return KB_PEND_DROP;
@@ -495,7 +559,7 @@ value:
     if (i >= len)
         goto incomplete;
     if (node && node->act == KB_TACT_REDACT && obj[i] != '{' && obj[i] != '[')
-        pend = KB_PEND_REDACT;
+        pend = kb_redact_pend(node);
     if (depth) {
         stack[depth - 1].value_mark = (size_t)(w - base);
         stack[depth - 1].pending = (uint8_t)pend;
@@ -518,7 +582,7 @@ value:
             f->filter = f->node && !f->is_array && f->node->keep == KB_KEEP_SOME;
             if (f->node && f->node->act == KB_TACT_REDACT) {
                 if (!f->is_array) {
-                    f->redact_members = 1;
+                    f->redact_members = (uint8_t)kb_redact_pend(f->node);
                     if (!f->filter)
                         f->node = NULL;
                 }

@@ -11,7 +11,8 @@
  * resourceVersion, kind, apiVersion, labels) and writes its output form into
  * a buffer in the same pass: compact (insignificant whitespace removed),
  * kind and apiVersion inserted first when missing (list items lack them),
- * drop paths removed, redact paths' values replaced by "<redacted>", and,
+ * drop paths removed, redact paths' values replaced by "<redacted>" (or,
+ * in a base64 field, by "PHJlZGFjdGVkPg==", the base64 of "<redacted>"), and,
  * when keep paths are given, members off them removed.
  *
  * Paths: dot-separated member names; a segment in brackets is taken whole,
@@ -30,6 +31,12 @@
  *    and each of its member values becomes "<redacted>" (so users still see
  *    which keys a Secret's data has); an array value has each element treated
  *    as standing at the path (objects: keys kept, scalars: replaced).
+ *  - A redacted value stays a valid value of its field: at or below a base64
+ *    path (a []byte field: a Secret's data, a ConfigMap's binaryData, see
+ *    kb_transform_base64_fields) the replacement is "PHJlZGFjdGVkPg==",
+ *    which decodes to the bytes "<redacted>"; elsewhere "<redacted>". A
+ *    redact path above a base64 path (redacting its parent object) writes
+ *    "<redacted>": no core field of Secret or ConfigMap is nested like that.
  *  - Drop wins over redact for the same path; a path below a dropped or
  *    redacted one has no effect.
  *  - kind, apiVersion, metadata and metadata.name/namespace/uid/
@@ -76,6 +83,23 @@ kb_transform_t *kb_transform_new(const char *const *drop, size_t n_drop, const c
 kb_transform_t *kb_transform_new_keep(const char *const *drop, size_t n_drop, const char *const *redact,
                                       size_t n_redact, const char *const *keep, size_t n_keep, char *errstr,
                                       size_t errstr_size);
+/* All the paths of one transform; base64 paths name []byte fields (values
+ * base64 strings) so that redacting them writes valid base64. */
+typedef struct kb_transform_paths {
+    const char *const *drop;
+    size_t n_drop;
+    const char *const *redact;
+    size_t n_redact;
+    const char *const *keep;
+    size_t n_keep;
+    const char *const *base64;
+    size_t n_base64;
+} kb_transform_paths_t;
+kb_transform_t *kb_transform_new_paths(const kb_transform_paths_t *paths, char *errstr, size_t errstr_size);
+/* The base64 ([]byte) fields of a resource's objects, as paths (static
+ * storage; *n 0 and NULL for a resource without any): core secrets' data,
+ * core configmaps' binaryData. */
+const char *const *kb_transform_base64_fields(const char *group, const char *resource, size_t *n);
 void kb_transform_free(kb_transform_t *tf);
 /* Check one drop or redact path (used by the config loader): syntax, and not identity. */
 bool kb_transform_path_valid(const char *path, char *errstr, size_t errstr_size);

@@ -11,12 +11,13 @@
 #include "informer/definition.h"
 
 #include "common/alloc.h"
+#include "informer/decode.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 /* The keys that shape an object's bytes rather than choose objects. */
-static const char *const kb_def_reshaping[] = {"drop_fields", "redact_fields", "keep_fields"};
+static const char *const kb_def_reshaping[] = {"drop_fields", "redact_fields", "keep_fields", "redact_base64"};
 
 static void kb_def_str(kb_buf_t *b, const char *key, const char *v) {
     kb_buf_appendf(b, "%s=", key);
@@ -28,21 +29,36 @@ static int kb_def_cmp(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* A list as a JSON array; sorted when its order means nothing. */
-static void kb_def_list(kb_buf_t *b, const char *key, const kb_strlist_t *l, bool sorted) {
-    const char **v = kb_calloc(l->n ? l->n : 1, sizeof(*v));
-    for (size_t i = 0; i < l->n; i++)
-        v[i] = l->v[i];
+/* strs[0..n) as a JSON array; sorted when its order means nothing. */
+static void kb_def_strs(kb_buf_t *b, const char *key, const char *const *strs, size_t n, bool sorted) {
+    const char **v = kb_calloc(n ? n : 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = strs[i];
     if (sorted)
-        qsort(v, l->n, sizeof(*v), kb_def_cmp);
+        qsort(v, n, sizeof(*v), kb_def_cmp);
     kb_buf_appendf(b, "%s=[", key);
-    for (size_t i = 0; i < l->n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (i)
             kb_buf_append_char(b, ',');
         kb_buf_append_json_str(b, v[i], strlen(v[i]));
     }
     kb_buf_append_str(b, "]\n");
     free(v);
+}
+
+static void kb_def_list(kb_buf_t *b, const char *key, const kb_strlist_t *l, bool sorted) {
+    kb_def_strs(b, key, (const char *const *)l->v, l->n, sorted);
+}
+
+/* The base64 fields a redaction writes base64 into (informer/decode.h), only
+ * where one can: a state_dir written before redactions kept types lacks the
+ * key, so the Secrets it holds with "<redacted>" in data are sent again. */
+static void kb_def_redact_base64(kb_buf_t *b, const kb_config_informer_t *conf) {
+    size_t n;
+    const char *const *paths = kb_transform_base64_fields(conf->group, conf->resource, &n);
+    if (!n || !conf->redact_fields.n)
+        return;
+    kb_def_strs(b, "redact_base64", paths, n, false);
 }
 
 char *kb_definition_text(const kb_config_informer_t *conf) {
@@ -56,6 +72,7 @@ char *kb_definition_text(const kb_config_informer_t *conf) {
     kb_def_list(&b, "drop_fields", &conf->drop_fields, false);
     kb_def_list(&b, "redact_fields", &conf->redact_fields, false);
     kb_def_list(&b, "keep_fields", &conf->keep_fields, false);
+    kb_def_redact_base64(&b, conf);
     kb_def_str(&b, "compaction", conf->compaction == KB_COMPACTION_LATEST ? "latest" : "none");
     return kb_buf_steal(&b, NULL);
 }

@@ -1301,10 +1301,12 @@ void kb_informer_close_state(kb_informer_t *inf) {
 kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_t *conf, kb_apiclient_t *api,
                                char *errstr, size_t errstr_size) {
     char why[256];
-    kb_transform_t *tf = kb_transform_new_keep((const char *const *)conf->drop_fields.v, conf->drop_fields.n,
-                                               (const char *const *)conf->redact_fields.v, conf->redact_fields.n,
-                                               (const char *const *)conf->keep_fields.v, conf->keep_fields.n, why,
-                                               sizeof(why));
+    kb_transform_paths_t paths = {
+        .drop = (const char *const *)conf->drop_fields.v, .n_drop = conf->drop_fields.n,
+        .redact = (const char *const *)conf->redact_fields.v, .n_redact = conf->redact_fields.n,
+        .keep = (const char *const *)conf->keep_fields.v, .n_keep = conf->keep_fields.n};
+    paths.base64 = kb_transform_base64_fields(conf->group, conf->resource, &paths.n_base64);
+    kb_transform_t *tf = kb_transform_new_paths(&paths, why, sizeof(why));
     if (!tf) {
         snprintf(errstr, errstr_size, "%s:%d: informers.%s: %s", cfg->path, conf->line, conf->name, why);
         return NULL;
@@ -1339,9 +1341,8 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     pthread_mutex_init(&inf->sub_mtx, NULL);
     for (size_t i = 0; i < inf->n_shards; i++)
         kb_deltafifo_set_drop(inf->fifos[i], kb_inf_dropped, inf);
-    if (conf->secrets_unredacted)
-        KB_WARN("informer", "informer=%s watches secrets with redact_fields = []: Secret values are sent in clear",
-                conf->name);
+    if (conf->emit_secret_values)
+        KB_WARN("informer", "informer=%s emit_secret_values = true: Secret values are sent in clear", conf->name);
     if (cfg->state_dir && cfg->state_dir[0]) {
         if (kb_inf_open_state(inf, errstr, errstr_size) != KB_OK) {
             kb_informer_destroy(inf);

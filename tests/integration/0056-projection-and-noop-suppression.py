@@ -1,7 +1,7 @@
 """keep_fields projects objects down to an allow-list (plus identity); an
 update whose projected object is byte-identical to what the route last
 delivered (status churn projected away) is not sent; a real change is.
-A secrets informer with redact_fields = [] logs a warning at start."""
+A secrets informer with emit_secret_values = true logs a warning at start."""
 import urllib.request
 from kbtest import *
 
@@ -11,7 +11,7 @@ def test():
     sim.bulk(pod_ops("create", "ns1", ["a"], labels={"app": "web"}, extra={"spec": {"nodeName": "n1"}}))
     b = Bridge(sim, informers=[
         '{ name = "pods"; version = "v1"; resource = "pods"; keep_fields = [ "spec.nodeName" ]; }',
-        '{ name = "secrets"; version = "v1"; resource = "secrets"; redact_fields = []; }'],
+        '{ name = "secrets"; version = "v1"; resource = "secrets"; emit_secret_values = true; }'],
         routes=['{ name = "quiet"; informer = "pods"; sink = "out"; suppress_noop = true; }',
                 '{ informer = "secrets"; sink = "out"; }'],
         http='listen = "127.0.0.1:0";')

@@ -228,9 +228,14 @@ static void test_values(void **state) {
     assert_int_equal(inf->compaction, KB_COMPACTION_LATEST);
     assert_int_equal(inf->coalesce_ms, 1000);
     assert_true(inf->queue_bytes == 4294967296LL);
-    assert_int_equal(inf->drop_fields.n, 0);
-    assert_int_equal(inf->redact_fields.n, 2);
+    /* Own lists on secrets add to the protection: the annotation dropped, stringData redacted. */
+    assert_int_equal(inf->drop_fields.n, 1);
+    assert_string_equal(inf->drop_fields.v[0], KB_CONFIG_LAST_APPLIED_PATH);
+    assert_int_equal(inf->redact_fields.n, 3);
+    assert_string_equal(inf->redact_fields.v[0], "data");
+    assert_string_equal(inf->redact_fields.v[2], "stringData");
     assert_true(inf->redact_fields_set);
+    assert_false(inf->emit_secret_values);
     const kb_config_sink_t *k = &cfg->sinks[0];
     assert_int_equal(k->n_properties, 5);
     const char *want[][2] = {{"linger.ms", "5"}, {"enable.idempotence", "true"}, {"acks", "all"},
@@ -522,6 +527,31 @@ static void test_bom(void **state) {
                  "t.cfg:4: cluster.burst: 0 is out of range (1 to 1000000)");
 }
 
+/* Secret values leave only with emit_secret_values = true, and only secrets take it. */
+static void test_secret_protection(void **state) {
+    (void)state;
+    kb_config_t *cfg = load_ok("informers = ( { name = \"s\"; resource = \"secrets\"; redact_fields = [];\n"
+                               "  drop_fields = [ \"metadata.managedFields\" ]; },\n"
+                               "  { name = \"e\"; resource = \"secrets\"; emit_secret_values = true; drop_fields = []; },\n"
+                               "  { name = \"w\"; group = \"example.com\"; resource = \"secrets\"; drop_fields = []; } );\n"
+                               "sinks = ( { name = \"o\"; type = \"file\"; path = \"-\"; } );\n"
+                               "routes = ( { informer = \"s\"; sink = \"o\"; } );\n");
+    const kb_config_informer_t *s = &cfg->informers[0], *e = &cfg->informers[1], *w = &cfg->informers[2];
+    assert_int_equal(s->redact_fields.n, 2);
+    assert_int_equal(s->drop_fields.n, 2);
+    assert_string_equal(s->drop_fields.v[1], KB_CONFIG_LAST_APPLIED_PATH);
+    assert_true(e->emit_secret_values);
+    assert_int_equal(e->redact_fields.n, 0);
+    assert_int_equal(e->drop_fields.n, 0);
+    assert_int_equal(w->redact_fields.n, 0); /* not core: not a Secret */
+    assert_int_equal(w->drop_fields.n, 0);
+    assert_true(kb_config_informer_is_secrets(s));
+    assert_false(kb_config_informer_is_secrets(w));
+    kb_config_free(cfg);
+    expect_error("informers = ( { name = \"p\"; resource = \"pods\"; emit_secret_values = true; } );\n",
+                 "t.cfg:1: informers[0].emit_secret_values: only for resource = \"secrets\" of the core group");
+}
+
 static void test_load_file(void **state) {
     (void)state;
     char path[] = "/tmp/kb_test_config_XXXXXX";
@@ -646,6 +676,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_spec_example),
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_secret_protection),
         cmocka_unit_test(test_error_syntax),
         cmocka_unit_test(test_error_unknown_key),
         cmocka_unit_test(test_error_types),

@@ -32,11 +32,10 @@ static kb_err_t decode(dec_t *d, const kb_transform_t *tf, const char *in, const
 
 /* Output of decoding `in` with the given paths, as a NUL-terminated copy
  * owned by a static buffer (the test asserts right after). */
-static const char *transformed(const char *in, const char *const *drop, size_t nd,
-                               const char *const *redact, size_t nr) {
+static const char *transformed_paths(const char *in, const kb_transform_paths_t *paths) {
     static dec_t d;
     char err[256];
-    kb_transform_t *tf = kb_transform_new(drop, nd, redact, nr, err, sizeof(err));
+    kb_transform_t *tf = kb_transform_new_paths(paths, err, sizeof(err));
     if (!tf)
         fail_msg("transform: %s", err);
     kb_err_t e = decode(&d, tf, in, NULL, NULL);
@@ -44,6 +43,12 @@ static const char *transformed(const char *in, const char *const *drop, size_t n
     if (e != KB_OK)
         fail_msg("decode: %s", d.err);
     return d.out.data;
+}
+
+static const char *transformed(const char *in, const char *const *drop, size_t nd,
+                               const char *const *redact, size_t nr) {
+    kb_transform_paths_t p = {.drop = drop, .n_drop = nd, .redact = redact, .n_redact = nr};
+    return transformed_paths(in, &p);
 }
 
 static void assert_span(const kb_buf_t *b, kb_span_t sp, const char *want) {
@@ -221,6 +226,38 @@ static void test_redact(void **state) {
     assert_string_equal(
         transformed("{\"metadata\":{\"name\":\"s\"},\"data\":{\"a\":\"b\"}}", drop2, 1, redact2, 1),
         "{\"metadata\":{\"name\":\"s\"}}");
+}
+
+/* Output of decoding `in` with redact paths, base64 fields those of the
+ * core resource (kb_transform_base64_fields); static storage as transformed(). */
+static const char *redacted_typed(const char *in, const char *resource, const char *const *redact, size_t nr) {
+    kb_transform_paths_t p = {.redact = redact, .n_redact = nr};
+    p.base64 = kb_transform_base64_fields("", resource, &p.n_base64);
+    return transformed_paths(in, &p);
+}
+
+/* A redacted []byte value is valid base64 (of "<redacted>"); strings stay "<redacted>". */
+static void test_redact_keeps_base64(void **state) {
+    (void)state;
+    const char *secret = "{\"metadata\":{\"name\":\"s\"},\"data\":{\"p\":\"aHVudGVyMg==\",\"q\":\"eA==\"},"
+                         "\"stringData\":{\"t\":\"x\"}}";
+    const char *redact[] = {"data", "stringData"};
+    assert_string_equal(redacted_typed(secret, "secrets", redact, 2),
+                        "{\"metadata\":{\"name\":\"s\"},\"data\":{\"p\":\"PHJlZGFjdGVkPg==\","
+                        "\"q\":\"PHJlZGFjdGVkPg==\"},\"stringData\":{\"t\":\"<redacted>\"}}");
+    const char *one[] = {"data.q"};
+    assert_string_equal(redacted_typed(secret, "secrets", one, 1),
+                        "{\"metadata\":{\"name\":\"s\"},\"data\":{\"p\":\"aHVudGVyMg==\","
+                        "\"q\":\"PHJlZGFjdGVkPg==\"},\"stringData\":{\"t\":\"x\"}}");
+    const char *cm = "{\"metadata\":{\"name\":\"c\"},\"data\":{\"k\":\"v\"},\"binaryData\":{\"b\":\"AAE=\"}}";
+    const char *both[] = {"data", "binaryData"};
+    assert_string_equal(redacted_typed(cm, "configmaps", both, 2),
+                        "{\"metadata\":{\"name\":\"c\"},\"data\":{\"k\":\"<redacted>\"},"
+                        "\"binaryData\":{\"b\":\"PHJlZGFjdGVkPg==\"}}");
+    size_t n = 1;
+    assert_null(kb_transform_base64_fields("", "pods", &n));
+    assert_int_equal(n, 0);
+    assert_null(kb_transform_base64_fields("example.com", "secrets", &n));
 }
 
 /* Many short values redacted: the output outgrows the input. */
@@ -630,6 +667,7 @@ int main(void) {
         cmocka_unit_test(test_drop_first_last_only),
         cmocka_unit_test(test_array_paths),
         cmocka_unit_test(test_redact),
+        cmocka_unit_test(test_redact_keeps_base64),
         cmocka_unit_test(test_redact_grows_output),
         cmocka_unit_test(test_pretty_equals_compact),
         cmocka_unit_test(test_spans_after_realloc),

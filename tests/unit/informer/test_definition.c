@@ -132,6 +132,30 @@ static void forget_definition(void) {
     mdb_env_close(env);
 }
 
+/* Where a redaction writes base64 (a Secret's data), the definition says so:
+ * a state_dir written before redactions kept types lacks the key and resends. */
+static void test_redact_base64_reshapes(void **state) {
+    (void)state;
+    char *redact[] = {"data"};
+    kb_config_informer_t sec = {.group = "", .version = "v1", .resource = "secrets", .label_selector = "",
+                                .field_selector = "", .redact_fields = {redact, 1}};
+    kb_config_informer_t pods = sec;
+    pods.resource = "pods";
+    char *ts = kb_definition_text(&sec), *tp = kb_definition_text(&pods);
+    assert_non_null(strstr(ts, "redact_base64=[\"data\"]\n"));
+    assert_null(strstr(tp, "redact_base64"));
+    /* the same text without the key: what an older kbridge stored */
+    char *old = strdup(ts);
+    char *at = strstr(old, "redact_base64=");
+    memmove(at, strchr(at, '\n') + 1, strlen(strchr(at, '\n') + 1) + 1);
+    kb_buf_t what = KB_BUF_INIT;
+    assert_int_equal(kb_definition_diff(old, ts, &what), KB_DEF_CHANGED | KB_DEF_RESHAPED);
+    kb_buf_fini(&what);
+    free(old);
+    free(ts);
+    free(tp);
+}
+
 static void test_changed_definition_relists(void **state) {
     (void)state;
     assert_non_null(mkdtemp(dir));
@@ -188,6 +212,7 @@ static void test_changed_definition_relists(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_text_and_diff),
+                                       cmocka_unit_test(test_redact_base64_reshapes),
                                        cmocka_unit_test(test_changed_definition_relists)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
