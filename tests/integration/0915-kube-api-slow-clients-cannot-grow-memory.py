@@ -72,7 +72,7 @@ def test():
     names = ["p%04d" % i for i in range(PODS)]
     for at in range(0, PODS, 1000):
         sim.bulk(pod_ops("create", "ns1", names[at:at + 1000], labels={"app": "a"}, extra=pad))
-    work = tempfile.mkdtemp(prefix="kb0913-")
+    work = tempfile.mkdtemp(prefix="kb0915-")
     b = Bridge(sim, workdir=work, extra='state_dir = "%s/state";' % work,
                http='listen = "127.0.0.1:0"; max_streams = %d; max_per_address = 200;' % STREAMS)
     url = b.http_url()
