@@ -947,3 +947,13 @@ def kapi_changes(lines):
     """The (key, type, rv) of a watch's events, bookmarks left out."""
     return [(e["object"]["metadata"]["namespace"] + "/" + e["object"]["metadata"]["name"], e["type"],
              int(e["object"]["metadata"]["resourceVersion"])) for e in lines if e["type"] != "BOOKMARK"]
+
+
+def self_signed_tls(work, key="key.pem", cert="cert.pem", token=None, token_file="token"):
+    """A self-signed certificate for 127.0.0.1 (work/key, work/cert) and, with token, work/token_file holding it."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", os.path.join(work, key), "-out",
+                    os.path.join(work, cert)], check=True, capture_output=True, timeout=120)
+    if token:
+        with open(os.path.join(work, token_file), "w") as f:
+            f.write(token + "\n")
