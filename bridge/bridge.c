@@ -681,7 +681,9 @@ static kb_router_t *kb_pipeline_router(kb_pipeline_t *p, const kb_config_t *cfg,
         raw[i] = bsinks[i]->sink;
     kb_router_t *r = kb_router_new(cfg, kb_informer_conf(p->inf)->name, raw, errstr, errstr_size);
     free(raw);
-    if (r && r->n == 0)
+    if (r && r->n == 0 && kb_config_kapi_served(cfg))
+        KB_INFO("bridge", "informer=%s has no route: served by the kube API only", kb_informer_conf(p->inf)->name);
+    else if (r && r->n == 0)
         KB_WARN("bridge", "informer=%s has no route: its changes go nowhere", kb_informer_conf(p->inf)->name);
     return r;
 }

@@ -867,6 +867,8 @@ struct kb_kapi_stream {
     char ns[254];           /* a namespaced watch: only this namespace ("" = all) */
     uint64_t pos;
     uint64_t skip_le;       /* a watch from a future RV: nothing at or below it */
+    uint64_t from_n;        /* a watch from RV N: a change at or below N (a relist's, or the
+                             * journal's before its first list) is never sent: 410 instead */
     bool end_bookmark;      /* the initial-events-end bookmark is still due */
     bool gone;              /* one ERROR (410) then the end */
     char gone_msg[256];
@@ -1300,6 +1302,15 @@ static kb_kapi_hist_t *kb_kapi_history(kb_kapi_t *k, kb_informer_t *inf) {
     return found;
 }
 
+/* End the watch with one ERROR event, a 410 Expired Status (as the API
+ * server does for a version it can no longer serve): the client lists again. */
+static void kb_kapi_expire(kb_kapi_stream_t *s, uint64_t oldest) {
+    s->gone = true;
+    atomic_fetch_add(&s->k->expired, 1);
+    snprintf(s->gone_msg, sizeof(s->gone_msg), "too old resource version: %llu (%llu)",
+             (unsigned long long)s->from_n, (unsigned long long)oldest);
+}
+
 static void kb_kapi_frame(kb_kapi_stream_t *s, kb_event_type_t type, const kb_event_t *ev) {
     kb_buf_appendf(&s->out, "{\"type\":\"%s\",\"object\":", kb_event_type_name(type));
     kb_buf_append(&s->out, ev->obj, ev->obj_len);
@@ -1344,6 +1355,16 @@ static bool kb_kapi_peer_gone(int fd) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+/* Whether the watch may send ev; false when it must end with 410 instead
+ * (s->gone set): a change at or below the version it started from has no
+ * place after it — the client has it, or it is out of order. */
+static bool kb_kapi_after_from(kb_kapi_stream_t *s, const kb_event_t *ev) {
+    if (ev->rv_num > s->from_n || ev->rv_num <= s->skip_le)
+        return true;
+    kb_kapi_expire(s, ev->rv_num);
+    return false;
+}
+
 /* Live changes: batch what is there, wait when nothing is. */
 static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
     kb_history_t *h = s->hist->h;
@@ -1368,6 +1389,10 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
         atomic_store(&s->live_pos, s->pos);
         if (got > 0) {
             int type = e.ev->rv_num > s->skip_le ? kb_kapi_watch_type(s, &e) : -1;
+            if (type >= 0 && !kb_kapi_after_from(s, e.ev)) {
+                kb_history_entry_fini(&e);
+                return true; /* what is buffered, then the ERROR */
+            }
             if (type >= 0)
                 kb_kapi_frame(s, (kb_event_type_t)type, e.ev);
             kb_history_entry_fini(&e);
@@ -1402,6 +1427,8 @@ static bool kb_kapi_watch_journal(kb_kapi_stream_t *s) {
             bool change = ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED || ev->type == KB_EV_DELETED;
             kb_history_entry_t e = {.ev = ev};
             int type = change ? kb_kapi_watch_type(s, &e) : -1;
+            if (type >= 0 && !kb_kapi_after_from(s, ev))
+                return true; /* what is buffered, then the ERROR */
             if (type >= 0)
                 kb_kapi_frame(s, (kb_event_type_t)type, ev);
         }
@@ -1427,7 +1454,7 @@ static bool kb_kapi_watch_journal(kb_kapi_stream_t *s) {
 }
 
 static bool kb_kapi_watch_fill(kb_kapi_stream_t *s) {
-    if (s->journal)
+    if (s->journal && !s->gone)
         return kb_kapi_watch_journal(s);
     if (s->gone) {
         kb_buf_append_str(&s->out, "{\"type\":\"ERROR\",\"object\":");
@@ -1497,6 +1524,7 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         kb_informer_cut(r->inf, NULL, NULL, now_rv, sizeof(now_rv), NULL);
         want = kb_rv_parse(now_rv, strlen(now_rv));
     }
+    s->from_n = want;
     if (kb_history_after_rv(s->hist->h, want, &s->pos) == KB_HISTORY_GONE && !q->sel) {
         /* Before the window: state_dir's journal may still have it. */
         if (!kb_kapi_slot_take(s)) {
@@ -1519,10 +1547,7 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         uint64_t floor_rv = 0;
         size_t entries = 0;
         kb_history_stats(s->hist->h, &floor_rv, &entries);
-        s->gone = true;
-        atomic_fetch_add(&k->expired, 1);
-        snprintf(s->gone_msg, sizeof(s->gone_msg), "too old resource version: %llu (%llu)",
-                 (unsigned long long)want, (unsigned long long)floor_rv);
+        kb_kapi_expire(s, floor_rv);
         return true;
     }
     kb_informer_cut(r->inf, NULL, NULL, now_rv, sizeof(now_rv), NULL);

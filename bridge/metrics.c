@@ -48,6 +48,7 @@ typedef struct kb_m_inf {
     kb_pipeline_stats_t ps;
     double lag_seconds; /* checkpoint lag, see kb_m_lag */
     double last_change_seconds; /* unix time of the newest change routed, 0: none yet */
+    double heard_seconds;       /* unix time the API server was last heard from, 0: never */
 } kb_m_inf_t;
 
 typedef enum { KB_MV_U64, KB_MV_SIZE, KB_MV_I64, KB_MV_BOOL, KB_MV_DOUBLE } kb_mv_kind_t;
@@ -102,6 +103,10 @@ static const kb_m_row_t kb_m_informer_rows[] = {
     {"kbridge_informer_last_change_timestamp_seconds", "gauge",
      "Unix time of the newest ADDED, MODIFIED or DELETED change the informer handed to routing; 0 before the first.",
      KB_M(last_change_seconds), KB_MV_DOUBLE},
+    {"kbridge_informer_last_heard_timestamp_seconds", "gauge",
+     "Unix time of the newest list page or watch frame (bookmarks included) from the API server; 0 before the first. "
+     "time() minus it bounds how stale the cache can be while the watch is healthy.",
+     KB_M(heard_seconds), KB_MV_DOUBLE},
     {"kbridge_events_routed_total", "counter", "Changes that matched at least one route.", KB_M(ps.routed),
      KB_MV_U64},
     {"kbridge_events_unrouted_total", "counter", "Changes that matched no route.", KB_M(ps.unrouted), KB_MV_U64},
@@ -503,6 +508,7 @@ void kb_http__metrics(kb_bridge_t *b, int64_t since_real_ns, kb_buf_t *out) {
         kb_bridge_pipeline_stats(b, i, &infs[i].ps);
         infs[i].lag_seconds = kb_m_lag(&infs[i].st, now, since_real_ns);
         infs[i].last_change_seconds = (double)infs[i].ps.last_change_real_ns / 1e9;
+        infs[i].heard_seconds = (double)infs[i].st.heard_ns / 1e9;
     }
     kb_m_process(out);
     kb_m_build_info(out, cfg);

@@ -72,6 +72,17 @@ const kb_config_informer_t *kb_config_find_informer(const kb_config_t *cfg, cons
     return NULL;
 }
 
+bool kb_config_kapi_served(const kb_config_t *cfg) {
+    return cfg->kapi_enabled && cfg->http_listen && cfg->http_listen[0];
+}
+
+size_t kb_config_routes_of(const kb_config_t *cfg, const char *informer) {
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_routes; i++)
+        n += cfg->routes[i].informer && strcmp(cfg->routes[i].informer, informer) == 0;
+    return n;
+}
+
 const kb_config_sink_t *kb_config_find_sink(const kb_config_t *cfg, const char *name) {
     for (size_t i = 0; i < cfg->n_sinks; i++)
         if (cfg->sinks[i].name && strcmp(cfg->sinks[i].name, name) == 0)
@@ -205,4 +216,9 @@ void kb_config_summary(const kb_config_t *cfg, FILE *out) {
     fprintf(out, "routes (%zu):\n", cfg->n_routes);
     for (size_t i = 0; i < cfg->n_routes; i++)
         kb_summary_route(&cfg->routes[i], out);
+    for (size_t i = 0; i < cfg->n_informers; i++)
+        if (!kb_config_routes_of(cfg, cfg->informers[i].name))
+            fprintf(out, "informers.%s: %s\n", cfg->informers[i].name,
+                    kb_config_kapi_served(cfg) ? "served by the kube API only"
+                                               : "no route and no kube API: its changes go nowhere");
 }

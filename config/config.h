@@ -216,6 +216,11 @@ const kb_config_informer_t *kb_config_find_informer(const kb_config_t *cfg, cons
 /* Whether the informer watches core Secrets (group "", resource "secrets"):
  * the one place that decides which informers get the Secret protections. */
 bool kb_config_informer_is_secrets(const kb_config_informer_t *inf);
+/* Whether cfg serves the Kubernetes API (kube_api.enabled on a listening
+ * http): then an informer without routes is kept for it, not useless. */
+bool kb_config_kapi_served(const kb_config_t *cfg);
+/* How many routes take informer's changes. */
+size_t kb_config_routes_of(const kb_config_t *cfg, const char *informer);
 const kb_config_sink_t *kb_config_find_sink(const kb_config_t *cfg, const char *name);
 
 const char *kb_sink_type_name(kb_sink_type_t t);

@@ -764,9 +764,14 @@ bool kb_config__finish_root(kb_loader_t *ld, void *base, size_t index, const con
         return false;
     if (!kb_finish_http(ld, cfg, grp) || !kb_finish_cluster(ld, cfg, grp) || !kb_finish_ha(ld, cfg, grp))
         return false;
-    if (cfg->n_routes == 0)
-        return kb_config__fail(ld, config_setting_get_member(grp, "routes"),
-                               "routes: at least one route is required (informer → sink)");
+    /* No routes: a read replica (informers for the kube API only), unless
+     * sinks are configured, which then would go unused — a route forgotten. */
+    if (cfg->n_routes == 0 && (cfg->n_sinks || !kb_config_kapi_served(cfg)))
+        return kb_config__fail(ld, config_setting_get_member(grp, "routes"), "%s",
+                               cfg->n_sinks ? "routes: at least one route is required (informer → sink)"
+                                            : "routes: at least one route is required (informer → sink), unless "
+                                              "the informers are served by the kube API (http.listen, "
+                                              "kube_api.enabled)");
     return true;
 }
 

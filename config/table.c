@@ -529,8 +529,8 @@ static bool kb_finish_route(kb_loader_t *ld, void *base, size_t index, const con
 
 static const kb_csection_t kb_sec_route = {
     .title = "routes",
-    .doc = "A list of groups, each sending one informer's changes to one sink (at least one route): "
-           "`routes = ( { informer = \"pods\"; sink = \"out\"; } );`",
+    .doc = "A list of groups, each sending one informer's changes to one sink (at least one route, "
+           "unless the informers are served by the kube API only: docs/replica.md): `routes = ( { informer = \"pods\"; sink = \"out\"; } );`",
     .size = sizeof(kb_config_route_t), .line_off = offsetof(kb_config_route_t, line),
     .keys = kb_keys_route, .n_keys = KB_NKEYS(kb_keys_route), .disc = -1, .finish = kb_finish_route,
 };

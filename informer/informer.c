@@ -766,6 +766,7 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
     r->list_pages++;
     kb_inf_list_progress(r, page.n_items, len);
     atomic_fetch_add(&inf->st_pages, 1);
+    atomic_store(&inf->st_heard_ns, kb_now_real_ns());
     kb_buf_reset(cont);
     if (page.cont.len)
         kb_buf_append(cont, data + page.cont.off, page.cont.len);
@@ -980,6 +981,7 @@ static kb_ingest_t kb_refl_frame(kb_reflector_t *r, const char *frame, size_t le
 counted:
     r->frames++;
     atomic_fetch_add(&inf->st_frames, 1);
+    atomic_store(&inf->st_heard_ns, kb_now_real_ns());
     return res;
 }
 
@@ -1551,6 +1553,7 @@ void kb_informer_stats(kb_informer_t *inf, kb_informer_stats_t *st) {
     pthread_mutex_unlock(&inf->err_mtx);
     st->lists = atomic_load(&inf->st_lists);
     st->list_pages = atomic_load(&inf->st_pages);
+    st->heard_ns = atomic_load(&inf->st_heard_ns);
     st->gated = atomic_load(&inf->st_gated);
     st->watches = atomic_load(&inf->st_watches);
     st->rv_regressions = atomic_load(&inf->st_rv_regressions);

@@ -66,6 +66,8 @@ typedef struct kb_informer_stats {
     uint64_t events[KB_EV_TYPE_COUNT]; /* events queued, by output type */
     uint64_t watch_events;             /* frames received (all types, bookmarks included) */
     uint64_t bookmarks;
+    int64_t heard_ns;                  /* realtime of the newest list page or watch frame (a bookmark too)
+                                        * from the API server, 0: none yet — how fresh the cache is known to be */
     uint64_t errors[KB_WATCH_ERR_COUNT];
     uint64_t relists;                  /* lists after the first */
     uint64_t lists;                    /* completed lists */

@@ -114,6 +114,7 @@ struct kb_informer {
     _Atomic unsigned synced_refl;  /* reflectors done with their first list */
     _Atomic uint64_t st_events[KB_EV_TYPE_COUNT];
     _Atomic uint64_t st_errors[KB_WATCH_ERR_COUNT];
+    _Atomic int64_t st_heard_ns; /* realtime of the newest list page or watch frame from the API server */
     _Atomic uint64_t st_frames, st_bookmarks, st_relists, st_lists, st_pages, st_gated, st_watches;
     _Atomic uint64_t st_rv_regressions;
     _Atomic uint64_t st_sync_objects;  /* objects received by reflectors still in their first list */

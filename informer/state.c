@@ -639,6 +639,7 @@ kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
     kb_err_t err = KB_OK;
     MDB_val k, v;
     uint64_t trimmed = 0;
+    bool vouched = false; /* a resume point at or below rv: trimmed, or in the journal */
     if (!kb_meta_get(txn, st, "trimmed_rv", &v)) {
         char buf[160] = "";
         memcpy(buf, v.mv_data, v.mv_size < sizeof(buf) - 1 ? v.mv_size : sizeof(buf) - 1);
@@ -647,6 +648,7 @@ kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
         trimmed = kb_rv_parse(num, strlen(num));
         if (rv < trimmed)
             err = KB_ERR_GONE;
+        vouched = rv >= trimmed;
     }
     /* Replay starts after the last entry whose resume point is <= rv: every
      * entry after it happened after a cut taken at rv (resume points only
@@ -673,8 +675,13 @@ kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
             if (after > rv)
                 break;
             *seq = s + 1;
+            vouched = true;
         }
         mdb_cursor_close(cur);
+        /* Before the first resume point (the first list's objects, which are
+         * no changes after rv) the journal cannot say what came after rv. */
+        if (!vouched)
+            err = KB_ERR_GONE;
     }
     mdb_txn_abort(txn);
     return err;
@@ -785,7 +792,23 @@ void kb_state_abort(kb_state_t *st) {
     st->txn = NULL;
 }
 
-/* Trim acknowledged journal entries over the size or age bound. */
+/* The resume point a journal record completes, into out; false (out
+ * untouched) for a list's object, which completes none. */
+static bool kb_rec_resume_point(const MDB_val *v, char *out, size_t out_size) {
+    kb_rec_hdr_t h;
+    if (v->mv_size < sizeof(h))
+        return false;
+    memcpy(&h, v->mv_data, sizeof(h));
+    if (!h.rv_after_len || h.rv_after_len >= out_size)
+        return false;
+    memcpy(out, (const char *)v->mv_data + sizeof(h) + h.key_len + h.uid_len + h.rv_len, h.rv_after_len);
+    out[h.rv_after_len] = '\0';
+    return true;
+}
+
+/* Trim acknowledged journal entries over the size or age bound. The
+ * "trimmed_rv" recorded is the resume point after which the journal still
+ * holds every change (kb_state_journal_seek). */
 static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
     MDB_stat ms;
     int rc = mdb_stat(txn, st->journal, &ms);
@@ -800,6 +823,7 @@ static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
     MDB_val k, v;
     char last_rv[KB_RV_MAX] = "";
     size_t trimmed = 0;
+    bool inside = false; /* the last entry trimmed is no resume point */
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         kb_rec_hdr_t h;
         if (k.mv_size != 8 || v.mv_size < sizeof(h) || kb_from_be64(k.mv_data) > ack_seq)
@@ -807,18 +831,19 @@ static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
         memcpy(&h, v.mv_data, sizeof(h));
         if (bytes <= st->journal_max_bytes && h.observed_ns >= oldest_ok)
             break;
-        const char *rv = (const char *)v.mv_data + sizeof(h) + h.key_len + h.uid_len;
-        const char *rva = rv + h.rv_len;
-        const char *keep = h.rv_after_len ? rva : rv;
-        size_t n = h.rv_after_len ? h.rv_after_len : h.rv_len;
-        if (n && n < sizeof(last_rv)) {
-            memcpy(last_rv, keep, n);
-            last_rv[n] = '\0';
-        }
+        inside = !kb_rec_resume_point(&v, last_rv, sizeof(last_rv)); /* a list's object, not a change */
         bytes = bytes > v.mv_size ? bytes - v.mv_size : 0;
         if ((rc = mdb_cursor_del(cur, 0)) != 0)
             break;
         trimmed++;
+    }
+    /* Trimmed inside a list: the journal vouches again only from the resume
+     * point that ends it (none yet: from nothing). */
+    if (inside && trimmed && (!rc || rc == MDB_NOTFOUND)) {
+        snprintf(last_rv, sizeof(last_rv), "%llu", (unsigned long long)UINT64_MAX);
+        int r2 = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        while (!r2 && !kb_rec_resume_point(&v, last_rv, sizeof(last_rv)))
+            r2 = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
     }
     mdb_cursor_close(cur);
     if (rc && rc != MDB_NOTFOUND)

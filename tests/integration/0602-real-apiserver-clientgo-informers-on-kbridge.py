@@ -70,12 +70,8 @@ def test():
                                     "\nspec: {size: %d}\n" % (i, i))
 
     work = tempfile.mkdtemp(prefix="kb0602-")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", work + "/key.pem", "-out",
-                    work + "/cert.pem"], check=True, capture_output=True, timeout=120)
     token = "replica-t0ken-0602"
-    with open(work + "/token", "w") as f:
-        f.write(token + "\n")
+    self_signed_tls(work, token=token)
     port = _free_port()
     config = """
 cluster = { name = "real"; kubeconfig = "%s"; };

@@ -4,37 +4,8 @@ journal: exactly the changes the server made after it, in order, then live
 changes with no gap or repeat at the hand-over. A label-selected watch that
 old gets 410 (the journal keeps no earlier labels to apply the enter/leave
 rule)."""
-import http.client
 import socket
-import threading
 from kbtest import *
-
-
-def watch_lines(url, query, until, timeout=60):
-    host, port = url[len("http://"):].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    conn.request("GET", "/api/v1/pods?watch=true&" + query)
-    resp = conn.getresponse()
-    check(resp.status == 200, "watch %s -> %d" % (query, resp.status))
-    lines = []
-
-    def read():
-        try:
-            while True:
-                line = resp.readline()
-                if not line:
-                    return
-                lines.append(json.loads(line))
-        except Exception:
-            return
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    return conn, t, lines
-
-
-def changes(lines):
-    return [(e["object"]["metadata"]["namespace"] + "/" + e["object"]["metadata"]["name"], e["type"],
-             int(e["object"]["metadata"]["resourceVersion"])) for e in lines if e["type"] not in ("BOOKMARK",)]
 
 
 def test():
@@ -51,19 +22,19 @@ def test():
     b.wait_converged(sim)
     want = watch_history(sim, rv0)
     check(len(want) == 32, "the server made %d changes" % len(want))
-    conn, t, lines = watch_lines(url, "resourceVersion=%s" % rv0, None)
-    wait_for(lambda: len(changes(lines)) >= 32, 30, what="the journal's changes")
+    conn, t, lines = kapi_watch_lines(url, "resourceVersion=%s" % rv0)
+    wait_for(lambda: len(kapi_changes(lines)) >= 32, 30, what="the journal's changes")
     sim.bulk(pod_ops("create", "ns1", ["live0", "live1"]))
     b.wait_converged(sim)
     want = watch_history(sim, rv0)
-    wait_for(lambda: len(changes(lines)) >= 34, 30, what="the live changes after the journal")
+    wait_for(lambda: len(kapi_changes(lines)) >= 34, 30, what="the live changes after the journal")
     time.sleep(0.5)
-    check(changes(lines) == want, "watch from %s:\n%s\nserver:\n%s" % (rv0, changes(lines), want))
+    check(kapi_changes(lines) == want, "watch from %s:\n%s\nserver:\n%s" % (rv0, kapi_changes(lines), want))
     conn.sock.shutdown(socket.SHUT_RDWR)
     conn.close()
 
     # A label selector that far back: 410.
-    conn, t, lines = watch_lines(url, "resourceVersion=%s&labelSelector=app%%3Dweb" % rv0, None)
+    conn, t, lines = kapi_watch_lines(url, "resourceVersion=%s&labelSelector=app%%3Dweb" % rv0)
     t.join(30)
     check(len(lines) == 1 and lines[0]["type"] == "ERROR" and lines[0]["object"]["code"] == 410,
           "selector watch from the journal: %s" % lines)

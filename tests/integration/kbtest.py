@@ -918,3 +918,42 @@ def watch_history(sim, since_rv, resource_path="/api/v1/pods"):
             key = "%s/%s" % (md["namespace"], md["name"]) if md.get("namespace") else md["name"]
             out.append((key, ev["type"], int(md["resourceVersion"])))
     return out
+
+
+def kapi_watch_lines(url, query, path="/api/v1/pods", timeout=60):
+    """A watch on kbridge's Kubernetes API read on a thread: (connection, thread, the events so far)."""
+    host, port = url[len("http://"):].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    conn.request("GET", path + "?watch=true&" + query)
+    resp = conn.getresponse()
+    check(resp.status == 200, "watch %s -> %d" % (query, resp.status))
+    lines = []
+
+    def read():
+        try:
+            while True:
+                line = resp.readline()
+                if not line:
+                    return
+                lines.append(json.loads(line))
+        except Exception:
+            return
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return conn, t, lines
+
+
+def kapi_changes(lines):
+    """The (key, type, rv) of a watch's events, bookmarks left out."""
+    return [(e["object"]["metadata"]["namespace"] + "/" + e["object"]["metadata"]["name"], e["type"],
+             int(e["object"]["metadata"]["resourceVersion"])) for e in lines if e["type"] != "BOOKMARK"]
+
+
+def self_signed_tls(work, key="key.pem", cert="cert.pem", token=None, token_file="token"):
+    """A self-signed certificate for 127.0.0.1 (work/key, work/cert) and, with token, work/token_file holding it."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", os.path.join(work, key), "-out",
+                    os.path.join(work, cert)], check=True, capture_output=True, timeout=120)
+    if token:
+        with open(os.path.join(work, token_file), "w") as f:
+            f.write(token + "\n")

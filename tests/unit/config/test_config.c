@@ -380,6 +380,12 @@ static void test_error_references(void **state) {
                  "t.cfg:3: routes[0].sink: no sink named \"kafka\"");
     expect_error(INF1 SINK1, "t.cfg: routes: at least one route is required (informer → sink)");
     expect_error(INF1 SINK1 "routes = ();\n", "t.cfg:3: routes: at least one route is required (informer → sink)");
+    expect_error(INF1 "kube_api = { enabled = false; };\n",
+                 "t.cfg: routes: at least one route is required (informer → sink), unless the informers are served "
+                 "by the kube API (http.listen, kube_api.enabled)");
+    expect_error(INF1 "http = { listen = \"\"; };\n",
+                 "t.cfg: routes: at least one route is required (informer → sink), unless the informers are served "
+                 "by the kube API (http.listen, kube_api.enabled)");
 }
 
 static void test_error_templates_paths(void **state) {
@@ -611,6 +617,18 @@ static void summary_fn(FILE *f, const void *cfg) {
     kb_config_summary(cfg, f);
 }
 
+/* A read replica: informers, the kube API, no sinks and no routes. */
+static void test_replica_needs_no_route(void **state) {
+    (void)state;
+    kb_config_t *cfg = load_ok(INF1 "http = { listen = \"127.0.0.1:0\"; };\n");
+    assert_int_equal(cfg->n_routes, 0);
+    assert_int_equal(cfg->n_sinks, 0);
+    char *text = capture(summary_fn, cfg);
+    assert_non_null(strstr(text, "informers.pods: served by the kube API only\n"));
+    free(text);
+    kb_config_free(cfg);
+}
+
 static void test_summary(void **state) {
     (void)state;
     kb_config_t *cfg = load_ok(spec_example);
@@ -684,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_error_enum),
         cmocka_unit_test(test_error_names),
         cmocka_unit_test(test_error_references),
+        cmocka_unit_test(test_replica_needs_no_route),
         cmocka_unit_test(test_error_templates_paths),
         cmocka_unit_test(test_error_required_and_variants),
         cmocka_unit_test(test_hostname_ordinal),
