@@ -17,7 +17,11 @@
  * definition did not change keeps running (no relist); routes are rebuilt for
  * all informers and swapped in under each pipeline's route lock (workers hold
  * it while they hand one popped batch to the sinks); removed informers are
- * drained and stopped, removed sinks flushed and closed. Objects that were
+ * drained and stopped, removed sinks flushed and closed. A rebuilt sink's new
+ * instance is created held: its old instance flushes, what it still holds is
+ * given back (KB_ERR_STOPPED), parked, and re-sent to the new instance in seq
+ * order before the workers may hand it anything newer — they share one ledger
+ * slot, which therefore keeps moving. Objects that were
  * replaced stay allocated until the bridge is destroyed ("retired"), so a
  * pointer an HTTP request holds under kb_bridge_rdlock never dangles.
  *
@@ -25,6 +29,10 @@
  * workers drain the FIFOs into the sinks until the deadline, flush the sinks
  * with what time remains, write the checkpoints. Anything undelivered at the
  * deadline was never acknowledged: with state_dir it is delivered next time.
+ * A deadline is scoped: kb_pipeline_drain sets the abandon flag of the one
+ * pipeline it drains, never one of the bridge, so removing or retrying one
+ * informer never makes another skip work. Which step leaves which change
+ * where: the table in bridge/bridge.h.
  *
  * Lock order: b->lock → p->route_lock → (informer and sink locks).
  */
