@@ -33,10 +33,19 @@
  * it holds one (kube API requests waiting for a resourceVersion let b->lock
  * go, bridge/kapi.c): PUBLISH waits only for short critical sections.
  *
+ * A rebuilt sink's new instance is created held: its old instance flushes,
+ * what it still holds is given back (KB_ERR_STOPPED), parked, and re-sent to
+ * the new instance in seq order before the workers may hand it anything newer
+ * — they share one ledger slot, which therefore keeps moving (CLOSE).
+ *
  * Shutdown: stop the informers (reflectors joined, FIFOs closed), let the
  * workers drain the FIFOs into the sinks until the deadline, flush the sinks
  * with what time remains, write the checkpoints. Anything undelivered at the
  * deadline was never acknowledged: with state_dir it is delivered next time.
+ * A deadline is scoped: kb_pipeline_drain sets the abandon flag of the one
+ * pipeline it drains, never one of the bridge, so removing or retrying one
+ * informer never makes another skip work. Which step leaves which change
+ * where: the table in bridge/bridge.h.
  *
  * Lock order: b->lock → p->route_lock → (informer and sink locks). LOCK takes
  * route locks with no b->lock held, PUBLISH b->lock with no route lock held.
@@ -91,6 +100,15 @@ typedef struct kb_bsink {
     char why[512];                 /* what stopped it: the object and the reason */
     _Atomic(struct kb_bsink *) dl; /* on_refused = "dead_letter": where refused messages go */
     _Atomic uint64_t dead_letters; /* refused messages this sink handed to its dead-letter sink */
+    /* Hand-over of a rebuilt sink (kb_reload_retire_sinks). On the retired
+     * instance, collect: an ack with KB_ERR_STOPPED parks the message in back[]
+     * for the successor instead of leaving it. On the successor, held: it takes
+     * nothing from the workers until its predecessor's messages are in. */
+    _Atomic bool collect, held;
+    pthread_mutex_t back_mtx;      /* guards back, n_back; with back_cv, the held gate */
+    pthread_cond_t back_cv;        /* held went false */
+    struct kb_msg_ack **back;      /* parked messages, in the order the sink gave them back */
+    size_t n_back;
     struct {                       /* refusals by reason (kb_err_name), first come, first slot */
         _Atomic(const char *) reason;
         _Atomic uint64_t n;
@@ -132,6 +150,11 @@ struct kb_pipeline {
     _Atomic uint64_t routed;     /* messages handed to sinks */
     _Atomic uint64_t unrouted;   /* events no route took */
     _Atomic int64_t inflight;    /* produced, not yet acked */
+    /* This pipeline's drain ran past its deadline: its workers hand nothing
+     * more to sinks (what they hold stays unacknowledged, below the
+     * watermark). Set only by kb_pipeline_drain of this pipeline — never a
+     * flag of the bridge: no pipeline's stop may make another skip work. */
+    _Atomic bool abandon;
     _Atomic int64_t last_change_real_ns; /* newest ADDED/MODIFIED/DELETED seen by kb_deliver (metrics) */
     kb_histogram_t handle[KB_EV_TYPE_COUNT]; /* worker time per event, by type */
 };
@@ -152,7 +175,6 @@ struct kb_bridge {
     kb_config_t **owned_cfgs;    /* configs taken over by reloads */
     size_t n_owned_cfgs;
     bool started;
-    _Atomic bool hard_stop;      /* the drain deadline passed: stop delivering */
     kb_ha_t *ha;                 /* ha.enabled: the Lease and the delivery gate (bridge/ha.h), else NULL */
 };
 
@@ -291,19 +313,23 @@ static void kb_bsink_count_refusal(kb_bsink_t *bs, kb_err_t err) {
     atomic_fetch_add(&bs->refused[KB_REFUSAL_REASONS - 1].n, 1); /* more reasons than slots: the last */
 }
 
-/* on_refused = "stop" (or a dead letter that could not be sent): the sink takes
- * nothing more; the first time says so, loudly. */
-static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, const char *reason) {
+/* on_refused = "stop" (or a dead letter that could not be sent), or a sink
+ * that gave a message up without a verdict while running (refused false): the
+ * sink takes nothing more; the first time says so, loudly. */
+static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, const char *reason, bool refused) {
+    const char *what = refused ? "refused" : "could not deliver";
     pthread_mutex_lock(&bs->why_mtx);
     bool first = !atomic_exchange(&bs->stopped, true);
     if (first)
-        snprintf(bs->why, sizeof(bs->why), "refused %s rv=%s: %s", ev->key, ev->rv, reason);
+        snprintf(bs->why, sizeof(bs->why), "%s %s rv=%s: %s", refused ? "refused" : "gave up on", ev->key, ev->rv,
+                 reason);
     pthread_mutex_unlock(&bs->why_mtx);
     if (first)
-        KB_ERROR("bridge", "sink=%s stopped: it refused %s %s rv=%s for good (%s); the other sinks go on, and "
-                 "nothing is dropped: its changes from seq %llu on wait in the journal — fix the cause, then send "
-                 "SIGHUP or restart to try again", bs->sink ? bs->sink->name : bs->conf->name,
-                 kb_event_type_name(ev->type), ev->key, ev->rv, reason, (unsigned long long)seq);
+        KB_ERROR("bridge", "sink=%s stopped: it %s %s %s rv=%s%s (%s); the other sinks go on, and nothing is "
+                 "dropped: its changes from seq %llu on wait in the journal — %s, then send SIGHUP or restart to try "
+                 "again", bs->sink ? bs->sink->name : bs->conf->name, what, kb_event_type_name(ev->type), ev->key,
+                 ev->rv, refused ? " for good" : " (not a refusal: nothing is dead-lettered)", reason,
+                 (unsigned long long)seq, refused ? "fix the cause" : "when the destination is back");
 }
 
 static void kb_bridge_ack(void *opaque, kb_err_t err);
@@ -356,7 +382,36 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_le
     kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
     if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
-    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err));
+    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true);
+}
+
+/* A message of slot given up without a verdict (sinks/sink.h: KB_ERR_STOPPED
+ * when the sink or this pipeline is being stopped, KB_ERR_TIMEDOUT or
+ * KB_ERR_FULL when the sink gave up trying). Never a
+ * refusal, never dead-lettered: the slot keeps the sink's bit in the ledger, so
+ * its watermark — and the checkpoint — stay below it, and state_dir delivers it
+ * again. A sink that gave up while it runs (anything but a stop: a retry
+ * limit, a message timeout) is held like a stopped one, so that nothing after
+ * it passes it for good; SIGHUP tries it again. */
+static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err) {
+    kb_bsink_t *bs = d->s[slot].bs;
+    atomic_fetch_add(&bs->failed, 1);
+    atomic_fetch_add(&d->p->failed, 1);
+    if (err != KB_ERR_STOPPED)
+        kb_bsink_stop(bs, d->ev, d->seq, kb_err_str(err), false);
+}
+
+/* A retiring instance gave ma's message back (KB_ERR_STOPPED) while a
+ * successor waits for it: park it (still in flight) for kb_hand_over. */
+static bool kb_park(kb_msg_ack_t *ma, kb_err_t err) {
+    kb_bsink_t *bs = ma->d->s[ma->slot].bs;
+    if (err != KB_ERR_STOPPED || ma->dead_letter || !atomic_load(&bs->collect))
+        return false;
+    pthread_mutex_lock(&bs->back_mtx);
+    bs->back = kb_realloc(bs->back, (bs->n_back + 1) * sizeof(*bs->back));
+    bs->back[bs->n_back++] = ma;
+    pthread_mutex_unlock(&bs->back_mtx);
+    return true;
 }
 
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
@@ -371,10 +426,14 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
         if (!ma->dead_letter)
             kb_histogram_observe_ns(&bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
         kb_slot_acked(d, ma->slot);
-    } else {
+    } else if (kb_sink_refused(err)) {
         /* The topic and key are not known here any more: a dead letter after a
          * failed delivery report goes with the object's key and no topic. */
         kb_refused(d, ma->slot, err, ma->dead_letter, NULL, d->ev->key);
+    } else if (kb_park(ma, err)) {
+        return;
+    } else {
+        kb_not_delivered(d, ma->slot, err);
     }
     atomic_fetch_sub(&p->inflight, 1);
     free(ma);
@@ -399,6 +458,68 @@ static size_t kb_delivery_slot(kb_delivery_t *d, kb_bsink_t *bs, int lidx) {
     d->s[d->n].lidx = lidx;
     atomic_init(&d->s[d->n].pending, 0);
     return d->n++;
+}
+
+/* A rebuilt sink's successor takes nothing until its predecessor's messages
+ * were handed to it (kb_hand_over, on main, bounded by shutdown_timeout). */
+static void kb_bsink_wait_handover(kb_bsink_t *bs) {
+    if (!atomic_load(&bs->held))
+        return;
+    pthread_mutex_lock(&bs->back_mtx);
+    while (atomic_load(&bs->held))
+        pthread_cond_wait(&bs->back_cv, &bs->back_mtx);
+    pthread_mutex_unlock(&bs->back_mtx);
+}
+
+/* Render route's message of d's event and hand it to the route's sink for
+ * slot. A full sink is waited for until it takes the message, this pipeline
+ * abandons, or deadline (monotonic ns; 0: none) passes. A refusal follows
+ * on_refused; anything else not taken stays unacknowledged. The slot's count
+ * for the message is the caller's. Caller holds p->route_lock for reading. */
+static void kb_send(kb_delivery_t *d, size_t slot, const kb_route_t *route, kb_buf_t *topic, kb_buf_t *key,
+                    bool eos, int64_t deadline) {
+    kb_pipeline_t *p = d->p;
+    kb_buf_reset(topic);
+    kb_buf_reset(key);
+    kb_route_render(route, d->ev, topic, key);
+    kb_msg_ack_t *ma = kb_malloc(sizeof(*ma));
+    *ma = (kb_msg_ack_t){d, slot, false};
+    kb_msg_t msg = {
+        .ev = d->ev,
+        .topic = topic->data, .topic_len = topic->len,
+        .key = key->data, .key_len = key->len,
+        .format = route->conf->format,
+        .mode = route->conf->mode,
+        .route = route->conf->name,
+        .ack = kb_bridge_ack,
+        .ack_opaque = ma,
+        .enqueued = eos ? kb_bridge_enqueued : NULL,
+    };
+    atomic_fetch_add(&p->inflight, 1);
+    atomic_fetch_add(&d->pending, 1);
+    for (;;) {
+        kb_err_t err = kb_sink_produce(route->sink, &msg, 1000);
+        if (err == KB_OK) {
+            atomic_fetch_add(&p->routed, 1);
+            return;
+        }
+        if (err == KB_ERR_FULL && !atomic_load(&p->abandon) && (!deadline || kb_now_mono_ns() < deadline)) {
+            static kb_ratelimit_t rl;
+            if (kb_ratelimit_allow(&rl, 10000, NULL))
+                KB_WARN("bridge", "sink=%s is full; holding the informer's queue (backpressure)", route->sink->name);
+            continue;
+        }
+        atomic_fetch_sub(&p->inflight, 1);
+        atomic_fetch_sub(&d->pending, 1);
+        free(ma);
+        if (kb_sink_refused(err))
+            kb_refused(d, slot, err, false, topic->data, key->data);
+        else if (err == KB_ERR_FULL) /* this pipeline abandons (a stop), or a hand-over's deadline passed */
+            kb_not_delivered(d, slot, atomic_load(&p->abandon) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT);
+        else
+            kb_not_delivered(d, slot, err);
+        return;
+    }
 }
 
 /* Hand one event to every route that takes it, in route order: only to the
@@ -462,47 +583,10 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
     for (size_t t = 0; t < n_take; t++) {
         const kb_route_t *route = &p->router->routes[take[t]];
         kb_bsink_t *bs = p->bsinks[route->sink_index];
+        kb_bsink_wait_handover(bs);
         if (atomic_load(&bs->stopped))
             continue; /* its bit stays: the watermark waits here */
-        size_t slot = kb_delivery_slot(d, bs, p->lidx[route->sink_index]);
-        kb_buf_reset(topic);
-        kb_buf_reset(key);
-        kb_route_render(route, ev, topic, key);
-        kb_msg_ack_t *ma = kb_malloc(sizeof(*ma));
-        *ma = (kb_msg_ack_t){d, slot, false};
-        kb_msg_t msg = {
-            .ev = ev,
-            .topic = topic->data, .topic_len = topic->len,
-            .key = key->data, .key_len = key->len,
-            .format = route->conf->format,
-            .mode = route->conf->mode,
-            .route = route->conf->name,
-            .ack = kb_bridge_ack,
-            .ack_opaque = ma,
-            .enqueued = eos ? kb_bridge_enqueued : NULL,
-        };
-        atomic_fetch_add(&p->inflight, 1);
-        atomic_fetch_add(&d->pending, 1);
-        for (;;) {
-            kb_err_t err = kb_sink_produce(route->sink, &msg, 1000);
-            if (err == KB_OK) {
-                atomic_fetch_add(&p->routed, 1);
-                break;
-            }
-            if (err == KB_ERR_FULL && !atomic_load(&p->bridge->hard_stop)) {
-                static kb_ratelimit_t rl;
-                if (kb_ratelimit_allow(&rl, 10000, NULL))
-                    KB_WARN("bridge", "sink=%s is full; holding the informer's queue (backpressure)",
-                            route->sink->name);
-                continue;
-            }
-            atomic_fetch_sub(&p->inflight, 1);
-            atomic_fetch_sub(&d->pending, 1);
-            free(ma);
-            if (err != KB_ERR_FULL) /* at the shutdown deadline a full sink is not a refusal */
-                kb_refused(d, slot, err, false, topic->data, key->data);
-            break;
-        }
+        kb_send(d, kb_delivery_slot(d, bs, p->lidx[route->sink_index]), route, topic, key, eos, 0);
     }
     if (take != take_few) {
         free(take);
@@ -524,9 +608,9 @@ static void kb_deliver_none(kb_pipeline_t *p, kb_event_t *ev) {
 static bool kb_deliver_gated(kb_pipeline_t *p, kb_deltas_t *d, kb_buf_t *topic, kb_buf_t *key) {
     kb_ha_t *ha = p->bridge->ha;
     const char *name = kb_informer_conf(p->inf)->name;
-    for (size_t i = 0; i < d->n && !atomic_load(&p->bridge->hard_stop); i++) {
+    for (size_t i = 0; i < d->n && !atomic_load(&p->abandon); i++) {
         uint64_t tracked = d->ev[i]->final_state_unknown ? kb_ledger_tracked_rv(kb_informer_ledger(p->inf)) : 0;
-        kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->bridge->hard_stop);
+        kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->abandon);
         if (a == KB_HA_DROP)
             return false; /* unacknowledged: it stays in the journal */
         pthread_rwlock_rdlock(&p->route_lock);
@@ -557,7 +641,7 @@ static void *kb_worker_main(void *arg) {
             continue;
         }
         pthread_rwlock_rdlock(&p->route_lock);
-        for (size_t i = 0; i < d.n && !atomic_load(&p->bridge->hard_stop); i++)
+        for (size_t i = 0; i < d.n && !atomic_load(&p->abandon); i++)
             kb_deliver(p, d.ev[i], &topic, &key);
         pthread_rwlock_unlock(&p->route_lock);
         kb_deltas_fini(&d);
@@ -595,6 +679,8 @@ static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, co
     bs->sink = sink;
     bs->conf = conf;
     pthread_mutex_init(&bs->why_mtx, NULL);
+    pthread_mutex_init(&bs->back_mtx, NULL);
+    pthread_cond_init(&bs->back_cv, NULL);
     if (sink->ops->is_transactional && sink->ops->is_transactional(sink->state) &&
         sink->ops->set_checkpoint_provider) {
         kb_eos_provider_t *pv = kb_calloc(1, sizeof(*pv));
@@ -937,8 +1023,10 @@ static void kb_pipeline_start(kb_pipeline_t *p) {
     p->started = true;
 }
 
-/* Stop reading, let the workers drain until the deadline, join them. */
-static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline, _Atomic bool *hard_stop) {
+/* Stop reading, let the workers drain until the deadline, join them. Past the
+ * deadline this pipeline's workers are told to abandon (p->abandon); no other
+ * pipeline is touched. */
+static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
     kb_hbs_destroy(p->hbs);
     p->hbs = NULL;
     kb_informer_stop(p->inf);
@@ -949,7 +1037,7 @@ static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline, _Atomic bool *
         if (all_done)
             break;
         if (kb_now_mono_ns() >= deadline) {
-            atomic_store(hard_stop, true);
+            atomic_store(&p->abandon, true);
             break;
         }
         kb_sleep_ms_interruptible(10, NULL);
@@ -1070,7 +1158,7 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_informer_stop(b->pipes[i]->inf);
     for (size_t i = 0; i < b->n_pipes; i++)
-        kb_pipeline_drain(b->pipes[i], deadline, &b->hard_stop);
+        kb_pipeline_drain(b->pipes[i], deadline);
     kb_err_t result = KB_OK;
     for (size_t i = 0; i < b->cfg->n_sinks; i++) {
         int64_t left_ms = (deadline - kb_now_mono_ns()) / KB_NS_PER_MS;
@@ -1197,6 +1285,7 @@ typedef struct kb_reload_plan {
     size_t nn, ni;               /* new sinks, new informers */
     kb_bsink_t **nsinks;         /* kept or new */
     bool *sink_new;
+    kb_bsink_t **pred;           /* a rebuilt sink's running instance, which hands over to nsinks[i] */
     kb_pipeline_t **npipes;      /* kept or new */
     bool *pipe_new;
     kb_router_t **routers;       /* one per new informer */
@@ -1212,6 +1301,7 @@ static void kb_reload_plan_init(kb_reload_plan_t *pl, kb_config_t *ncfg) {
     pl->ni = ncfg->n_informers;
     pl->nsinks = kb_calloc(pl->nn ? pl->nn : 1, sizeof(*pl->nsinks));
     pl->sink_new = kb_calloc(pl->nn ? pl->nn : 1, sizeof(bool));
+    pl->pred = kb_calloc(pl->nn ? pl->nn : 1, sizeof(*pl->pred));
     pl->npipes = kb_calloc(pl->ni ? pl->ni : 1, sizeof(*pl->npipes));
     pl->pipe_new = kb_calloc(pl->ni ? pl->ni : 1, sizeof(bool));
     pl->routers = kb_calloc(pl->ni ? pl->ni : 1, sizeof(*pl->routers));
@@ -1221,6 +1311,7 @@ static void kb_reload_plan_fini(kb_reload_plan_t *pl) {
     free(pl->nsinks);
     free(pl->npipes);
     free(pl->sink_new);
+    free(pl->pred);
     free(pl->pipe_new);
     free(pl->routers);
     free(pl->gone);
@@ -1246,14 +1337,17 @@ static kb_err_t kb_reload_sinks(kb_bridge_t *b, kb_reload_plan_t *pl, char *errs
     const kb_config_t *ocfg = b->cfg;
     for (size_t i = 0; i < pl->nn; i++) {
         const kb_config_sink_t *nc = &pl->ncfg->sinks[i];
+        kb_bsink_t *pred = NULL;
         for (size_t j = 0; j < ocfg->n_sinks && !pl->nsinks[i]; j++) {
             char what[128];
             kb_reload_t r = b->sinks[j]->sink ? kb_config_diff_sink(b->sinks[j]->conf, nc, what, sizeof(what))
                                               : KB_RELOAD_REBUILD;
-            if (r <= KB_RELOAD_IN_PLACE)
+            if (r <= KB_RELOAD_IN_PLACE) {
                 pl->nsinks[i] = b->sinks[j];
-            else if (!strcmp(b->sinks[j]->conf->name, nc->name))
+            } else if (!strcmp(b->sinks[j]->conf->name, nc->name)) {
                 KB_INFO("bridge", "reload: sink=%s is rebuilt (%s changed)", nc->name, what);
+                pred = b->sinks[j];
+            }
         }
         if (pl->nsinks[i])
             continue;
@@ -1262,6 +1356,10 @@ static kb_err_t kb_reload_sinks(kb_bridge_t *b, kb_reload_plan_t *pl, char *errs
         pl->new_sinks++;
         if (!pl->nsinks[i])
             return KB_ERR_CONFIG;
+        if (pred) { /* held until what pred still holds is handed over (kb_reload_retire_sinks) */
+            pl->pred[i] = pred;
+            atomic_store(&pl->nsinks[i]->held, true);
+        }
     }
     return KB_OK;
 }
@@ -1337,11 +1435,10 @@ static bool kb_reload_keeps_sink(const kb_reload_plan_t *pl, const kb_bsink_t *b
 static void kb_reload_drain_removed(kb_bridge_t *b, kb_reload_plan_t *pl) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
     for (size_t j = 0; j < pl->n_gone; j++) {
-        kb_pipeline_drain(pl->gone[j], deadline, &b->hard_stop);
+        kb_pipeline_drain(pl->gone[j], deadline);
         kb_informer_close_state(pl->gone[j]->inf);
         pl->removed++;
     }
-    atomic_store(&b->hard_stop, false);
 }
 
 /* Take lock for writing, waiting at most ms. */
@@ -1450,6 +1547,121 @@ static kb_bsink_t **kb_reload_publish(kb_bridge_t *b, kb_reload_plan_t *pl, size
     return dropped;
 }
 
+/* Order for a hand-over: by pipeline, then seq (a key's changes in the order
+ * they were accepted), then the order the sink gave them back. */
+typedef struct kb_parked {
+    kb_msg_ack_t *ma;
+    size_t order;
+} kb_parked_t;
+
+static int kb_parked_cmp(const void *a, const void *b) {
+    const kb_parked_t *x = a, *y = b;
+    uintptr_t px = (uintptr_t)x->ma->d->p, py = (uintptr_t)y->ma->d->p;
+    if (px != py)
+        return px < py ? -1 : 1;
+    if (x->ma->d->seq != y->ma->d->seq)
+        return x->ma->d->seq < y->ma->d->seq ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static bool kb_bridge_has_pipe(const kb_bridge_t *b, const kb_pipeline_t *p) {
+    for (size_t i = 0; i < b->n_pipes; i++)
+        if (b->pipes[i] == p)
+            return true;
+    return false;
+}
+
+/* The n messages of one slot of d that succ's predecessor gave back: the
+ * successor gets the event from every route of d's pipeline that goes to it
+ * (the routes as reloaded), then the parked messages are released. An
+ * informer the reload removed hands nothing over: its slot stays below the
+ * watermark of its state_dir. The reload thread. */
+static void kb_hand_over_slot(kb_bridge_t *b, kb_parked_t *v, size_t n, kb_bsink_t *succ, int64_t deadline,
+                              kb_buf_t *topic, kb_buf_t *key) {
+    kb_delivery_t *d = v[0].ma->d;
+    size_t slot = v[0].ma->slot;
+    kb_pipeline_t *p = d->p;
+    bool live = kb_bridge_has_pipe(b, p);
+    if (live) {
+        pthread_rwlock_rdlock(&p->route_lock);
+        d->s[slot].bs = succ; /* every ack of the old instance came: no one else reads it now */
+        for (size_t r = 0; r < p->router->n; r++) {
+            const kb_route_t *route = &p->router->routes[r];
+            if (p->bsinks[route->sink_index] != succ || !kb_route_match(route, d->ev))
+                continue;
+            atomic_fetch_add(&d->s[slot].pending, 1);
+            kb_send(d, slot, route, topic, key, false, deadline);
+        }
+        pthread_rwlock_unlock(&p->route_lock);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (live)
+            kb_slot_acked(d, slot); /* replaced by what the successor was given */
+        else
+            atomic_fetch_add(&p->failed, 1);
+        atomic_fetch_sub(&p->inflight, 1);
+        free(v[i].ma);
+        kb_delivery_release(d);
+    }
+}
+
+/* What pred gave back when it was closed goes to succ, in order, before succ
+ * takes anything from the workers (it is held until then). The reload thread. */
+static void kb_hand_over(kb_bridge_t *b, kb_bsink_t *pred, kb_bsink_t *succ, int64_t deadline) {
+    pthread_mutex_lock(&pred->back_mtx);
+    size_t n = pred->n_back;
+    kb_parked_t *v = kb_calloc(n ? n : 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = (kb_parked_t){pred->back[i], i};
+    free(pred->back);
+    pred->back = NULL;
+    pred->n_back = 0;
+    atomic_store(&pred->collect, false);
+    pthread_mutex_unlock(&pred->back_mtx);
+    qsort(v, n, sizeof(*v), kb_parked_cmp);
+    kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && v[j].ma->d == v[i].ma->d && v[j].ma->slot == v[i].ma->slot; j++)
+            ;
+        kb_hand_over_slot(b, v + i, j - i, succ, deadline, &topic, &key);
+    }
+    if (n)
+        KB_INFO("bridge", "sink=%s: %zu message(s) its old instance still held were handed to the new one, in order",
+                succ->conf->name, n);
+    kb_buf_fini(&topic);
+    kb_buf_fini(&key);
+    free(v);
+}
+
+/* Step 5 of a reload: close the sink instances nothing routes to any more.
+ * A rebuilt sink's old instance flushes (up to shutdown_timeout); what it
+ * still holds then is given back (KB_ERR_STOPPED) and handed to its
+ * successor, which takes nothing from the workers before that. A sink
+ * removed for good leaves what it held: the ledger waits for it no more. */
+static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, kb_bsink_t **dropped, size_t n) {
+    int timeout_ms = pl->ncfg->shutdown_timeout * 1000;
+    for (size_t i = 0; i < n; i++) {
+        kb_bsink_t *succ = NULL;
+        for (size_t j = 0; j < pl->nn && !succ; j++) /* published: b->sinks is the plan's nsinks */
+            if (pl->pred[j] == dropped[i])
+                succ = b->sinks[j];
+        atomic_store(&dropped[i]->collect, succ != NULL);
+        int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_ms * KB_NS_PER_MS;
+        kb_bsink_close(dropped[i], timeout_ms);
+        if (succ)
+            kb_hand_over(b, dropped[i], succ, deadline + (int64_t)timeout_ms * KB_NS_PER_MS);
+    }
+    for (size_t j = 0; j < pl->nn; j++) {
+        kb_bsink_t *bs = b->sinks[j];
+        if (!atomic_load(&bs->held))
+            continue;
+        pthread_mutex_lock(&bs->back_mtx);
+        atomic_store(&bs->held, false);
+        pthread_cond_broadcast(&bs->back_cv);
+        pthread_mutex_unlock(&bs->back_mtx);
+    }
+}
+
 kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool *abandon, char *errstr,
                           size_t errstr_size) {
     const kb_config_t *ocfg = b->cfg;
@@ -1486,9 +1698,8 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool 
                 kb_pipeline_start(b->pipes[i]);
             pl.added++;
         }
-    /* Sinks nothing routes to any more: flush and close. */
-    for (size_t i = 0; i < n_dropped; i++)
-        kb_bsink_close(dropped[i], ncfg->shutdown_timeout * 1000);
+    /* 5. Sinks nothing routes to any more: flush and close; a rebuilt one hands over. */
+    kb_reload_retire_sinks(b, &pl, dropped, n_dropped);
     free(dropped);
     KB_INFO("bridge", "reloaded %s: informers kept=%zu added=%zu removed=%zu; sinks kept=%zu added=%zu removed=%zu; "
             "routes=%zu; other settings %s", ncfg->path, pl.ni - pl.added, pl.added, pl.removed, pl.nn - pl.new_sinks,
@@ -1555,11 +1766,10 @@ size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n) {
         kb_pipeline_t *p = b->pipes[k];
         if (!p->started || !kb_pipeline_routes_to(p, names, n))
             continue;
-        kb_pipeline_drain(p, deadline, &b->hard_stop);
+        kb_pipeline_drain(p, deadline);
         kb_informer_close_state(p->inf);
         reopened[k] = p;
     }
-    atomic_store(&b->hard_stop, false);
     for (size_t i = 0; i < cfg->n_sinks; i++)
         for (size_t j = 0; j < n; j++)
             if (!strcmp(cfg->sinks[i].name, names[j]) && atomic_exchange(&b->sinks[i]->stopped, false))

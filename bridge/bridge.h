@@ -9,6 +9,41 @@
  * Threads: all four are called from the main thread only, never while a
  * reload runs (kb_bridge_reload's thread is joined first). The config must
  * outlive the bridge.
+ *
+ * Lifecycle steps are ledger transitions (informer/ledger.h). Each decides
+ * the fate of every change in flight — a message a worker holds or a sink
+ * has not acknowledged — as one of: DELIVERED (acknowledged; the watermark
+ * passes it), HANDED OVER (sent again to a successor, in order), or LEFT
+ * (unacknowledged: the sink's bit stays set in the ledger, the watermark and
+ * the checkpoint stay below it, and with state_dir the next start or a
+ * reopen delivers it again). A change is never skipped: no step marks a
+ * change done that no sink acknowledged. Each step touches only what it
+ * names — the pipeline it drains, the sink instance it retires — through
+ * flags of that object (kb_pipeline_t.abandon, kb_bsink_t.collect/held);
+ * there is no flag of the whole bridge.
+ *
+ *   step (who)                         in flight in the step's scope    elsewhere
+ *   ---------------------------------  -------------------------------  ---------
+ *   stop (SIGTERM), before deadline    DELIVERED                        —
+ *   stop, at the deadline              LEFT: workers abandon, sinks     —
+ *     (kb_bridge_stop)                 give lines back KB_ERR_STOPPED
+ *   reload removes an informer         drained into its sinks until     untouched
+ *     (kb_reload_drain_removed)        shutdown_timeout, then LEFT in
+ *                                      its own state_dir
+ *   reload rebuilds a sink             old instance flushes until       workers
+ *     (kb_reload_retire_sinks)         shutdown_timeout, the rest is    wait for
+ *                                      HANDED OVER (seq order) before   the hand-
+ *                                      the new instance takes anything  over
+ *   reload removes a sink              LEFT; the ledger waits for that  untouched
+ *                                      sink no more
+ *   stopped-sink retry (SIGHUP)        its informers drained, reopened  untouched
+ *     (kb_bridge_retry_sinks)          on state_dir: LEFT, delivered
+ *                                      again from the journal
+ *   a sink refuses (its verdict)       on_refused: stop (LEFT) or dead  —
+ *                                      letter (DELIVERED to that sink)
+ *   a sink gives up without verdict    LEFT, and the sink is held like  —
+ *     (KB_ERR_TIMEDOUT, retry limit)   a stopped one (SIGHUP retries)
+ *   HA standby at stop or abandon      LEFT (kb_ha_admit → DROP)        —
  */
 #ifndef KB_BRIDGE_BRIDGE_H
 #define KB_BRIDGE_BRIDGE_H

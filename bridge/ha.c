@@ -457,7 +457,7 @@ static uint64_t kb_ha_pub_rv(const kb_ha_t *ha, const char *informer) {
 }
 
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
-                          const _Atomic bool *hard_stop) {
+                          const _Atomic bool *abandon) {
     /* What the leader must have acknowledged for this change to be known. */
     uint64_t need = ev->final_state_unknown ? (tracked_rv > ev->rv_num ? tracked_rv : ev->rv_num) : ev->rv_num;
     kb_ha_admit_t r = KB_HA_DROP;
@@ -474,7 +474,7 @@ kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *e
             r = KB_HA_DELIVER;
             break;
         }
-        if (atomic_load(&ha->stopping) || atomic_load(hard_stop))
+        if (atomic_load(&ha->stopping) || atomic_load(abandon))
             break;
         struct timespec until = kb_deadline_mono(100);
         pthread_cond_timedwait(&ha->cv, &ha->mtx, &until);

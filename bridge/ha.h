@@ -61,9 +61,11 @@ typedef enum {
 } kb_ha_admit_t;
 /* Before each event a worker delivers; blocks while this replica is a standby
  * and the leader has not published ev's RV yet. tracked_rv: the informer's
- * kb_ledger_tracked_rv (for a relist's DELETED). hard_stop: the bridge's. */
+ * kb_ledger_tracked_rv (for a relist's DELETED). abandon: the calling
+ * pipeline's own flag (its drain ran past its deadline): DROP once it is set,
+ * as after kb_ha_begin_stop. Never a flag shared by pipelines. */
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
-                          const _Atomic bool *hard_stop);
+                          const _Atomic bool *abandon);
 
 /* This replica leads and its lease has not run out: it may hand messages to sinks. Thread: any (atomics). */
 bool kb_ha_leads(kb_ha_t *ha);

@@ -28,8 +28,10 @@
  * blocking, the shutdown watchdog bounds it), so a pipe or FIFO whose reader stopped
  * reading makes write(2) say EAGAIN and the writer waits in poll(2), where
  * the stop flag reaches it. Once stopping, a batch that cannot progress is
- * given up (its messages acknowledged with an error, never as delivered),
- * so shutdown ends within its deadline whatever the reader does.
+ * given up (its messages acknowledged with KB_ERR_STOPPED, never as delivered
+ * and never as a refusal: the bridge leaves them below the watermark, or hands
+ * them to the instance that replaces this one), so shutdown ends within its
+ * deadline whatever the reader does.
  *
  * The path is reopened between batches — never inside one, so each file
  * holds whole lines — on SIGHUP (kb_sink_ops_t.reopen) and when it no longer

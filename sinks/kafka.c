@@ -411,7 +411,9 @@ static void kb_kafka_txn_settle(kb_kafka_sink_t *ks, kb_err_t err) {
     while (km) {
         kb_kafka_msg_t *next = km->next;
         kb_err_t own = (kb_err_t)atomic_load(&km->err);
-        kb_kafka_ack(ks, km, err != KB_OK ? err : own);
+        /* a record the broker refused keeps its own verdict; the rest of an
+         * aborted transaction was given no verdict: not a refusal */
+        kb_kafka_ack(ks, km, own != KB_OK ? own : err == KB_OK || err == KB_ERR_STOPPED ? err : KB_ERR_TIMEDOUT);
         km = next;
     }
 }
@@ -421,6 +423,13 @@ static kb_err_t kb_kafka_dr_err(rd_kafka_resp_err_t rerr) {
     case RD_KAFKA_RESP_ERR_NO_ERROR: return KB_OK;
     case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
     case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT: return KB_ERR_STOPPED;
+    /* librdkafka stopped trying (message.timeout.ms, no broker): no verdict on
+     * the record, so not a refusal (sinks/sink.h) */
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
+    case RD_KAFKA_RESP_ERR__TRANSPORT:
+    case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN: return KB_ERR_TIMEDOUT;
     default: return KB_ERR_DELIVERY;
     }
 }
@@ -437,7 +446,7 @@ static void kb_kafka_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *op
                     ks->name, rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err));
         return;
     }
-    if (err == KB_ERR_DELIVERY && kb_ratelimit_allow(&ks->rl_fail, 10000, &suppressed)) {
+    if ((err == KB_ERR_DELIVERY || err == KB_ERR_TIMEDOUT) && kb_ratelimit_allow(&ks->rl_fail, 10000, &suppressed)) {
         KB_WARN("kafka", "sink=%s topic=%s partition=%d key=%.*s delivery failed: %s; the change is handed "
                 "back unacknowledged (failed=%llu suppressed=%llu)", ks->name, rd_kafka_topic_name(m->rkt),
                 (int)m->partition, (int)m->key_len, (const char *)m->key, rd_kafka_err2str(m->err),

@@ -42,8 +42,9 @@
  * the session, the write failed), it goes back to QUEUED at its place and
  * the cursor moves back, so it is sent again in the original order
  * (duplicates are possible then, losses are not). A record that keeps
- * coming back is given up after KB_MQTT_MAX_ATTEMPTS with an error ack:
- * never a loop.
+ * coming back is given up after KB_MQTT_MAX_ATTEMPTS with KB_ERR_TIMEDOUT:
+ * never a loop, and never a refusal (the broker gave no verdict on it): the
+ * bridge holds the sink with the record unacknowledged (sinks/sink.h).
  *
  * DONE_MIDWRITE (paho 1.3.12 frees a QoS>0 message it still references when
  * the socket breaks mid-write, see sinks/mqtt_paho.c) "poisons" the handle:
@@ -500,7 +501,7 @@ void kb_mqtt_core_done(void *tag, kb_mqtt_done_t how, const char *why) {
     else if (mq->closing || how == KB_MQTT_DONE_STOPPED)
         final = KB_ERR_STOPPED;
     else if (rec->attempts >= KB_MQTT_MAX_ATTEMPTS)
-        final = KB_ERR_DELIVERY;
+        final = KB_ERR_TIMEDOUT; /* our retry limit, not the broker's verdict: not a refusal */
     else {
         kb_mqtt_requeue(mq, rec);
         mq->st.retries++;
@@ -509,8 +510,9 @@ void kb_mqtt_core_done(void *tag, kb_mqtt_done_t how, const char *why) {
     if (final == KB_OK)
         return;
     if (final != KB_ERR_STOPPED && kb_ratelimit_allow(&kb_mqtt_fail_rl, 5000, &suppressed))
-        KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: publish failed for good: %s (attempts=%d suppressed=%llu)", mq->name,
-                 rec->topic, why ? why : "-", rec->attempts, (unsigned long long)suppressed);
+        KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: publish %s: %s (attempts=%d suppressed=%llu)", mq->name, rec->topic,
+                 final == KB_ERR_TIMEDOUT ? "given up, unacknowledged (not a refusal)" : "refused for good",
+                 why ? why : "-", rec->attempts, (unsigned long long)suppressed);
     kb_mqtt_finish(mq, rec, final);
 }
 

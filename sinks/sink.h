@@ -11,6 +11,14 @@
  *     / PUBACK or PUBCOMP), or with an error when the sink gave up for good.
  *     The ack may run before produce() returns, on any thread.
  *   - produce() returning an error means the ack will never be called.
+ *   - An error is a refusal (the bridge applies on_refused: stop or dead
+ *     letter) only when it is the destination's own verdict on that message:
+ *     too large, not authorised, an invalid topic, rejected for good. A sink
+ *     that gives a message up WITHOUT a verdict says so with KB_ERR_STOPPED
+ *     (it is being stopped: the shutdown deadline, a reload retiring this
+ *     instance) or KB_ERR_TIMEDOUT (it stopped trying: a retry limit, a
+ *     message timeout). Neither is a refusal: the message stays
+ *     unacknowledged, below the watermark (kb_sink_refused says which).
  *   - Messages of one topic+key are acknowledged in the order produced.
  *   - produce() may block up to timeout_ms when the sink's own bounded
  *     buffer is full (backpressure); then it returns KB_ERR_FULL.
@@ -116,6 +124,14 @@ typedef struct kb_sink {
     char *name;
     const kb_config_sink_t *conf; /* borrowed from the config that created it */
 } kb_sink_t;
+
+/* Is err, as given to an ack or returned by produce(), the destination's
+ * verdict on the message (a refusal)? False for KB_OK, for a stop
+ * (KB_ERR_STOPPED), for giving up without an answer (KB_ERR_TIMEDOUT) and for
+ * a full buffer (KB_ERR_FULL): those leave the message unacknowledged. */
+static inline bool kb_sink_refused(kb_err_t err) {
+    return err != KB_OK && err != KB_ERR_STOPPED && err != KB_ERR_TIMEDOUT && err != KB_ERR_FULL;
+}
 
 /* The ops table for a type, or NULL. */
 const kb_sink_ops_t *kb_sink_ops_for(kb_sink_type_t type);

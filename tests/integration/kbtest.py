@@ -319,6 +319,46 @@ def bridge_on_fifo(sim, shutdown_timeout):
     b = Bridge(sim, workdir=d, out=fifo, start=False)
     b.rewrite_config("shutdown_timeout = 20;", "shutdown_timeout = %d;" % shutdown_timeout)
     return b, reader
+class StalledFifo:
+    """A FIFO whose consumer holds it open and does not read until told to: a file sink writing into it
+    fills the pipe and then holds its unwritten lines. take() reads what the pipe holds now (a stop may
+    have cut a batch mid-line: a consumer keeps whole lines only, and drops a torn tail once the writer is
+    gone); lines() is every whole line taken so far, parsed."""
+
+    def __init__(self, path):
+        import array, fcntl, termios
+        self._ioctl = lambda: (fcntl.ioctl(self.fd, termios.FIONREAD, self._n), self._n[0])[1]
+        self._n = array.array("i", [0])
+        self.path = path
+        os.mkfifo(path)
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.data = b""
+        self._lines = []
+
+    def full(self):
+        """The pipe holds at least half of its 64 KB: the writer is waiting for the reader."""
+        return self._ioctl() >= 32768
+
+    def take(self, writer_gone=False):
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self.data += chunk
+        *whole, self.data = self.data.split(b"\n")
+        self._lines += [json.loads(l) for l in whole if l]
+        if writer_gone:
+            self.data = b""
+        return self._lines
+
+    def lines(self):
+        return self.take()
+
+    def close(self):
+        os.close(self.fd)
 
 
 def http_request(url, method="GET", token=None, body=None, timeout=30):
