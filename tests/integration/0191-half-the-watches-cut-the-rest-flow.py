@@ -29,30 +29,20 @@ class Tail:
     """Reads the sink's file as it grows; the wall time each line was first seen."""
 
     def __init__(self, path):
-        self.path, self.pos, self.buf, self.seen = path, 0, b"", []
+        self.reader, self.seen = JsonlReader(path), []
         self.last_t = {}  # namespace -> the newest label t (time sent) seen in it
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def poll(self):
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.pos)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        self.pos += len(data)
-        self.buf += data
+        lines = self.reader.new()
         now = time.time()
-        *lines, self.buf = self.buf.split(b"\n")
-        for l in lines:
-            if l:
-                e = json.loads(l)
-                self.seen.append((now, e))
-                if e["type"] != "DELETED":
-                    t = float(e["object"]["metadata"].get("labels", {}).get("t", 0))
-                    self.last_t[e["namespace"]] = max(self.last_t.get(e["namespace"], 0.0), t)
+        for e in lines:
+            self.seen.append((now, e))
+            if e["type"] != "DELETED":
+                t = float(e["object"]["metadata"].get("labels", {}).get("t", 0))
+                self.last_t[e["namespace"]] = max(self.last_t.get(e["namespace"], 0.0), t)
 
     def run(self):
         while not self.stop.is_set():

@@ -869,3 +869,23 @@ def watch_history(sim, since_rv, resource_path="/api/v1/pods"):
             key = "%s/%s" % (md["namespace"], md["name"]) if md.get("namespace") else md["name"]
             out.append((key, ev["type"], int(md["resourceVersion"])))
     return out
+
+
+class JsonlReader:
+    """Reads a growing JSON Lines file (a sink's output) incrementally: each new() parses only the whole
+    lines appended since the one before, so polling a file of many megabytes stays cheap."""
+
+    def __init__(self, path):
+        self.path, self.pos = path, 0
+
+    def new(self):
+        """The lines completed since the last call, parsed ([] while the file does not exist)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        data = data[:data.rfind(b"\n") + 1]
+        self.pos += len(data)
+        return [json.loads(l) for l in data.splitlines() if l.strip()]
