@@ -10,7 +10,7 @@ import tempfile
 
 from kbtest import *
 
-AUDIT_S = 2
+AUDIT_S = 1
 N = 300
 
 
