@@ -889,3 +889,14 @@ class JsonlReader:
         data = data[:data.rfind(b"\n") + 1]
         self.pos += len(data)
         return [json.loads(l) for l in data.splitlines() if l.strip()]
+
+
+def set_shutdown_timeout(b, seconds):
+    """Rewrite the shutdown_timeout of a Bridge made with start=False (the harness writes 20 s) before
+    b.start(): a stop that must wait out a sink that cannot deliver then takes seconds, not 20."""
+    with open(b.config) as f:
+        text = f.read()
+    text, n = re.subn(r"shutdown_timeout = \d+;", "shutdown_timeout = %d;" % seconds, text)
+    check(n == 1, "the config sets shutdown_timeout once: %s" % text)
+    with open(b.config, "w") as f:
+        f.write(text)
