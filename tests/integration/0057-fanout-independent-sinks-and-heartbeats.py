@@ -17,7 +17,9 @@ def test():
         '{ name = "mq"; type = "mqtt"; uri = "tcp://127.0.0.1:1"; qos = 1; }'],
         routes=['{ informer = "pods"; sink = "mq"; }',
                 '{ informer = "pods"; sink = "out"; }',
-                '{ informer = "pods"; sink = "hb"; types = [ "SNAPSHOT" ]; heartbeat_seconds = 1; }'])
+                '{ informer = "pods"; sink = "hb"; types = [ "SNAPSHOT" ]; heartbeat_seconds = 1; }'], start=False)
+    set_shutdown_timeout(b, 2)  # the stop below waits it out for the MQTT sink that cannot deliver
+    b.start()
     b.wait_converged(sim)
     sim.bulk(pod_ops("update", "ns1", ["a"], labels={"x": "1"}) + pod_ops("delete", "ns1", ["b"]))
     b.wait_converged(sim)

@@ -6,6 +6,7 @@ watch=true delivers the journal and then live changes; POST publishes the
 cache as SNAPSHOT envelopes to the route's sink; once the journal has been
 trimmed past X, replay from X is 410 Expired."""
 import http.client
+import os
 import threading
 import urllib.parse
 from kbtest import *
@@ -147,9 +148,11 @@ def test():
           "one SNAPSHOT per cached object at its RV")
 
     # Churn past journal.max_bytes: the journal forgets X, and replay from X is 410 Expired.
-    pad = {"metadata": {"annotations": {"pad": "p" * 4000}}}
     def expired():
-        sim.bulk(pod_ops("update", "ns2", ["x%02d" % i for i in range(10)] * 10, extra=pad))
+        # 100 updates of 4 KB each that do not compress (state_dir holds records zstd-compressed): a few
+        # rounds pass the journal's 1 MiB
+        sim.bulk([op for i in range(100) for op in pod_ops("update", "ns2", ["x%02d" % (i % 10)], extra={
+            "metadata": {"annotations": {"pad": os.urandom(2000).hex()}}})])
         code, _, body = http_request(url + "/v1/replay/pods?resourceVersion=%s" % x)
         return code == 410 and json.loads(body)
     st = wait_for(expired, 120, 0.2, "replay from the old RV to be 410 once the journal is trimmed")

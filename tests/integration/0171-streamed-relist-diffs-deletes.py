@@ -22,8 +22,10 @@ def test():
     sim.bulk(pod_ops("delete", "ns1", ["b", "c"]) + pod_ops("create", "ns1", ["d"]) +
              pod_ops("update", "ns1", ["a"], labels={"v": "2"}) + pod_ops("create", "ns1", ["b"]))
     sim.ctl("compact")
+    # The resumed watch meets the compacted history: a 410 ERROR event. (Not a 410 status fault posted
+    # after the clear: a retry landing between the two meets the compaction, relists, and the streamed
+    # relist takes the 410 fault instead, which makes the next list paged.)
     sim.fault(kind="clear")
-    sim.fault(kind="status", verb="watch", resource="pods", code=410, count=1)
     b.wait_converged(sim)
     new = b.events()[before:]
     kinds = sorted((e["type"], e["name"], bool(e.get("finalStateUnknown"))) for e in new)

@@ -19,7 +19,7 @@ http = { listen = "127.0.0.1:0"; };
 shutdown_timeout = 20;
 log = { level = "debug"; };
 informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "bulk" ];
-                page_size = 500; audit_seconds = 4; } );
+                page_size = 500; audit_seconds = 2; } );
 sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
 routes = ( { informer = "cms"; sink = "out"; } );
 """ % cp.kubeconfig)

@@ -1,9 +1,11 @@
 """With compaction = "latest" and coalesce_ms = 1000, a burst of 40 updates of
-one pod within 0.3 s reaches the sink as a handful of messages ending at the
-latest resourceVersion; a lone change is held for the window and no longer
-(it arrives within the window plus a second); a delete is not held behind
-the window; shutdown writes what a window still holds; a config with coalesce_ms but without compaction = "latest" is
-refused at load naming the key."""
+one pod within 0.3 s reaches the sink as at most one message per window the
+burst spanned, ending at the latest resourceVersion; a lone change is held
+for the window (how long it took is printed); a delete is not held behind
+the window: sent in one batch after a change of another pod, it goes out
+first; shutdown writes what a window still holds; a config with coalesce_ms
+but without compaction = "latest" is refused at load naming the key.
+Nothing depends on speed: a slow machine only stretches the spans."""
 import subprocess
 
 from kbtest import *
@@ -17,8 +19,9 @@ def wait_rv(b, name, rv, timeout=30):
 
 def test():
     sim = Sim()
-    sim.bulk(pod_ops("create", "ns1", ["burst", "lone", "gone"], labels={"n": "0"}))
-    b = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; '
+    sim.bulk(pod_ops("create", "ns1", ["burst", "lone", "gone", "mark"], labels={"n": "0"}))
+    # One worker (shards = 1): keys go out in the order their windows end or a delete made them ready.
+    b = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; shards = 1; '
                                'compaction = "latest"; coalesce_ms = 1000; }'])
     b.wait_converged(sim)
     before = len(b.events())
@@ -31,13 +34,17 @@ def test():
     burst_s = time.monotonic() - t0
     latest = {i["key"].split("/")[1]: i["resourceVersion"] for i in sim.state()["items"]}
     b.wait_converged(sim)
+    # Each message ends a window of 1 s that began after the one before went out, so k messages took at
+    # least k s from t0; one more for a timer that fires a little early.
+    windows = 1 + int(time.monotonic() - t0)
     mine = [e for e in b.events()[before:] if e["name"] == "burst"]
-    print("40 updates in %.2f s -> %d messages" % (burst_s, len(mine)))
-    check(1 <= len(mine) <= 5, "a burst of 40 updates is a handful of messages (%d)" % len(mine))
+    print("40 updates in %.2f s -> %d messages (at most %d: one per window spanned)" % (burst_s, len(mine), windows))
+    check(1 <= len(mine) <= windows, "a burst of 40 updates is one message per window (%d, %d windows)"
+          % (len(mine), windows))
     check(mine[-1]["resourceVersion"] == latest["burst"], "the last message is at the latest rv")
     assert_rv_monotonic(b.events())
 
-    # A lone change: held for the window, delivered within the window plus a second.
+    # A lone change: held for the window (a lower bound: a slow machine only adds to it).
     t0 = time.monotonic()
     sim.bulk(pod_ops("update", "ns1", ["lone"], labels={"n": "1"}))
     rv = {i["key"].split("/")[1]: i["resourceVersion"] for i in sim.state()["items"]}["lone"]
@@ -45,28 +52,31 @@ def test():
     dt = time.monotonic() - t0
     print("a lone change arrived after %.2f s (window 1 s)" % dt)
     check(dt >= 0.9, "a lone change waits for the window (%.2f s)" % dt)
-    check(dt <= 2.0, "a lone change arrives within the window plus a second (%.2f s)" % dt)
 
-    # A delete goes at once, taking the update queued before it with it.
-    sim.bulk(pod_ops("update", "ns1", ["gone"], labels={"n": "1"}))
+    # A delete goes at once, taking the update queued before it with it: one batch changes mark, then
+    # updates and deletes gone; mark waits for its window, gone's delete is ready at once and goes first.
+    n0 = len(b.events())
     t0 = time.monotonic()
-    sim.bulk(pod_ops("delete", "ns1", ["gone"]))
+    sim.bulk(pod_ops("update", "ns1", ["mark"], labels={"n": "1"}) + pod_ops("update", "ns1", ["gone"], labels={"n": "1"}) +
+             pod_ops("delete", "ns1", ["gone"]))
     wait_for(lambda: [e for e in b.events() if e["name"] == "gone" and e["type"] == "DELETED"], 30, 0.02,
              "the delete")
-    dt = time.monotonic() - t0
-    print("a delete arrived after %.2f s" % dt)
-    check(dt < 0.9, "a delete is not held behind the window (%.2f s)" % dt)
+    print("a delete arrived after %.2f s" % (time.monotonic() - t0))
     b.wait_converged(sim)
+    new = [(e["type"], e["name"]) for e in b.events()[n0:]]
+    check(new[-1] == ("MODIFIED", "mark") and ("DELETED", "gone") in new,
+          "the delete went out before the change of mark that waited for its window: %s" % new)
     assert_no_repeats(b.events())
     check(b.stop() == 0, "SIGTERM exits 0")
 
     # Shutdown ends the window: with coalesce_ms = 60000 a change still waiting is written before exit.
     b2 = Bridge(sim, informers=['{ name = "pods"; version = "v1"; resource = "pods"; '
-                                'compaction = "latest"; coalesce_ms = 60000; }'])
+                                'compaction = "latest"; coalesce_ms = 60000; }'], http='listen = "127.0.0.1:0";')
     wait_for(lambda: "listed items=" in b2.logtext(), 30, 0.05, "the list")  # held by the window too
     sim.bulk(pod_ops("update", "ns1", ["lone"], labels={"n": "2"}))
     rv = {i["key"].split("/")[1]: i["resourceVersion"] for i in sim.state()["items"]}["lone"]
-    time.sleep(1.0)  # the watch hands it over within milliseconds; the window holds it for a minute
+    # The informer has it (its resume point is the change's RV); the window holds it for a minute.
+    wait_for(lambda: b2.informer_doc()["resourceVersion"] == rv, 30, 0.05, "the informer to receive the change")
     t0 = time.monotonic()
     check(b2.stop() == 0, "SIGTERM exits 0 with a change held by the window")
     print("SIGTERM with a change held by a 60 s window: exited after %.2f s" % (time.monotonic() - t0))

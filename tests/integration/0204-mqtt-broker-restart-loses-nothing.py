@@ -51,7 +51,7 @@ def test():
     ])
     b.wait_converged(sim)
 
-    total = 3000
+    total = 1500
     sim.ctl("churn", {"resource": "pods", "count": total, "rate": 300})
     wait_for(lambda: churn_done(sim) >= total // 4, 120, 0.05, "a quarter of the churn")
     broker.stop()

@@ -22,10 +22,14 @@ def server(sim):
     return {i["key"]: i["resourceVersion"] for i in sim.state()["items"]}
 
 
-def mqtt_bridge(sim, sink_keys, client_id):
-    return Bridge(sim, sinks=['{ name = "mqtt"; type = "mqtt"; client_id = "%s"; qos = 1; %s }'
-                              % (client_id, sink_keys)],
-                  routes=['{ informer = "pods"; sink = "mqtt"; mode = "state"; }'])
+def mqtt_bridge(sim, sink_keys, client_id, shutdown_timeout=None):
+    b = Bridge(sim, sinks=['{ name = "mqtt"; type = "mqtt"; client_id = "%s"; qos = 1; %s }'
+                           % (client_id, sink_keys)],
+               routes=['{ informer = "pods"; sink = "mqtt"; mode = "state"; }'], start=False)
+    if shutdown_timeout is not None:
+        set_shutdown_timeout(b, shutdown_timeout)
+    b.start()
+    return b
 
 
 def bad_config(sim, sink_keys, key):
@@ -67,8 +71,9 @@ def test():
     wrong = os.path.join(tempfile.mkdtemp(prefix="kbtest-"), "wrong-password")
     with open(wrong, "w") as f:
         f.write("not-the-password\n")
+    # shutdown_timeout 2 s: the stop waits it out for the sink that never connects
     b = mqtt_bridge(sim, 'uri = "%s"; username = "%s"; password_file = "%s";'
-                    % (auth.uri, e["KB_MQTT_USER"], wrong), "kbtest-0205-wrong")
+                    % (auth.uri, e["KB_MQTT_USER"], wrong), "kbtest-0205-wrong", shutdown_timeout=2)
     # the line comes from the client library's thread: the thread name is not part of the check
     refusal = " mqtt: sink=mqtt connect to %s refused by the broker: " % auth.uri
     wait_for(lambda: refusal in b.logtext(), 60, 0.2, "%r in the kbridge log" % refusal)

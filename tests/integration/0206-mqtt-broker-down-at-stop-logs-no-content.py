@@ -21,12 +21,15 @@ def test():
     sim.bulk(pod_ops("create", "team-a", names, extra={"spec": {"env": [{"name": "PW", "value": MARKER}]}}))
     b = Bridge(sim, sinks=['{ name = "m"; type = "mqtt"; uri = "%s"; client_id = "kbtest-0206"; qos = 1; }'
                            % broker.uri],
-               routes=['{ informer = "pods"; sink = "m"; topic = "t/{namespace}/{name}"; }'])
+               routes=['{ informer = "pods"; sink = "m"; topic = "t/{namespace}/{name}"; }'], start=False)
+    set_shutdown_timeout(b, 2)  # the stop waits it out for the MQTT sink whose broker is down
+    b.start()
     wait_for(lambda: "sink=m connected" in b.logtext(), 60, 0.1, "kbridge's connection to Mosquitto")
     sim.ctl("churn", {"resource": "pods", "count": 6000, "rate": 2000})
-    time.sleep(1.0)
+    # The broker goes in the middle of the stream, and the churn goes on while it is down.
+    wait_for(lambda: sim.ctl("churn", method="GET")["done"] >= 1500, 60, 0.05, "a quarter of the churn")
     broker.stop()
-    time.sleep(1.5)
+    wait_for(lambda: sim.ctl("churn", method="GET")["done"] >= 4500, 60, 0.05, "three quarters of the churn")
     b.stop(timeout=90)
     log = b.logtext()
     check(MARKER not in log, "no object data in the log:\n%s" % "\n".join(

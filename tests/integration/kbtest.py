@@ -997,3 +997,32 @@ def self_signed_tls(work, key="key.pem", cert="cert.pem", token=None, token_file
     if token:
         with open(os.path.join(work, token_file), "w") as f:
             f.write(token + "\n")
+class JsonlReader:
+    """Reads a growing JSON Lines file (a sink's output) incrementally: each new() parses only the whole
+    lines appended since the one before, so polling a file of many megabytes stays cheap."""
+
+    def __init__(self, path):
+        self.path, self.pos = path, 0
+
+    def new(self):
+        """The lines completed since the last call, parsed ([] while the file does not exist)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        data = data[:data.rfind(b"\n") + 1]
+        self.pos += len(data)
+        return [json.loads(l) for l in data.splitlines() if l.strip()]
+
+
+def set_shutdown_timeout(b, seconds):
+    """Rewrite the shutdown_timeout of a Bridge made with start=False (the harness writes 20 s) before
+    b.start(): a stop that must wait out a sink that cannot deliver then takes seconds, not 20."""
+    with open(b.config) as f:
+        text = f.read()
+    text, n = re.subn(r"shutdown_timeout = \d+;", "shutdown_timeout = %d;" % seconds, text)
+    check(n == 1, "the config sets shutdown_timeout once: %s" % text)
+    with open(b.config, "w") as f:
+        f.write(text)
