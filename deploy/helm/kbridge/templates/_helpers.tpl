@@ -23,6 +23,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* On the one Service the ServiceMonitor scrapes through (one scrape per pod). */}}
+{{- define "kbridge.metricsLabel" -}}
+kbridge.io/metrics: "true"
+{{- end -}}
+
 {{- define "kbridge.serviceAccountName" -}}
 {{- default (include "kbridge.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
