@@ -32,8 +32,13 @@ kbridge.io/metrics: "true"
 {{- default (include "kbridge.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
+{{/* The existing token Secret's name, "" when the chart makes one (http.existingSecret: its older name). */}}
+{{- define "kbridge.existingTokenSecret" -}}
+{{- .Values.http.existingTokenSecret | default .Values.http.existingSecret | default "" -}}
+{{- end -}}
+
 {{- define "kbridge.httpSecret" -}}
-{{- default (printf "%s-http" (include "kbridge.fullname" .)) .Values.http.existingSecret -}}
+{{- default (printf "%s-http" (include "kbridge.fullname" .)) (include "kbridge.existingTokenSecret" .) -}}
 {{- end -}}
 
 {{- define "kbridge.tlsSecret" -}}
