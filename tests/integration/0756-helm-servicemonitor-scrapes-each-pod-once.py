@@ -58,7 +58,8 @@ def scrapes(objs):
 
 
 def test():
-    for mode, ha, want_pods in (("single", "false", 1), ("sharded", "false", 3)):
+    for mode, ha, want_pods in (("single", "false", 1), ("sharded", "false", 3),
+                                ("single", "true", 2), ("sharded", "true", 6)):
         objs = render("--set", "mode=" + mode, "--set", "shards=3", "--set", "ha.enabled=" + ha)
         got = scrapes(objs)
         print("%s ha=%s: %s" % (mode, ha, got))
