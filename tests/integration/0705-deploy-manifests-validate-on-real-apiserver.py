@@ -52,6 +52,7 @@ def test():
     for sharding, host, want in (("base", "kbridge-7d9f-abcde", "replica 0 of 1"),
                                  ("sharded", "kbridge-2", "replica 2 of 3")):
         shutil.copy(os.path.join(DEPLOY, sharding, "sharding.cfg"), d)
+        shutil.copy(os.path.join(DEPLOY, "base", "ha.cfg"), d)
         r = subprocess.run([KBRIDGE, "--config", os.path.join(d, "kbridge.cfg"), "--check"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            env=dict(os.environ, HOSTNAME=host))

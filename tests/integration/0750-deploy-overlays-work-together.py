@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Each kustomize overlay of deploy/kubernetes renders to objects that work together, and the real
+"""Each kustomize overlay of deploy/kubernetes (single, sharded, ha) renders to objects that work together, and the real
 API server accepts them: every namespaced object (the Deployment, the StatefulSet and its headless
 Service included) is in namespace kbridge; every selector (workload, Services, PDB, NetworkPolicy) is a
 subset of the pod labels; every ServiceAccount, ConfigMap and Secret the pods use is among the objects;
@@ -86,7 +86,7 @@ def test():
                                                                                                   r.stdout))
 
     cp = ControlPlane()
-    for overlay in ("single", "sharded"):
+    for overlay in ("single", "sharded", "ha"):
         objs = render(cp, overlay)
         kinds = sorted({o["kind"] for o in objs})
         print("%s: %d objects: %s" % (overlay, len(objs), ", ".join(kinds)))
@@ -96,7 +96,7 @@ def test():
         check_network_policy(objs, overlay)
 
     cp.kubectl("apply", "-f", os.path.join(DEPLOY, "base", "namespace.yaml"))
-    for overlay in ("single", "sharded"):
+    for overlay in ("single", "sharded", "ha"):
         r = cp.kubectl("apply", "--dry-run=server", "-k", os.path.join(DEPLOY, overlay), check_rc=False)
         check(r.returncode == 0, "%s: kubectl apply --dry-run=server failed:\n%s" % (overlay, r.stderr))
         check("Warning" not in r.stderr, "%s: the API server warned:\n%s" % (overlay, r.stderr))

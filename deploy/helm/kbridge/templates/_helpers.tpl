@@ -23,12 +23,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* On the one Service the ServiceMonitor scrapes through (one scrape per pod). */}}
+{{- define "kbridge.metricsLabel" -}}
+kbridge.io/metrics: "true"
+{{- end -}}
+
 {{- define "kbridge.serviceAccountName" -}}
 {{- default (include "kbridge.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
+{{/* The existing token Secret's name, "" when the chart makes one (http.existingSecret: its older name). */}}
+{{- define "kbridge.existingTokenSecret" -}}
+{{- .Values.http.existingTokenSecret | default .Values.http.existingSecret | default "" -}}
+{{- end -}}
+
 {{- define "kbridge.httpSecret" -}}
-{{- default (printf "%s-http" (include "kbridge.fullname" .)) .Values.http.existingSecret -}}
+{{- default (printf "%s-http" (include "kbridge.fullname" .)) (include "kbridge.existingTokenSecret" .) -}}
 {{- end -}}
 
 {{- define "kbridge.tlsSecret" -}}
