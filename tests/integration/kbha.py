@@ -187,6 +187,14 @@ def settled(cp, b, timeout=180):
              "%s to settle every change up to rv %d" % (os.path.basename(b.dir), target))
 
 
+def caught_up(cp, b, timeout=180):
+    """Wait until b's informer has read every change made to NS so far (its resourceVersion, from
+    /v1/informers, reaches the newest configmap's): its watch runs and is not behind."""
+    target = newest_rv(cp)
+    wait_for(lambda: int(b.informer_doc().get("resourceVersion") or 0) >= target, timeout, 0.1,
+             "%s to read every change up to rv %d" % (os.path.basename(b.dir), target))
+
+
 def knows_holder(b, holder, timeout=120):
     """Wait until replica b has read the Lease and names holder as its holder (/v1/informers "ha")."""
     wait_for(lambda: http_view(b)[2].get("holder") == holder, timeout, 0.1, "the replica to read the Lease")
