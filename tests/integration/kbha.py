@@ -203,6 +203,14 @@ def knows_holder(b, holder, timeout=120):
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/%s/leases/kbridge-real-0" % LEASE_NS
 
 
+def published_mark(cp):
+    """The watermark of the informer cms that the Lease's holder last published (0 before any)."""
+    st, lease = cp.request("GET", LEASE_PATH)
+    check(st == 200, "GET the Lease -> %d" % st)
+    marks = json.loads(lease["metadata"].get("annotations", {}).get("kbridge.io/watermarks") or "{}")
+    return int(marks.get("cms") or 0)
+
+
 def lease_renewals(cp, n, holder, timeout=300):
     """Wait until holder has renewed the Lease n times (n new resourceVersions, holder unchanged); fails
     if another replica takes it meanwhile. A span measured in the leader's renewals, not in seconds."""
