@@ -92,7 +92,7 @@ def test():
     for sources in (["127.0.0.2"], ["127.0.0.%d" % i for i in range(3, 8)]):
         t = Trickler(port, sources, 70)
         wait_for(lambda: t.opened >= 70, 60, 0.1, "70 trickling sockets to connect")
-        bad = probes(url, 25)
+        bad = probes(url, 12)
         cut_seen = wait_for(lambda: t.cut, 60, 0.2, "a trickling socket to be closed")
         t.end()
         print("attack from %d address(es): %d probe failures, %d trickling sockets closed or refused"
