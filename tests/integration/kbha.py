@@ -76,11 +76,11 @@ def start_pair(cp, prefix, lease_seconds, renew_seconds, sinks=FILE_SINK, server
     token = least_privilege_token(cp)
     a = replica(cp, "replica-a", lease_seconds, renew_seconds, token, sinks=sinks, server=servers[0],
                 informer_opts=informer_opts, env=env)
-    wait_for(lambda: leads(a), 60, 0.1, "replica-a to lead")
+    wait_for(lambda: leads(a), 120, 0.1, "replica-a to lead")
     b = replica(cp, "replica-b", lease_seconds, renew_seconds, token, sinks=sinks, server=servers[1],
                 informer_opts=informer_opts, env=env)
-    b.wait_log("standby until leading lease %s/kbridge-real-0" % LEASE_NS, 60)
-    b.wait_log("informer=cms namespace=%s listed" % NS, 60)
+    b.wait_log("standby until leading lease %s/kbridge-real-0" % LEASE_NS, 120)
+    b.wait_log("informer=cms namespace=%s listed" % NS, 120)
     check(not leads(b), "the second replica leads too:\n" + b.logtext()[-2000:])
     return a, b, churn
 
@@ -311,7 +311,7 @@ class History:
         st, body = self.cp.request("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap",
                                    "metadata": {"name": "ha-end", "namespace": NS}})
         check(st == 201, "creating the end marker -> %d" % st)
-        wait_for(lambda: self.failed or any(k == NS + "/ha-end" for k, _, _ in self.events), 30, 0.1,
+        wait_for(lambda: self.failed or any(k == NS + "/ha-end" for k, _, _ in self.events), 120, 0.1,
                  "the test's watch to show the end marker")
         check(not self.failed, self.failed)
         self.stop_flag = True
