@@ -349,7 +349,7 @@ def empty_rss(name, a, empty_feed):
     c = start_client(name, a, empty_feed, work)
     try:
         wait(lambda: c.synced(), 120, 0.1)
-        time.sleep(1.0)
+        time.sleep(a.settle)
         return status_kb(c.pid, "VmRSS") * 1024, status_kb(c.pid, "RssAnon") * 1024
     finally:
         c.close()
@@ -395,7 +395,7 @@ def measure_client(c, r, a, feed, t0):
     if not wait(lambda: c.settled(n), a.timeout, 0.05):
         return {"skipped": "initial objects not all handled within %d s" % a.timeout}
     r["settled_s"] = time.monotonic() - t0
-    time.sleep(1.0)
+    time.sleep(a.settle)
     r["rss_synced"] = status_kb(c.pid, "VmRSS") * 1024
     r["hwm_synced"] = status_kb(c.pid, "VmHWM") * 1024
     r["anon_synced"] = status_kb(c.pid, "RssAnon") * 1024
@@ -415,7 +415,7 @@ def measure_client(c, r, a, feed, t0):
     r["watch_s"] = time.monotonic() - t1
     r["watch_cpu"] = cpu_seconds(c.pid) - cpu0
     r["watch_ok"] = ok
-    time.sleep(1.0)
+    time.sleep(a.settle)
     r["rss_after"] = status_kb(c.pid, "VmRSS") * 1024
     r["hwm_after"] = status_kb(c.pid, "VmHWM") * 1024
     return r
@@ -483,6 +483,9 @@ def main():
                          "feed's Pods instead of from the feed; no watch events")
     ap.add_argument("--no-feed-rate", action="store_true", help="skip reading the feed alone with curl")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds each phase (sync, watch) may take")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds a client is left alone before each memory reading (0 when no figure matters: "
+                         "the harness's own test)")
     ap.add_argument("--json", help="also write the figures to this file (JSON)")
     ap.add_argument("--state-parent", default="/var/tmp", help="where state_dir is made (a real disk)")
     a = ap.parse_args()

@@ -84,7 +84,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define KB_HTTP_IDLE_TIMEOUT_S 60u
+#define KB_HTTP_IDLE_TIMEOUT_S 60u /* KB_TEST_HTTP_IDLE_TIMEOUT_S shortens it, for tests only */
 #define KB_HTTP_BOOKMARK_MS 20000
 #define KB_HTTP_WAIT_MS 500
 #define KB_HTTP_LIVE_MAX_EVENTS 16384
@@ -1140,6 +1140,15 @@ static void kb_http_warn_key_mode(const char *path) {
             "make it 0600 or 0400 (a Secret volume: defaultMode 0400)", path, (unsigned)(st.st_mode & 07777));
 }
 
+/* Seconds after which libmicrohttpd closes an idle connection. A test of a
+ * quiet watch outliving it sets KB_TEST_HTTP_IDLE_TIMEOUT_S rather than
+ * wait out the minute. */
+static unsigned kb_http_idle_timeout_s(void) {
+    const char *env = getenv("KB_TEST_HTTP_IDLE_TIMEOUT_S");
+    long v = env && *env ? strtol(env, NULL, 10) : 0;
+    return v > 0 && v < 3600 ? (unsigned)v : KB_HTTP_IDLE_TIMEOUT_S;
+}
+
 /* The PEM files of http.tls_cert_file and http.tls_key_file (both set, or
  * neither: the config loader checks). */
 static kb_err_t kb_http_read_tls(kb_http_t *h, const kb_config_t *cfg, char *errstr, size_t errstr_size) {
@@ -1215,7 +1224,7 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
     return MHD_start_daemon(flags, want_port, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER,
                             kb_http_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
-                            KB_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
+                            kb_http_idle_timeout_s(), MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
                             h->tls_cert ? tls : tls + 3, MHD_OPTION_END);
 }

@@ -78,6 +78,7 @@ typedef struct kb_config_informer {
     int page_size;       /* 500, 1..100000 */
     kb_list_mode_t list_mode; /* auto */
     kb_cache_compression_t cache_compression; /* auto */
+    int min_watch_timeout; /* 300 s, 5..3600: each watch's timeoutSeconds is drawn from [t, 2t) */
     int resync_seconds;  /* 0 = off */
     int audit_seconds;   /* 0 = off */
     double audit_relist_ratio; /* 0.05, 0..1 */

@@ -254,6 +254,12 @@ static const kb_ckey_t kb_keys_informer[] = {
             "off: the objects as they are (more memory, no compression work). With state_dir the cache keeps "
             "identity only and the objects live in state_dir: auto compresses them there with the same kind of "
             "dictionary (stored in state_dir), off with zstd alone."},
+    {.name = "min_watch_timeout", .type = KB_CT_INT, .off = INF(min_watch_timeout), .def = "300", .min = 5,
+     .max = 3600,
+     .doc = "t, in seconds: each watch asks the API server to end it after a time drawn from [t, 2t) "
+            "(timeoutSeconds, as client-go's reflector does), and the informer resumes it from the last "
+            "resourceVersion without a relist. The spread keeps many watches from reconnecting at once; a "
+            "smaller t only makes the ends (and the reconnections) more frequent."},
     {.name = "resync_seconds", .type = KB_CT_INT, .off = INF(resync_seconds), .def = "0", .min = 0,
      .max = 31536000, .doc = "Every so many seconds queue a SYNC for each cached object with nothing pending; 0 = never."},
     {.name = "audit_seconds", .type = KB_CT_INT, .off = INF(audit_seconds), .def = "0", .min = 0, .max = 31536000,

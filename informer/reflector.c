@@ -231,7 +231,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
     pthread_mutex_lock(&r->rv_mtx);
     memcpy(rv, r->rv, sizeof(rv));
     pthread_mutex_unlock(&r->rv_mtx);
-    int timeout = 300 + (int)(kb_random_unit() * 300.0);
+    int min_timeout = inf->conf->min_watch_timeout;
+    int timeout = min_timeout + (int)(kb_random_unit() * (double)min_timeout);
     char ts[16];
     snprintf(ts, sizeof(ts), "%d", timeout);
     kb_api_query_add(&q, "watch", "true");

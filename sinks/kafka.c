@@ -28,7 +28,9 @@
  *    the change is acked once, after both are delivered.
  *  - Transactions (transactional = true): the poller initialises the
  *    transactional producer, keeps one transaction open, and commits it every
- *    KB_KAFKA_TXN_MS or when flush() asks. A delivery report inside a
+ *    KB_KAFKA_TXN_MS or when flush() asks. (KB_TEST_KAFKA_TXN_MS, for tests
+ *    only, keeps each one open longer, so that a test can stop a leader while
+ *    its transaction is open without racing a 100 ms commit.) A delivery report inside a
  *    transaction does not ack: the message waits on the transaction's list
  *    and is acked when the commit succeeds (or with an error when it aborts),
  *    so a checkpoint never passes a change a read_committed consumer cannot see.
@@ -110,6 +112,7 @@ typedef struct kb_kafka_sink {
     kb_kafka_msg_t *txn_head, *txn_tail; /* delivered in the open transaction, waiting for commit; mtx */
     _Atomic uint64_t txn_msgs;  /* produced into the open transaction */
     int64_t txn_started_ns;     /* poller only */
+    int64_t txn_ms;             /* KB_KAFKA_TXN_MS, or KB_TEST_KAFKA_TXN_MS; immutable */
     atomic_bool txn_ready;      /* transactions initialised (a predecessor is fenced) */
     atomic_bool held;           /* ha.enabled standby: transactions wait for activate() */
     bool ckpt_topic_done;       /* created, found, or given up on; poller only */
@@ -701,7 +704,7 @@ static void kb_kafka_txn_tick(kb_kafka_sink_t *ks) {
         ks->txn_started_ns = kb_now_mono_ns();
         return;
     }
-    if (!now && kb_now_mono_ns() - ks->txn_started_ns < KB_KAFKA_TXN_MS * KB_NS_PER_MS)
+    if (!now && kb_now_mono_ns() - ks->txn_started_ns < ks->txn_ms * KB_NS_PER_MS)
         return;
     pthread_rwlock_wrlock(&ks->gate);
     if (!atomic_load(&ks->fatal))
@@ -757,6 +760,8 @@ static kb_err_t kb_kafka_create(const kb_config_sink_t *conf, const kb_config_t 
     kb_kafka_sink_t *ks = kb_calloc(1, sizeof(*ks));
     ks->name = kb_strdup(conf->name);
     ks->transactional = conf->transactional;
+    const char *txn_env = getenv("KB_TEST_KAFKA_TXN_MS");
+    ks->txn_ms = txn_env && *txn_env ? strtoll(txn_env, NULL, 10) : KB_KAFKA_TXN_MS;
     atomic_store(&ks->held, conf->transactional && cfg->ha_enabled);
     ks->ckpt_topic = kb_strdup(conf->checkpoint_topic && conf->checkpoint_topic[0] ? conf->checkpoint_topic
                                                                                    : KB_KAFKA_CKPT_TOPIC_DEFAULT);

@@ -5,8 +5,9 @@
    (it lists again) and later changes carry only the kept fields; with state_dir the reload is
    refused, naming keep_fields, as for any changed definition of a stored informer.
 2. A reloaded shutdown_timeout used to be ignored at SIGTERM. Now the new value applies: a bridge
-   started with 600 s and reloaded to 1 s stops within about a second even though its file
-   sink's reader is stalled.
+   started with 600 s and reloaded to 1 s stops at that second (the log says it drains with
+   shutdown_timeout=1s; the exit is awaited 90 s, far below 600) even though its file sink's reader
+   is stalled.
 3. A key that needs a restart (cluster.qps) is refused by name."""
 import array
 import fcntl
@@ -18,7 +19,7 @@ from kbtest import *
 
 def sighup_and_wait(b, word, n_before):
     b.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: b.logtext().count(word) > n_before, 30, what="%r after SIGHUP" % word)
+    wait_for(lambda: b.logtext().count(word) > n_before, 90, what="%r after SIGHUP" % word)
 
 
 def keep_fields():
@@ -72,9 +73,9 @@ def shutdown_timeout():
     check("other settings changed in place" in b.logtext(), "the reload applies shutdown_timeout in place")
     b.proc.send_signal(signal.SIGTERM)
     try:
-        rc = b.proc.wait(15)
+        rc = b.proc.wait(90)
     except subprocess.TimeoutExpired:
-        raise Failure("the reloaded shutdown_timeout = 1 was not used: still running 15 s after SIGTERM\n%s" %
+        raise Failure("the reloaded shutdown_timeout = 1 was not used: still running 90 s after SIGTERM\n%s" %
                       b.logtext()[-2000:])
     check("shutdown_timeout=1s" in b.logtext(), "the drain uses the reloaded value")
     check(rc == 1, "messages left in the stalled FIFO without state_dir: exit 1 (rc %s)" % rc)

@@ -60,8 +60,9 @@ def test():
     for n in names[10:15]:
         k("patch", "configmap", "-n", "r", n, "-p", '{"data":{"v":"1"}}')
     k("create", "configmap", "-n", "r", "born-while-down", "--from-literal=v=1")
-    for i in range(50):  # history past the bridge's resume point
-        k("create", "configmap", "-n", "noise", "n-%02d" % i, "--from-literal=v=1")
+    k("apply", "-f", "-", input="\n---\n".join(  # history past the bridge's resume point: 50 more revisions
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: n-%02d, namespace: noise}\ndata: {v: '1'}" % i
+        for i in range(50)))
     rev = etcd_revision(cp)
     cp.etcdctl("compact", str(rev))
     r = subprocess.run([CONTROLPLANE_SH, "restart-apiserver"], env=cp.envs, stdout=subprocess.DEVNULL,

@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import tempfile
-import time
+import threading
 import urllib.parse
 import urllib.request
 
@@ -103,27 +103,44 @@ def test():
 
     prom = Prometheus([("kbridge-%d" % i, u.split("//", 1)[1]) for i, u in enumerate(urls)], token_file)
     # Ready is not scraped: the churn starts once both shards have been scraped with the token.
-    wait_for(lambda: [s["value"][1] for s in prom.query("up")] == ["1", "1"], 30, 0.2, "both shards scraped")
+    wait_for(lambda: [s["value"][1] for s in prom.query("up")] == ["1", "1"], 90, 0.2, "both shards scraped")
 
-    # Churn: bounded rounds of updates, creates and deletes while Prometheus scrapes; watches end
-    # now and then (new API requests) and once with 410 Gone (a relist).
-    deadline = time.monotonic() + 60
-    rnd = 0
-    while rnd < 40 and time.monotonic() < deadline:
-        names = ["p%03d" % ((rnd * 7 + k) % 60) for k in range(10)]
-        sim.bulk(pod_ops("update", "ns1", names, labels={"round": str(rnd)}) +
-                 pod_ops("create", "ns2", ["c%03d" % rnd]) +
-                 (pod_ops("delete", "ns2", ["c%03d" % (rnd - 3)]) if rnd >= 3 else []))
-        if rnd % 5 == 4:
-            sim.fault(kind="end_watches")  # as a server timeout does: new watch requests
-        if rnd == 10:
-            sim.fault(kind="watch_error", code=410)  # compaction: one relist per shard
-        rnd += 1
-        time.sleep(0.25)
-        if rnd >= 20 and all(numbers(prom.query('rate(kbridge_watch_events_total{type="MODIFIED"}[15s])'))
-                             for _ in [0]):
-            break
-    print("churn: %d rounds" % rnd)
+    # Churn: rounds of updates, creates and deletes while Prometheus scrapes, on until every query has been
+    # asked (a rate over 15 s of a bridge gone quiet is no data); watches end now and then (new API
+    # requests) and once with 410 Gone (a relist).
+    done = threading.Event()
+    rounds = [0]
+
+    def churn():
+        rnd = 0
+        while not done.is_set():
+            names = ["p%03d" % ((rnd * 7 + k) % 60) for k in range(10)]
+            sim.bulk(pod_ops("update", "ns1", names, labels={"round": str(rnd)}) +
+                     pod_ops("create", "ns2", ["c%05d" % rnd]) +
+                     (pod_ops("delete", "ns2", ["c%05d" % (rnd - 3)]) if rnd >= 3 else []))
+            if rnd % 5 == 4:
+                sim.fault(kind="end_watches")  # as a server timeout does: new watch requests
+            if rnd == 10:
+                sim.fault(kind="watch_error", code=410)  # compaction: one relist per shard
+            rnd += 1
+            rounds[0] = rnd
+            done.wait(0.25)
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        check_queries(prom, targets, exported, sampled, rounds)
+    finally:
+        done.set()
+        churner.join(60)
+    for b in shards:
+        b.stop()
+    sim.stop()
+
+
+def check_queries(prom, targets, exported, sampled, rounds):
+    wait_for(lambda: rounds[0] >= 20 and numbers(prom.query('rate(kbridge_watch_events_total{type="MODIFIED"}[15s])')),
+             120, 0.5, "20 rounds of churn and their rate in Prometheus")
+    print("churn: %d rounds so far" % rounds[0])
 
     pods = prom.api("/api/v1/label/pod/values", **{"match[]": "kbridge_info"})
     check(sorted(pods) == ["kbridge-0", "kbridge-1"], "the pod variable lists %s" % pods)
@@ -150,7 +167,7 @@ def test():
         def data():
             r = prom.query(q)
             return numbers(r) and r
-        res = wait_for(data, 30, 0.5, "panel %r to return data: %s" % (title, q))
+        res = wait_for(data, 90, 0.5, "panel %r to return data: %s" % (title, q))
         answered += 1
         print("ok  %-32s %2d series  %s" % (title[:32], len(res), q[:90]))
     for p in pending:
@@ -165,14 +182,11 @@ def test():
         rules = [r for g in groups for r in g["rules"]]
         return len(rules) == 7 and all(r.get("lastEvaluation", "").startswith("2") and
                                        not r["lastEvaluation"].startswith("0001") for r in rules) and rules
-    rules = wait_for(rules_evaluated, 30, 0.5, "Prometheus to evaluate the 7 alert rules")
+    rules = wait_for(rules_evaluated, 90, 0.5, "Prometheus to evaluate the 7 alert rules")
     bad = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
     check(not bad, "rules that Prometheus cannot evaluate: %s" % bad)
     firing = [r["name"] for r in rules if r.get("state") == "firing"]
     check(not firing, "alerts firing on a healthy bridge: %s" % firing)
-    for b in shards:
-        b.stop()
-    sim.stop()
 
 
 run(test)

@@ -12,17 +12,20 @@ deletes, names deleted and created again).
   and is 200 again after the restart.
 - Restart replica-a (it stands by), SIGKILL replica-b: replica-a takes over the same way. Restart
   replica-b and partition replica-a as before. (The SIGSTOPs come while the leader has changes in its
-  open transaction, by kbridge_events_inflight; at least one of the two must be refused as fenced —
-  the commit can still slip in between the look and the signal.)
+  open transaction, by kbridge_events_inflight; the replicas keep each transaction open 3 s
+  (KB_TEST_KAFKA_TXN_MS) so a commit can hardly slip in between the look and the signal; at least one
+  of the two must be refused as fenced.)
 
 Then a read_committed consumer (kcat) holds, per key, exactly the API server's history of that key
 (the test's own list + watch): every (resourceVersion, DELETED?) once, in the server's order, none
 missing, none repeated, none invented."""
 import signal
-import time
 
 from kbtest import check, ControlPlane, Failure, KafkaBroker, http_request, kafka_records, run, wait_for
-from kbha import History, leads, start_pair, replica, least_privilege_token
+from kbha import History, caught_up, knows_holder, leads, settled, start_pair
+
+# Each transaction stays open this long (ms): a SIGSTOP seen to land in an open one does.
+TXN_ENV = {"KB_TEST_KAFKA_TXN_MS": "3000"}
 
 LEASE, RENEW = 4, 1
 TOPIC = "k8s.ha.cms"
@@ -48,19 +51,24 @@ def compare(want, got):
     return [(k, want.get(k), got.get(k)) for k in sorted(set(want) | set(got)) if want.get(k) != got.get(k)]
 
 
-def partition(old, new, nth):
+def partition(old, new, nth, churn):
     """SIGSTOP old (the leader) while it has changes in its open transaction, until new leads; SIGCONT.
     True if the broker then refused old's transaction as fenced (logged)."""
-    wait_for(lambda: old.metric("kbridge_events_inflight", informer="cms") > 0, 20, 0.005,
+    wait_for(lambda: old.metric("kbridge_events_inflight", informer="cms") > 0, 60, 0.005,
              "changes in the leader's open transaction")
     old.proc.send_signal(signal.SIGSTOP)
-    wait_for(lambda: leads(new, nth), LEASE + RENEW + 5, 0.05, "the standby to take over")
-    wait_for(lambda: new.logtext().count("transactional producer ready") >= nth, 60, 0.1, "the new leader's producer")
-    time.sleep(1)
+    wait_for(lambda: leads(new, nth), 120, 0.05, "the standby to take over")
+    wait_for(lambda: new.logtext().count("transactional producer ready") >= nth, 120, 0.1, "the new leader's producer")
+    churn.more(10)  # the new leader has changes of its own before the old one runs again
     mark = len(old.logtext())
     old.proc.send_signal(signal.SIGCONT)
-    wait_for(lambda: "no longer leading" in old.logtext()[mark:], 2 * RENEW + 10, 0.1, "the old leader to step down")
-    time.sleep(1)
+    wait_for(lambda: "no longer leading" in old.logtext()[mark:], 120, 0.1, "the old leader to step down")
+    # Its transaction, open for longer than it may stay, is committed at once: the broker refuses it. Only
+    # a transaction committed just before the SIGSTOP leaves nothing to refuse (then this wait fails).
+    try:
+        wait_for(lambda: "fenced by a newer instance" in old.logtext()[mark:], 30, 0.1, "the fenced commit")
+    except Failure:
+        pass
     after = old.logtext()[mark:]
     print("the old leader after SIGCONT:\n" + "\n".join(l for l in after.splitlines() if "fenced" in l)[-800:])
     fenced = "fenced by a newer instance" in after
@@ -71,12 +79,13 @@ def partition(old, new, nth):
     return fenced
 
 
-def restart(b):
+def restart(cp, b, holder):
     """Restart b (SIGKILL; a fenced producer stays fatal); wait until it is a warm standby."""
     b.kill()
     b.start()
     wait_for(lambda: "standby until leading" in b.logtext()[b.log_start:], 60, 0.1, "the restart")
-    time.sleep(RENEW + 2)  # it has resumed its watch from its checkpoint and read the Lease
+    knows_holder(b, holder)  # it has read the Lease
+    caught_up(cp, b)  # and resumed its watch from its checkpoint
     status, _, body = http_request(b.http_url() + "/healthz")
     check(status == 200, "/healthz after the restart: %d %r" % (status, body[:300]))
 
@@ -87,28 +96,30 @@ def test():
     cp = ControlPlane()
     history = History(cp)
     a, b, churn = start_pair(cp, "t", LEASE, RENEW, sinks=sinks(brokers), before=history.start,
-                          informer_opts="shards = 1;")
+                          informer_opts="shards = 1;", env=TXN_ENV)
     wait_for(lambda: "transactional producer ready" in a.logtext(), 60, 0.1, "the leader's producer")
     churn.start()
-    time.sleep(4)
+    churn.more(20)
+    settled(cp, a)  # the leader committed the churn so far
+    caught_up(cp, b)  # the standby has it in hand too
     check("transactional producer ready" not in b.logtext(),
           "the standby initialised transactions (it fences the leader):\n" + b.logtext()[-2000:])
     check("fenced" not in a.logtext().lower(), "the leader was fenced by its standby:\n" + a.logtext()[-2000:])
 
-    first = partition(a, b, 1)
-    restart(a)
+    first = partition(a, b, 1, churn)
+    restart(cp, a, "replica-b")
     b.kill()  # a crash this time
-    wait_for(lambda: leads(a, 2), LEASE + RENEW + 5, 0.05, "replica-a to take over from the SIGKILLed one")
-    restart(b)
-    second = partition(a, b, 2)
+    wait_for(lambda: leads(a, 2), 120, 0.05, "replica-a to take over from the SIGKILLed one")
+    restart(cp, b, "replica-a")
+    second = partition(a, b, 2, churn)
     check(first or second, "the old leader's open transaction was never refused as fenced after SIGCONT")
-    time.sleep(3)
+    churn.more(20)
     churn.stop()
     want = {}
     for k, t, rv in history.stop():
         want.setdefault(k, []).append((rv, 1 if t == "DELETED" else 0))
     try:
-        wait_for(lambda: not compare(want, committed(brokers)), 90, 1, "the committed records to match the server")
+        wait_for(lambda: not compare(want, committed(brokers)), 180, 1, "the committed records to match the server")
     except Failure:
         bad = compare(want, committed(brokers))
         raise Failure("%d key(s) differ from the server's history (key, server, committed), e.g.\n%s\n"

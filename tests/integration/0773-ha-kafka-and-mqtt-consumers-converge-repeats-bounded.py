@@ -13,11 +13,10 @@ import collections
 import json
 import re
 import signal
-import time
 
 from kbtest import (check, ControlPlane, Failure, KafkaBroker, Mosquitto, MqttSub, kafka_records, key_of, run,
                     wait_for)
-from kbha import Churn, NS, consumer_view, leads, lines, start_pair
+from kbha import NS, leads, lines, published_mark, settled, start_pair
 
 LEASE, RENEW = 4, 1
 TOPIC = "k8s.ha.cms"
@@ -75,21 +74,27 @@ def test():
     cp = ControlPlane()
     a, b, churn = start_pair(cp, "m", LEASE, RENEW, sinks=sinks(brokers, broker.uri))
     churn.start()
-    time.sleep(4)
+    churn.more(20)
+    settled(cp, a)  # the leader delivered the churn so far to every sink
+    settled(cp, b)  # the standby skipped it, as the leader's
     check(lines(b) == [], "the standby wrote to its file")
     # Both replicas have the same config: the standby's MQTT session must not take the leader's over.
     check("sink=q connection lost" not in a.logtext(),
           "the leader's MQTT connection was taken over:\n" + a.logtext()[-1500:])
 
     a.kill()
-    wait_for(lambda: leads(b), LEASE + RENEW + 5, 0.05, "replica-b to take over")
-    time.sleep(3)
+    wait_for(lambda: leads(b), 120, 0.05, "replica-b to take over")
+    churn.more(20)  # changes the new leader delivers
+    wait_for(lambda: published_mark(cp) > taken_over(b)[-1], 120, 0.1,
+             "the new leader to publish a watermark of its own")
     b.proc.send_signal(signal.SIGSTOP)  # the new leader, partitioned; replica-a is gone: restart it
     a.start()
-    wait_for(lambda: leads(a, 2), 60, 0.05, "the restarted replica-a to take over from the stopped one")
-    time.sleep(2)
+    wait_for(lambda: leads(a, 2), 120, 0.05, "the restarted replica-a to take over from the stopped one")
+    churn.more(20)  # changes while the old leader is stopped
+    mark = len(b.logtext())
     b.proc.send_signal(signal.SIGCONT)
-    time.sleep(2 * RENEW + 2)
+    wait_for(lambda: "no longer leading" in b.logtext()[mark:], 120, 0.1, "the old leader to step down")
+    churn.more(20)  # changes while it runs again
     churn.stop()
     server = {k: int(v) for k, v in cp.state("/api/v1/namespaces/%s/configmaps" % NS).items()}
     gone = {k for k in churn.deleted if k not in server}
@@ -101,7 +106,7 @@ def test():
             live, deleted = view(changes())
             return live == server and not (gone & set(live))
         try:
-            wait_for(ok, 90, 0.5, "the %s consumer to converge to the server" % name)
+            wait_for(ok, 180, 0.5, "the %s consumer to converge to the server" % name)
         except Failure:
             live, deleted = view(changes())
             bad = sorted(k for k in set(server) | set(live) if server.get(k) != live.get(k))[:5]

@@ -41,9 +41,9 @@ def test():
     body = wait_for(reason, 90, 0.2, "/readyz to name the plugin that did not exit")
     print("readyz: %s" % body.decode().strip())
     pids = [int(l) for l in open(work + "/pids")]
-    wait_for(lambda: not pid_running(pids[0]), 30, 0.1, "the first plugin run to be killed")
+    wait_for(lambda: not pid_running(pids[0]), 90, 0.1, "the first plugin run to be killed")
     check(b.alive(), "kbridge keeps running and retrying")
-    check(b.stop(timeout=30) == 0, "SIGTERM exits 0")
+    check(b.stop(timeout=90) == 0, "SIGTERM exits 0")
 
     # SIGTERM while a plugin is being waited for (a long exec_timeout).
     os.unlink(work + "/pids")
@@ -51,8 +51,8 @@ def test():
     wait_for(lambda: os.path.exists(work + "/pids") and open(work + "/pids").read().strip(), 60, 0.1,
              "the plugin to run")
     pid = int(open(work + "/pids").read().split()[0])
-    check(b.stop(timeout=30) == 0, "SIGTERM stops kbridge while the plugin runs")
-    wait_for(lambda: not pid_running(pid), 30, 0.1, "the plugin to be killed on stop")
+    check(b.stop(timeout=90) == 0, "SIGTERM stops kbridge while the plugin runs (exec_timeout is 600 s)")
+    wait_for(lambda: not pid_running(pid), 90, 0.1, "the plugin to be killed on stop")
     sim.stop()
 
 

@@ -41,9 +41,9 @@ FILE_SINK = ('sinks = ( { name = "out"; type = "file"; path = "{out}"; } );\n'
 
 
 def replica(cp, identity, lease_seconds, renew_seconds, token_file, workdir=None, sinks=FILE_SINK, server=None,
-            informer_opts=""):
+            informer_opts="", env=None):
     """A kbridge replica leading or standing by for shard 0 (by default a file sink; own state_dir), with
-    the least-privilege token; server: another address for the API server (a proxy)."""
+    the least-privilege token; server: another address for the API server (a proxy); env: more variables."""
     text = """
 cluster = { name = "real"; server = "%s"; ca_file = "%s"; token_file = "%s"; };
 http = { listen = "127.0.0.1:0"; };
@@ -54,7 +54,7 @@ ha = { enabled = true; lease_namespace = "%s"; lease_seconds = %d; renew_seconds
 informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "%s" ]; %s } );
 %s""" % (server or cp.server, cp.ca, token_file, LEASE_NS, lease_seconds, renew_seconds, identity, NS, informer_opts,
        sinks)
-    b = ConfigBridge(text, start=False, workdir=workdir)
+    b = ConfigBridge(text, start=False, workdir=workdir, env=env)
     with open(b.config) as f:
         cfg = f.read().replace("{dir}", b.dir)
     with open(b.config, "w") as f:
@@ -64,7 +64,7 @@ informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespace
 
 
 def start_pair(cp, prefix, lease_seconds, renew_seconds, sinks=FILE_SINK, servers=(None, None), before=None,
-               informer_opts=""):
+               informer_opts="", env=None):
     """Namespace NS with 30 changes, replica-a leading, replica-b standing by with its list done.
     before(): called once the 30 changes are made, before any replica starts."""
     cp.kubectl("create", "namespace", NS)
@@ -75,12 +75,12 @@ def start_pair(cp, prefix, lease_seconds, renew_seconds, sinks=FILE_SINK, server
         before()
     token = least_privilege_token(cp)
     a = replica(cp, "replica-a", lease_seconds, renew_seconds, token, sinks=sinks, server=servers[0],
-                informer_opts=informer_opts)
-    wait_for(lambda: leads(a), 60, 0.1, "replica-a to lead")
+                informer_opts=informer_opts, env=env)
+    wait_for(lambda: leads(a), 120, 0.1, "replica-a to lead")
     b = replica(cp, "replica-b", lease_seconds, renew_seconds, token, sinks=sinks, server=servers[1],
-                informer_opts=informer_opts)
-    b.wait_log("standby until leading lease %s/kbridge-real-0" % LEASE_NS, 60)
-    b.wait_log("informer=cms namespace=%s listed" % NS, 60)
+                informer_opts=informer_opts, env=env)
+    b.wait_log("standby until leading lease %s/kbridge-real-0" % LEASE_NS, 120)
+    b.wait_log("informer=cms namespace=%s listed" % NS, 120)
     check(not leads(b), "the second replica leads too:\n" + b.logtext()[-2000:])
     return a, b, churn
 
@@ -157,9 +157,74 @@ class Churn:
         self.thread.start()
         return self
 
+    def more(self, n=20, timeout=120):
+        """Wait until the churn has made n more changes (whatever time that takes on this machine)."""
+        target = self.ops + n
+        wait_for(lambda: self.ops >= target, timeout, 0.05, "%d more changes of the churn" % n)
+
     def stop(self):
         self.stop_flag = True
         self.thread.join(60)
+
+
+def newest_rv(cp):
+    """The highest resourceVersion among NS's configmaps now (0 when there are none)."""
+    return max([int(v) for v in cp.state(CMS).values()] or [0])
+
+
+def checkpoint_rv(b):
+    """The resourceVersion b's informer has settled (delivered and acknowledged, or skipped as the
+    leader's) every change up to, from /v1/informers (0 before the first)."""
+    return int(b.informer_doc()["checkpoint"].get("resourceVersion") or 0)
+
+
+def settled(cp, b, timeout=180):
+    """Wait until b has settled every change made to NS so far: a leader delivered and acknowledged them, a
+    standby skipped them once the leader published them as acknowledged (so it had every chance to
+    deliver them itself). Event-driven: nothing is assumed about how fast that is."""
+    target = newest_rv(cp)
+    wait_for(lambda: checkpoint_rv(b) >= target, timeout, 0.1,
+             "%s to settle every change up to rv %d" % (os.path.basename(b.dir), target))
+
+
+def caught_up(cp, b, timeout=180):
+    """Wait until b's informer has read every change made to NS so far (its resourceVersion, from
+    /v1/informers, reaches the newest configmap's): its watch runs and is not behind."""
+    target = newest_rv(cp)
+    wait_for(lambda: int(b.informer_doc().get("resourceVersion") or 0) >= target, timeout, 0.1,
+             "%s to read every change up to rv %d" % (os.path.basename(b.dir), target))
+
+
+def knows_holder(b, holder, timeout=120):
+    """Wait until replica b has read the Lease and names holder as its holder (/v1/informers "ha")."""
+    wait_for(lambda: http_view(b)[2].get("holder") == holder, timeout, 0.1, "the replica to read the Lease")
+
+
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/%s/leases/kbridge-real-0" % LEASE_NS
+
+
+def published_mark(cp):
+    """The watermark of the informer cms that the Lease's holder last published (0 before any)."""
+    st, lease = cp.request("GET", LEASE_PATH)
+    check(st == 200, "GET the Lease -> %d" % st)
+    marks = json.loads(lease["metadata"].get("annotations", {}).get("kbridge.io/watermarks") or "{}")
+    return int(marks.get("cms") or 0)
+
+
+def lease_renewals(cp, n, holder, timeout=300):
+    """Wait until holder has renewed the Lease n times (n new resourceVersions, holder unchanged); fails
+    if another replica takes it meanwhile. A span measured in the leader's renewals, not in seconds."""
+    seen = []
+
+    def renewed():
+        st, lease = cp.request("GET", LEASE_PATH)
+        check(st == 200, "GET the Lease -> %d" % st)
+        check(lease["spec"].get("holderIdentity") == holder, "the Lease changed hands: %s" % lease["spec"])
+        rv = lease["metadata"]["resourceVersion"]
+        if not seen or seen[-1] != rv:
+            seen.append(rv)
+        return len(seen) > n
+    wait_for(renewed, timeout, 0.2, "%d renewals of the Lease by %s" % (n, holder))
 
 
 def check_converged(cp, replicas, deleted, timeout=120):
@@ -246,7 +311,7 @@ class History:
         st, body = self.cp.request("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap",
                                    "metadata": {"name": "ha-end", "namespace": NS}})
         check(st == 201, "creating the end marker -> %d" % st)
-        wait_for(lambda: self.failed or any(k == NS + "/ha-end" for k, _, _ in self.events), 30, 0.1,
+        wait_for(lambda: self.failed or any(k == NS + "/ha-end" for k, _, _ in self.events), 120, 0.1,
                  "the test's watch to show the end marker")
         check(not self.failed, self.failed)
         self.stop_flag = True

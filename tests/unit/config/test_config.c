@@ -127,6 +127,7 @@ static void test_defaults(void **state) {
     assert_string_equal(inf->label_selector, "");
     assert_string_equal(inf->field_selector, "");
     assert_int_equal(inf->page_size, 500);
+    assert_int_equal(inf->min_watch_timeout, 300);
     assert_int_equal(inf->resync_seconds, 0);
     assert_int_equal(inf->shards, 4);
     assert_int_equal(inf->compaction, KB_COMPACTION_NONE);
@@ -310,6 +311,8 @@ static void test_error_range(void **state) {
                  "t.cfg:1: informers[0].page_size: -1 is out of range (1 to 100000)");
     expect_error("informers = ( { name = \"p\"; resource = \"pods\"; page_size = 4294967296; } );\n",
                  "t.cfg:1: informers[0].page_size: 4294967296 is out of range (1 to 100000)");
+    expect_error("informers = ( { name = \"p\"; resource = \"pods\"; min_watch_timeout = 4; } );\n",
+                 "t.cfg:1: informers[0].min_watch_timeout: 4 is out of range (5 to 3600)");
     expect_error("informers = ( { name = \"p\"; resource = \"pods\"; queue_bytes = 1024; } );\n",
                  "t.cfg:1: informers[0].queue_bytes: 1024 is out of range (65536 to 1099511627776)");
     expect_error("cluster = { qps = 0.0; };\n", "t.cfg:1: cluster.qps: 0 is out of range (0.01 to 1000000)");

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Against a real kube-apiserver: 5,000 configmaps listed with page_size = 100 (50 pages, one
+"""Against a real kube-apiserver: 1,000 configmaps listed with page_size = 20 (50 pages, one
 consistent snapshot), then changes made after the list arrive through the watch — no relist."""
 import signal
 
 from kbtest import check, ConfigBridge, ControlPlane, run
 
-N = 5000
+N = 1000
+PAGE = 20
 
 
 def test():
@@ -21,19 +22,19 @@ http = { listen = ""; };
 shutdown_timeout = 20;
 log = { level = "info"; };
 informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "bulk" ];
-                page_size = 100; list_mode = "paged"; } );
+                page_size = %d; list_mode = "paged"; } );
 sinks = ( { name = "out"; type = "file"; path = "{out}"; } );
 routes = ( { informer = "cms"; sink = "out"; } );
-""" % cp.kubeconfig)
+""" % (cp.kubeconfig, PAGE))
     log = b.wait_log("informer=cms namespace=bulk listed", 300)
-    check("listed items=%d pages=%d" % (N, N // 100) in log,
-          "want one list of %d items in %d pages:\n%s" % (N, N // 100, log[-2000:]))
+    check("listed items=%d pages=%d" % (N, N // PAGE) in log,
+          "want one list of %d items in %d pages:\n%s" % (N, N // PAGE, log[-2000:]))
     b.wait_view(want, "configmaps", 300)
     evs = b.events()
     check(len(evs) == N and all(e["type"] == "ADDED" for e in evs), "%d events after the list" % len(evs))
 
     # Changes after the list come through the watch.
-    cp.kubectl("delete", "configmap", "-n", "bulk", "cm-00007", "cm-04999")
+    cp.kubectl("delete", "configmap", "-n", "bulk", "cm-00007", "cm-%05d" % (N - 1))
     cp.kubectl("label", "configmap", "-n", "bulk", "cm-00100", "extra=yes")
     want = cp.state("/api/v1/namespaces/bulk/configmaps")
     b.wait_view(want, "configmaps", 180)
