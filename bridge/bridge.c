@@ -1432,7 +1432,7 @@ static bool kb_reload_keeps_sink(const kb_reload_plan_t *pl, const kb_bsink_t *b
 }
 
 /* Stop and drain the informers that go away (into their old routes). */
-static void kb_reload_drain_removed(kb_bridge_t *b, kb_reload_plan_t *pl) {
+static void kb_reload_drain_removed(kb_reload_plan_t *pl) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
     for (size_t j = 0; j < pl->n_gone; j++) {
         kb_pipeline_drain(pl->gone[j], deadline);
@@ -1691,7 +1691,7 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool 
     kb_reload_swap_routes(b, &pl);
     size_t n_dropped;
     kb_bsink_t **dropped = kb_reload_publish(b, &pl, &n_dropped);
-    kb_reload_drain_removed(b, &pl);
+    kb_reload_drain_removed(&pl);
     for (size_t i = 0; i < pl.ni; i++)
         if (pl.pipe_new[i]) {
             if (b->started)
