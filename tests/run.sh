@@ -37,8 +37,6 @@ if [ $quick = 0 ]; then
   tests/infra/prometheus-operator-crds.sh >/dev/null 2>&1 || echo "run.sh: prometheus-operator CRDs not fetched; test 0752 will say why" >&2
   tests/clientgo/build.sh >/dev/null 2>&1 || echo "run.sh: the client-go program did not build; test 0602 will say why" >&2
 fi
-# CI also runs the long variants of the tests that have one.
-[ "${CI:-}" = "true" ] && export KB_LONG_TESTS=${KB_LONG_TESTS:-1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

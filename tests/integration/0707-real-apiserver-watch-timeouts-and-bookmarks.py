@@ -66,7 +66,7 @@ routes = ( %s );
         # The first watch and RESUMES more started: RESUMES watches ended and were resumed. The bound only
         # stops a hang: each watch lasts under 2 * MIN_WATCH_TIMEOUT.
         wait_for(lambda: all(len(watch_lines(b.logtext(), n)) >= RESUMES + 1 for n in names),
-                 4 * 2 * MIN_WATCH_TIMEOUT * RESUMES + 120, 0.5, "every watch to end and resume %d times" % RESUMES)
+                 2 * 2 * MIN_WATCH_TIMEOUT * RESUMES + 60, 0.5, "every watch to end and resume %d times" % RESUMES)
     finally:
         done.set()
         t.join(120)
