@@ -525,7 +525,7 @@ static bool kb_deliver_gated(kb_pipeline_t *p, kb_deltas_t *d, kb_buf_t *topic, 
     kb_ha_t *ha = p->bridge->ha;
     const char *name = kb_informer_conf(p->inf)->name;
     for (size_t i = 0; i < d->n && !atomic_load(&p->bridge->hard_stop); i++) {
-        uint64_t tracked = d->ev[i]->final_state_unknown ? kb_ledger_tracked_rv(kb_informer_ledger(p->inf)) : 0;
+        uint64_t tracked = kb_ledger_tracked_rv(kb_informer_ledger(p->inf));
         kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->bridge->hard_stop);
         if (a == KB_HA_DROP)
             return false; /* unacknowledged: it stays in the journal */
@@ -984,18 +984,27 @@ static kb_bsink_t **kb_bsinks_copy(kb_bsink_t **bsinks, size_t n) {
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-/* What the leader publishes: per informer, the RV its watermark is known by. Thread: ha. */
-static size_t kb_bridge_ha_marks(void *opaque, kb_ha_mark_t *out, size_t max) {
-    kb_bridge_t *b = opaque;
+/* Per informer, rv_of its ledger. Thread: ha. */
+static size_t kb_bridge_ha_rvs(kb_bridge_t *b, uint64_t (*rv_of)(kb_ledger_t *), kb_ha_mark_t *out, size_t max) {
     size_t n = 0;
     pthread_rwlock_rdlock(&b->lock);
     for (size_t i = 0; i < b->n_pipes && n < max; i++) {
         kb_pipeline_t *p = b->pipes[i];
         snprintf(out[n].informer, sizeof(out[n].informer), "%s", kb_informer_conf(p->inf)->name);
-        out[n++].rv = kb_ledger_acked_rv(kb_informer_ledger(p->inf));
+        out[n++].rv = rv_of(kb_informer_ledger(p->inf));
     }
     pthread_rwlock_unlock(&b->lock);
     return n;
+}
+
+/* What the leader publishes: per informer, the RV its watermark is known by. Thread: ha. */
+static size_t kb_bridge_ha_marks(void *opaque, kb_ha_mark_t *out, size_t max) {
+    return kb_bridge_ha_rvs(opaque, kb_ledger_acked_rv, out, max);
+}
+
+/* What a published mark is checked against: per informer, the newest RV seen here. Thread: ha. */
+static size_t kb_bridge_ha_seen(void *opaque, kb_ha_mark_t *out, size_t max) {
+    return kb_bridge_ha_rvs(opaque, kb_ledger_tracked_rv, out, max);
 }
 
 kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
@@ -1034,7 +1043,8 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         kb_eos_read_back(b, p);
     }
     if (cfg->ha_enabled)
-        b->ha = kb_ha_new(cfg, b->api, kb_bridge_ha_marks, kb_bridge_ha_prepare, b);
+        b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
+                                                        .seen = kb_bridge_ha_seen, .opaque = b});
     return b;
 fail:
     kb_bridge_destroy(b);

@@ -44,8 +44,16 @@ typedef size_t (*kb_ha_marks_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
  * sink). Called on the ha thread with no ha lock held. */
 typedef size_t (*kb_ha_prepare_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
 
-kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, kb_ha_prepare_fn prepare,
-                   void *opaque);
+/* What ha asks of the bridge; every function is called on the ha thread with
+ * no ha lock held, opaque is passed to each. */
+typedef struct kb_ha_hooks {
+    kb_ha_marks_fn marks;     /* the leader's own watermarks, to publish */
+    kb_ha_prepare_fn prepare; /* about to lead (NULL: nothing to prepare) */
+    kb_ha_marks_fn seen;      /* per informer, the newest RV this replica has seen itself (kb_ledger_tracked_rv) */
+    void *opaque;
+} kb_ha_hooks_t;
+
+kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, const kb_ha_hooks_t *hooks);
 void kb_ha_start(kb_ha_t *ha);
 /* Shutdown begins: a standby's workers stop waiting (kb_ha_admit → DROP). */
 void kb_ha_begin_stop(kb_ha_t *ha);
@@ -61,7 +69,8 @@ typedef enum {
 } kb_ha_admit_t;
 /* Before each event a worker delivers; blocks while this replica is a standby
  * and the leader has not published ev's RV yet. tracked_rv: the informer's
- * kb_ledger_tracked_rv (for a relist's DELETED). hard_stop: the bridge's. */
+ * kb_ledger_tracked_rv (what this replica has seen: a published mark above it
+ * is not trusted yet; and a relist's DELETED). hard_stop: the bridge's. */
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
                           const _Atomic bool *hard_stop);
 
@@ -74,6 +83,7 @@ typedef struct kb_ha_status {
     char identity[128];
     char lease[400];           /* "namespace/name" */
     uint64_t transitions;      /* this process's leadership changes */
+    uint64_t marks_refused;    /* published watermarks refused: above anything this replica saw */
 } kb_ha_status_t;
 void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st);
 int kb_ha_shard(const kb_ha_t *ha);
