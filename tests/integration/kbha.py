@@ -364,13 +364,17 @@ shutdown_timeout = 10;
 log = { level = "info"; };
 ha = { enabled = true; lease_namespace = "%s"; lease_seconds = %d; renew_seconds = %d; identity = "%s"; };
 informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "%s" ]; %s } );
-%s""" % (sim.url, 'token = "%s";' % token if token else "", LEASE_NS, lease_seconds, renew_seconds, identity, NS,
+%s""" % (sim.url, 'token_file = "{dir}/token";' if token else "", LEASE_NS, lease_seconds, renew_seconds, identity, NS,
        informer_opts, FILE_SINK)
     b = ConfigBridge(text, start=False)
     with open(b.config) as f:
         cfg = f.read().replace("{dir}", b.dir)
     with open(b.config, "w") as f:
         f.write(cfg)
+    if token:
+        with open(os.path.join(b.dir, "token"), "w") as f:
+            f.write(token + "\n")
+        os.chmod(os.path.join(b.dir, "token"), 0o600)
     b.start()
     return b
 
