@@ -835,6 +835,60 @@ static size_t kb_bridge_ha_prepare(void *opaque, kb_ha_mark_t *out, size_t max) 
     return n;
 }
 
+/* ---- ha: what a new leader owes ------------------------------------------- */
+
+static void kb_redeliver_ack(void *opaque, kb_err_t err) {
+    KB_UNUSED(opaque);
+    if (err != KB_OK)
+        KB_WARN("bridge", "a change delivered again at a takeover was not delivered: %s", kb_err_str(err));
+}
+
+/* Hand ev to every route that takes it, outside the ledger (it was
+ * acknowledged here as the old leader's; an exact repeat to a consumer).
+ * True if a sink took it. Locks: p->route_lock (read). */
+static bool kb_pipeline_redeliver(kb_pipeline_t *p, kb_event_t *ev) {
+    bool sent = false;
+    kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
+    pthread_rwlock_rdlock(&p->route_lock);
+    for (size_t i = 0; i < p->router->n; i++) {
+        const kb_route_t *route = &p->router->routes[i];
+        if (!kb_route_match(route, ev) || atomic_load(&p->bsinks[route->sink_index]->stopped))
+            continue;
+        kb_buf_reset(&topic);
+        kb_buf_reset(&key);
+        kb_route_render(route, ev, &topic, &key);
+        kb_msg_t msg = {.ev = ev, .topic = topic.data, .topic_len = topic.len, .key = key.data, .key_len = key.len,
+                        .format = route->conf->format, .mode = route->conf->mode, .route = route->conf->name,
+                        .ack = kb_redeliver_ack, .ack_opaque = NULL};
+        sent |= kb_sink_produce(route->sink, &msg, 1000) == KB_OK;
+    }
+    pthread_rwlock_unlock(&p->route_lock);
+    kb_buf_fini(&topic);
+    kb_buf_fini(&key);
+    return sent;
+}
+
+/* ha took the lead: key's state held here, once more (bridge/ha.h). An
+ * exactly-once informer is left out: its sink's committed checkpoint is what
+ * it resumes from, and a repeat there would be a duplicate. Thread: ha. */
+static bool kb_bridge_ha_redeliver(void *opaque, const char *informer, const char *key, size_t key_len,
+                                   kb_event_t *deleted) {
+    kb_bridge_t *b = opaque;
+    bool sent = false;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->n_pipes; i++) {
+        kb_pipeline_t *p = b->pipes[i];
+        if (strcmp(kb_informer_conf(p->inf)->name, informer) != 0 || atomic_load(&p->eos))
+            continue;
+        kb_event_t *ev = deleted ? kb_event_ref(deleted) : kb_informer_get(p->inf, key, key_len);
+        if (ev)
+            sent = kb_pipeline_redeliver(p, ev);
+        kb_event_unref(ev);
+    }
+    pthread_rwlock_unlock(&b->lock);
+    return sent;
+}
+
 /* ---- heartbeats --------------------------------------------------------- */
 
 typedef struct kb_hb_ctx {
@@ -1044,7 +1098,8 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
     }
     if (cfg->ha_enabled)
         b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
-                                                        .seen = kb_bridge_ha_seen, .opaque = b});
+                                                        .seen = kb_bridge_ha_seen,
+                                                        .redeliver = kb_bridge_ha_redeliver, .opaque = b});
     return b;
 fail:
     kb_bridge_destroy(b);

@@ -73,6 +73,7 @@
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/strmap.h"
 #include "common/time.h"
 
 #include <jansson.h>
@@ -84,6 +85,9 @@
 #define KB_HA_MARGIN_NS (1 * KB_NS_PER_SEC)
 #define KB_HA_ANNOTATION "kbridge.io/watermarks"
 #define KB_HA_MAX_BODY (1u << 20)
+#define KB_HA_MAX_OWED (1u << 21) /* keys owed per informer; past it a skip is not remembered (and counted) */
+
+static char kb_ha_live; /* an owed key's value when the change skipped was not a deletion */
 
 /* One informer's published watermark as this replica holds it. */
 typedef struct kb_ha_pub {
@@ -92,6 +96,11 @@ typedef struct kb_ha_pub {
     uint64_t trusted;  /* the highest rv this replica had seen itself when it read it: what it skips up to */
     int64_t above_ns;  /* monotonic: since when rv has been above what this replica saw (0: it is not) */
     bool warned;       /* rv was refused (logged and counted) */
+    uint64_t committed; /* what a sink's committed checkpoint holds: skipped even as the leader */
+    /* Keys whose latest change this replica skipped as a standby: key → the
+     * DELETED skipped (a reference), or &kb_ha_live. Paid at the next lead. */
+    kb_strmap_t *owed;
+    uint64_t owed_dropped; /* skips not remembered: the table was full */
 } kb_ha_pub_t;
 
 struct kb_ha {
@@ -393,6 +402,8 @@ static void kb_ha_prepare(kb_ha_t *ha) {
     pthread_mutex_lock(&ha->mtx);
     for (size_t i = 0; i < n; i++) {
         kb_ha_pub_t *p = kb_ha_pub_get(ha, m[i].informer);
+        if (p && m[i].rv > p->committed)
+            p->committed = m[i].rv;
         if (p && m[i].rv > p->trusted)
             p->trusted = m[i].rv;
         if (p && m[i].rv > p->rv)
@@ -400,6 +411,9 @@ static void kb_ha_prepare(kb_ha_t *ha) {
     }
     pthread_mutex_unlock(&ha->mtx);
 }
+
+static void kb_ha_pay(kb_ha_t *ha);
+static void kb_ha_owed_free(kb_strmap_t *owed);
 
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
  * marks taken over from the previous leader (NULL: renewed our own). */
@@ -415,6 +429,7 @@ static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
         pthread_mutex_unlock(&ha->mtx);
         KB_INFO("ha", "shard %d: leading (lease %s/%s, identity %s); watermarks taken over: %s", ha->shard, ha->ns,
                 ha->name, ha->identity, taken && taken[0] ? taken : "(none: our own journal)");
+        kb_ha_pay(ha);
     }
     kb_ha_set_holder(ha, ha->identity, NULL);
 }
@@ -522,6 +537,8 @@ void kb_ha_destroy(kb_ha_t *ha) {
     if (!ha)
         return;
     KB_ASSERT(!ha->started);
+    for (size_t i = 0; i < ha->n_pub; i++)
+        kb_ha_owed_free(ha->pub[i].owed);
     pthread_mutex_destroy(&ha->mtx);
     pthread_cond_destroy(&ha->cv);
     free(ha);
@@ -534,12 +551,80 @@ bool kb_ha_leads(kb_ha_t *ha) {
            kb_now_mono_ns() < atomic_load_explicit(&ha->deadline_ns, memory_order_acquire);
 }
 
-/* The trusted published RV of informer (0: none). ha->mtx held. */
-static uint64_t kb_ha_pub_rv(kb_ha_t *ha, const char *informer, uint64_t seen) {
+/* What a worker skips up to for informer (0: nothing): as a standby the
+ * trusted published RV, as the leader only a sink's committed checkpoint (the
+ * old leader's watermark says nothing of what its watch missed). ha->mtx held. */
+static uint64_t kb_ha_known_rv(kb_ha_t *ha, const char *informer, uint64_t seen, bool leads) {
     for (size_t i = 0; i < ha->n_pub; i++)
         if (!strcmp(ha->pub[i].informer, informer))
-            return kb_ha_pub_trust(&ha->pub[i], seen);
+            return leads ? ha->pub[i].committed : kb_ha_pub_trust(&ha->pub[i], seen);
     return 0;
+}
+
+/* A standby skipped ev: its key is owed to the sinks at the next lead. ha->mtx held. */
+static void kb_ha_owe(kb_ha_t *ha, const char *informer, kb_event_t *ev) {
+    kb_ha_pub_t *p = kb_ha_pub_get(ha, informer);
+    if (!p)
+        return;
+    if (!p->owed)
+        p->owed = kb_strmap_new(64);
+    bool known = kb_strmap_get(p->owed, ev->key, ev->key_len, ev->key_hash) != NULL;
+    if (!known && kb_strmap_count(p->owed) >= KB_HA_MAX_OWED) {
+        p->owed_dropped++;
+        return;
+    }
+    void *v = ev->type == KB_EV_DELETED ? (void *)kb_event_ref(ev) : (void *)&kb_ha_live;
+    void *old = kb_strmap_put(p->owed, ev->key, ev->key_len, ev->key_hash, v);
+    if (old && old != &kb_ha_live)
+        kb_event_unref(old);
+}
+
+/* Free an owed table (NULL is a no-op). */
+static void kb_ha_owed_free(kb_strmap_t *owed) {
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    while (owed && kb_strmap_next(owed, &pos, &key, &len, &v))
+        if (v != &kb_ha_live)
+            kb_event_unref(v);
+    kb_strmap_destroy(owed);
+}
+
+/* Deliver again every key of one owed table and free it; returns how many a sink took. */
+static size_t kb_ha_pay_one(kb_ha_t *ha, const char *informer, kb_strmap_t *owed) {
+    size_t pos = 0, sent = 0, len;
+    const char *key;
+    void *v;
+    while (kb_strmap_next(owed, &pos, &key, &len, &v))
+        if (ha->hooks.redeliver &&
+            ha->hooks.redeliver(ha->hooks.opaque, informer, key, len, v == &kb_ha_live ? NULL : v))
+            sent++;
+    kb_ha_owed_free(owed);
+    return sent;
+}
+
+/* Just took the lead: the old leader's watermark covers what its own watch
+ * saw, not what it missed, so every key whose latest change this replica
+ * skipped is delivered again in the state held here (an exact repeat where
+ * the old leader had it). Thread: ha; no lock held while delivering. */
+static void kb_ha_pay(kb_ha_t *ha) {
+    kb_ha_pub_t taken[KB_HA_MAX_MARKS];
+    size_t n = 0;
+    pthread_mutex_lock(&ha->mtx);
+    for (size_t i = 0; i < ha->n_pub; i++) {
+        taken[n++] = ha->pub[i];
+        ha->pub[i].owed = NULL;
+        ha->pub[i].owed_dropped = 0;
+    }
+    pthread_mutex_unlock(&ha->mtx);
+    for (size_t i = 0; i < n; i++) {
+        size_t owed = taken[i].owed ? kb_strmap_count(taken[i].owed) : 0;
+        size_t sent = taken[i].owed ? kb_ha_pay_one(ha, taken[i].informer, taken[i].owed) : 0;
+        if (owed || taken[i].owed_dropped)
+            KB_INFO("ha", "shard %d: informer=%s: %zu key(s) whose latest change was skipped as a standby "
+                    "delivered again in their latest state (%zu owed, %llu not remembered: the table was full)",
+                    ha->shard, taken[i].informer, sent, owed, (unsigned long long)taken[i].owed_dropped);
+    }
 }
 
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
@@ -551,12 +636,15 @@ kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *e
     for (;;) {
         /* Known first, even to a new leader: what the old one published or
          * a sink committed is not delivered again. */
-        uint64_t pub = kb_ha_pub_rv(ha, informer, tracked_rv);
+        bool leads = kb_ha_leads(ha);
+        uint64_t pub = kb_ha_known_rv(ha, informer, tracked_rv, leads);
         if (need && pub && need <= pub) {
+            if (!leads)
+                kb_ha_owe(ha, informer, (kb_event_t *)ev);
             r = KB_HA_SKIP;
             break;
         }
-        if (kb_ha_leads(ha)) {
+        if (leads) {
             r = KB_HA_DELIVER;
             break;
         }

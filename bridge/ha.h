@@ -50,6 +50,11 @@ typedef struct kb_ha_hooks {
     kb_ha_marks_fn marks;     /* the leader's own watermarks, to publish */
     kb_ha_prepare_fn prepare; /* about to lead (NULL: nothing to prepare) */
     kb_ha_marks_fn seen;      /* per informer, the newest RV this replica has seen itself (kb_ledger_tracked_rv) */
+    /* Just took the lead: hand the sinks again, outside the ledger, the state
+     * this replica holds for key — deleted (a reference, borrowed) when the
+     * change skipped was its deletion, else NULL (the cached state). True if
+     * a sink took it. */
+    bool (*redeliver)(void *opaque, const char *informer, const char *key, size_t key_len, kb_event_t *deleted);
     void *opaque;
 } kb_ha_hooks_t;
 
