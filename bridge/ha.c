@@ -53,6 +53,21 @@
  * at-least-once; a consumer applying only a greater (RV, deleted) per key
  * converges.
  *
+ * But a watermark is an RV over what the old leader's watch saw: a change it
+ * missed (a watch can lose an event; the drift audit exists for that) and the
+ * standby saw is below it, and was skipped. So every skip is remembered per
+ * key (kb_ha_owe: the DELETED itself, or only the key), and the new leader
+ * pays the table as soon as it leads (kb_ha_pay, on this thread, while the
+ * workers go on: under the consumer rule the order does not matter): each
+ * key's state as held here, through the redeliver hook, outside the ledger
+ * (the ledger counts the change as done already; a repeat a sink refuses is
+ * logged, not retried). Why not relist or audit
+ * at a takeover instead: both compare the server with this replica's cache,
+ * which is right; what is wrong is the old leader's output, which no replica
+ * can read back from a file, MQTT or plain Kafka. The latest state per key is
+ * the cheapest thing that makes every consumer right again. After the
+ * takeover only a sink's committed checkpoint is skipped up to.
+ *
  * Exactly-once across a takeover (a transactional Kafka sink, the same
  * transactional.id on both replicas): a standby must not initialise
  * transactions — that fences the leader's producer — so the sink waits for

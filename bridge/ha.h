@@ -8,6 +8,25 @@
  * the leader's watermark for that informer) and holds the first one that is
  * not, until the leader publishes further or it becomes the leader itself.
  *
+ * The rule at a takeover — the new leader owes what the old one did not
+ * deliver. The leader's watermark is an RV over what *its* watch saw; a change
+ * its watch missed and the standby saw lies below it and was skipped. So the
+ * standby remembers every key whose latest change it skipped (a DELETED
+ * itself, else just the key), and when it takes the lead it hands the sinks
+ * once more, outside the ledger, the state it holds for each: the cached
+ * object, or the DELETED. Where the old leader had delivered that state it is
+ * an exact repeat, harmless under the consumer rule (docs/guarantees.md);
+ * where it had not, it is the missing change. As the leader it skips only up
+ * to a sink's committed checkpoint (exactly-once), never up to the old
+ * leader's watermark. Cost per takeover: up to one message per key changed
+ * while standing by (at most the cached objects plus the keys deleted
+ * meanwhile); memory: one table entry per such key. Exactly-once informers
+ * are not re-delivered (a repeat there is a duplicate).
+ *
+ * A published mark counts only up to what this replica has seen itself; one
+ * above that for a lease period, or at a takeover, is refused (logged,
+ * counted in kb_ha_status_t.marks_refused, ignored).
+ *
  * Ownership: the bridge owns the kb_ha_t (kb_bridge_new creates it when
  * ha.enabled). The api client and the marks callback are borrowed and outlive it.
  * Threads: one "kb:ha" thread talks to the API server; kb_admit/kb_ha_status

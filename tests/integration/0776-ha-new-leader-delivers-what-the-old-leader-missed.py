@@ -34,6 +34,8 @@ def test():
     a.kill()
     wait_for(lambda: leads(b), 30, 0.05, "replica-b to take over")
     sim_check_converged(sim, [a, b])
+    check("key(s) whose latest change was skipped as a standby delivered again" in b.logtext(),
+          "the new leader does not say what it delivered again:\n" + b.logtext()[-2000:])
 
 
 run(test)
