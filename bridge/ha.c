@@ -57,8 +57,9 @@
  * missed (a watch can lose an event; the drift audit exists for that) and the
  * standby saw is below it, and was skipped. So every skip is remembered per
  * key (kb_ha_owe: the DELETED itself, or only the key), and the new leader
- * pays the table as soon as it leads (kb_ha_pay, on this thread, while the
- * workers go on: under the consumer rule the order does not matter): each
+ * pays the table as soon as it leads (kb_ha_pay, on this thread, half a
+ * renew period per round so the Lease is renewed on time; the workers go on
+ * meanwhile: under the consumer rule the order does not matter): each
  * key's state as held here, through the redeliver hook, outside the ledger
  * (the ledger counts the change as done already; a repeat a sink refuses is
  * logged, not retried). Why not relist or audit
@@ -87,6 +88,7 @@
 
 #include "common/alloc.h"
 #include "common/buf.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/strmap.h"
 #include "common/time.h"
@@ -427,7 +429,7 @@ static void kb_ha_prepare(kb_ha_t *ha) {
     pthread_mutex_unlock(&ha->mtx);
 }
 
-static void kb_ha_pay(kb_ha_t *ha);
+static void kb_ha_pay(kb_ha_t *ha, int64_t t0);
 static void kb_ha_owed_free(kb_strmap_t *owed);
 
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
@@ -444,9 +446,9 @@ static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
         pthread_mutex_unlock(&ha->mtx);
         KB_INFO("ha", "shard %d: leading (lease %s/%s, identity %s); watermarks taken over: %s", ha->shard, ha->ns,
                 ha->name, ha->identity, taken && taken[0] ? taken : "(none: our own journal)");
-        kb_ha_pay(ha);
     }
     kb_ha_set_holder(ha, ha->identity, NULL);
+    kb_ha_pay(ha, t0);
 }
 
 static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
@@ -605,41 +607,82 @@ static void kb_ha_owed_free(kb_strmap_t *owed) {
     kb_strmap_destroy(owed);
 }
 
-/* Deliver again every key of one owed table and free it; returns how many a sink took. */
-static size_t kb_ha_pay_one(kb_ha_t *ha, const char *informer, kb_strmap_t *owed) {
-    size_t pos = 0, sent = 0, len;
+/* Deliver again the keys of one owed table (and free it) until until_ns
+ * (monotonic) or leadership ends; what is left is returned as a new table
+ * (NULL: all paid). *sent counts what a sink took. */
+static kb_strmap_t *kb_ha_pay_one(kb_ha_t *ha, const char *informer, kb_strmap_t *owed, int64_t until_ns,
+                                  size_t *sent) {
+    kb_strmap_t *rest = NULL;
+    size_t pos = 0, len;
     const char *key;
     void *v;
-    while (kb_strmap_next(owed, &pos, &key, &len, &v))
+    while (kb_strmap_next(owed, &pos, &key, &len, &v)) {
+        if (rest || kb_now_mono_ns() >= until_ns || !kb_ha_leads(ha)) {
+            if (!rest)
+                rest = kb_strmap_new(kb_strmap_count(owed));
+            kb_strmap_put(rest, key, len, kb_fnv1a64(key, len), v); /* the reference moves */
+            continue;
+        }
         if (ha->hooks.redeliver &&
             ha->hooks.redeliver(ha->hooks.opaque, informer, key, len, v == &kb_ha_live ? NULL : v))
-            sent++;
-    kb_ha_owed_free(owed);
-    return sent;
+            (*sent)++;
+        if (v != &kb_ha_live)
+            kb_event_unref(v);
+    }
+    kb_strmap_destroy(owed);
+    return rest;
 }
 
-/* Just took the lead: the old leader's watermark covers what its own watch
- * saw, not what it missed, so every key whose latest change this replica
- * skipped is delivered again in the state held here (an exact repeat where
- * the old leader had it). Thread: ha; no lock held while delivering. */
-static void kb_ha_pay(kb_ha_t *ha) {
-    kb_ha_pub_t taken[KB_HA_MAX_MARKS];
-    size_t n = 0;
+/* Put back what was not paid (a key owed again meanwhile keeps its newer entry). ha->mtx held. */
+static void kb_ha_owed_restore(kb_ha_pub_t *p, kb_strmap_t *rest) {
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    if (!p->owed) {
+        p->owed = rest;
+        return;
+    }
+    while (kb_strmap_next(rest, &pos, &key, &len, &v)) {
+        uint64_t h = kb_fnv1a64(key, len);
+        if (!kb_strmap_get(p->owed, key, len, h))
+            kb_strmap_put(p->owed, key, len, h, v);
+        else if (v != &kb_ha_live)
+            kb_event_unref(v);
+    }
+    kb_strmap_destroy(rest);
+}
+
+/* Leading: the old leader's watermark covers what its own watch saw, not
+ * what it missed, so every key whose latest change this replica skipped is
+ * delivered again in the state held here (an exact repeat where the old
+ * leader had it) — for up to half a renew period per round, so the Lease is
+ * renewed on time however much is owed. Thread: ha; no lock held while
+ * delivering. */
+static void kb_ha_pay(kb_ha_t *ha, int64_t t0) {
+    int64_t until = t0 + ha->renew_s * KB_NS_PER_SEC / 2;
     pthread_mutex_lock(&ha->mtx);
     for (size_t i = 0; i < ha->n_pub; i++) {
-        taken[n++] = ha->pub[i];
-        ha->pub[i].owed = NULL;
-        ha->pub[i].owed_dropped = 0;
+        kb_ha_pub_t *p = &ha->pub[i];
+        kb_strmap_t *owed = p->owed;
+        uint64_t dropped = p->owed_dropped;
+        if (!owed && !dropped)
+            continue;
+        char informer[sizeof(p->informer)];
+        snprintf(informer, sizeof(informer), "%s", p->informer);
+        p->owed = NULL;
+        p->owed_dropped = 0;
+        size_t n = owed ? kb_strmap_count(owed) : 0, sent = 0;
+        pthread_mutex_unlock(&ha->mtx);
+        kb_strmap_t *rest = owed ? kb_ha_pay_one(ha, informer, owed, until, &sent) : NULL;
+        size_t left = rest ? kb_strmap_count(rest) : 0;
+        KB_INFO("ha", "shard %d: informer=%s: %zu key(s) whose latest change was skipped as a standby "
+                "delivered again in their latest state (%zu owed, %zu left for the next round, %llu not "
+                "remembered: the table was full)", ha->shard, informer, sent, n, left, (unsigned long long)dropped);
+        pthread_mutex_lock(&ha->mtx);
+        if (rest)
+            kb_ha_owed_restore(&ha->pub[i], rest); /* entries are never removed: i is still informer's */
     }
     pthread_mutex_unlock(&ha->mtx);
-    for (size_t i = 0; i < n; i++) {
-        size_t owed = taken[i].owed ? kb_strmap_count(taken[i].owed) : 0;
-        size_t sent = taken[i].owed ? kb_ha_pay_one(ha, taken[i].informer, taken[i].owed) : 0;
-        if (owed || taken[i].owed_dropped)
-            KB_INFO("ha", "shard %d: informer=%s: %zu key(s) whose latest change was skipped as a standby "
-                    "delivered again in their latest state (%zu owed, %llu not remembered: the table was full)",
-                    ha->shard, taken[i].informer, sent, owed, (unsigned long long)taken[i].owed_dropped);
-    }
 }
 
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
