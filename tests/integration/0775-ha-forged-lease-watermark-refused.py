@@ -6,6 +6,7 @@ standby takes over. The new leader logs a WARN naming the informer and both reso
 the refusal (/v1/informers "ha".marks_refused and kbridge_ha_marks_refused_total), and delivers: the
 union of the outputs, read with the consumer rule, equals kubesim's state."""
 import json
+import signal
 
 from kbtest import Sim, check, http_request, run, wait_for
 from kbha import SIM_LEASE, leads, sim_check_converged, sim_put_cms, sim_start_pair
@@ -39,6 +40,7 @@ def test():
     check(ha.get("marks_refused", 0) >= 1, "/v1/informers ha: %s" % ha)
     metrics = http_request(url + "/metrics")[2].decode()
     check('kbridge_ha_marks_refused_total{shard="0"}' in metrics, "no kbridge_ha_marks_refused_total")
+    check(b.stop(signal.SIGTERM) == 0, "the new leader's exit status on SIGTERM:\n" + b.logtext()[-2000:])
 
 
 run(test)

@@ -6,6 +6,7 @@ standby skips it as acknowledged. The leader is SIGKILLed before any audit could
 takeover the union of the outputs, read with the consumer rule (per key only a greater (RV, deleted)),
 equals kubesim's state, the missed change included."""
 import json
+import signal
 
 from kbtest import Sim, check, run, wait_for
 from kbha import SIM_LEASE, leads, lines, sim_check_converged, sim_put_cms, sim_start_pair
@@ -36,6 +37,7 @@ def test():
     sim_check_converged(sim, [a, b])
     check("key(s) whose latest change was skipped as a standby delivered again" in b.logtext(),
           "the new leader does not say what it delivered again:\n" + b.logtext()[-2000:])
+    check(b.stop(signal.SIGTERM) == 0, "the new leader's exit status on SIGTERM:\n" + b.logtext()[-2000:])
 
 
 run(test)
