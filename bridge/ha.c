@@ -391,13 +391,14 @@ static void kb_ha_vet(kb_ha_t *ha, bool takeover) {
             continue;
         if (!p->above_ns)
             p->above_ns = now;
+        uint64_t rv = p->rv;
+        if (takeover)
+            p->rv = p->trusted; /* ignored from now on */
         if (p->warned || (!takeover && now - p->above_ns < ha->lease_s * KB_NS_PER_SEC))
             continue;
         p->warned = true;
         ha->marks_refused++;
-        if (takeover)
-            p->rv = p->trusted; /* ignored from now on */
-        bad[n_bad] = (kb_ha_mark_t){.rv = p->rv};
+        bad[n_bad] = (kb_ha_mark_t){.rv = rv};
         snprintf(bad[n_bad].informer, sizeof(bad[n_bad].informer), "%s", p->informer);
         bad_seen[n_bad++] = s;
     }

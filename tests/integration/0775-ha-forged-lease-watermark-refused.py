@@ -33,7 +33,7 @@ def test():
     sim_check_converged(sim, [a, b])
 
     log = b.logtext()
-    check("informer=cms" in log and "999999999" in log and "refused" in log,
+    check("informer=cms published watermark 999999999 refused: above resourceVersion" in log,
           "no refusal logged:\n" + log[-2500:])
     url = b.http_url()
     ha = json.loads(http_request(url + "/v1/informers")[2])["ha"]
