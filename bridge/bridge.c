@@ -609,7 +609,7 @@ static bool kb_deliver_gated(kb_pipeline_t *p, kb_deltas_t *d, kb_buf_t *topic, 
     kb_ha_t *ha = p->bridge->ha;
     const char *name = kb_informer_conf(p->inf)->name;
     for (size_t i = 0; i < d->n && !atomic_load(&p->abandon); i++) {
-        uint64_t tracked = d->ev[i]->final_state_unknown ? kb_ledger_tracked_rv(kb_informer_ledger(p->inf)) : 0;
+        uint64_t tracked = kb_ledger_tracked_rv(kb_informer_ledger(p->inf));
         kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->abandon);
         if (a == KB_HA_DROP)
             return false; /* unacknowledged: it stays in the journal */
@@ -923,6 +923,60 @@ static size_t kb_bridge_ha_prepare(void *opaque, kb_ha_mark_t *out, size_t max) 
     return n;
 }
 
+/* ---- ha: what a new leader owes ------------------------------------------- */
+
+static void kb_redeliver_ack(void *opaque, kb_err_t err) {
+    KB_UNUSED(opaque);
+    if (err != KB_OK)
+        KB_WARN("bridge", "a change delivered again at a takeover was not delivered: %s", kb_err_str(err));
+}
+
+/* Hand ev to every route that takes it, outside the ledger (it was
+ * acknowledged here as the old leader's; an exact repeat to a consumer).
+ * True if a sink took it. Locks: p->route_lock (read). */
+static bool kb_pipeline_redeliver(kb_pipeline_t *p, kb_event_t *ev) {
+    bool sent = false;
+    kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
+    pthread_rwlock_rdlock(&p->route_lock);
+    for (size_t i = 0; i < p->router->n; i++) {
+        const kb_route_t *route = &p->router->routes[i];
+        if (!kb_route_match(route, ev) || atomic_load(&p->bsinks[route->sink_index]->stopped))
+            continue;
+        kb_buf_reset(&topic);
+        kb_buf_reset(&key);
+        kb_route_render(route, ev, &topic, &key);
+        kb_msg_t msg = {.ev = ev, .topic = topic.data, .topic_len = topic.len, .key = key.data, .key_len = key.len,
+                        .format = route->conf->format, .mode = route->conf->mode, .route = route->conf->name,
+                        .ack = kb_redeliver_ack, .ack_opaque = NULL};
+        sent |= kb_sink_produce(route->sink, &msg, 1000) == KB_OK;
+    }
+    pthread_rwlock_unlock(&p->route_lock);
+    kb_buf_fini(&topic);
+    kb_buf_fini(&key);
+    return sent;
+}
+
+/* ha took the lead: key's state held here, once more (bridge/ha.h). An
+ * exactly-once informer is left out: its sink's committed checkpoint is what
+ * it resumes from, and a repeat there would be a duplicate. Thread: ha. */
+static bool kb_bridge_ha_redeliver(void *opaque, const char *informer, const char *key, size_t key_len,
+                                   kb_event_t *deleted) {
+    kb_bridge_t *b = opaque;
+    bool sent = false;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->n_pipes; i++) {
+        kb_pipeline_t *p = b->pipes[i];
+        if (strcmp(kb_informer_conf(p->inf)->name, informer) != 0 || atomic_load(&p->eos))
+            continue;
+        kb_event_t *ev = deleted ? kb_event_ref(deleted) : kb_informer_get(p->inf, key, key_len);
+        if (ev)
+            sent = kb_pipeline_redeliver(p, ev);
+        kb_event_unref(ev);
+    }
+    pthread_rwlock_unlock(&b->lock);
+    return sent;
+}
+
 /* ---- heartbeats --------------------------------------------------------- */
 
 typedef struct kb_hb_ctx {
@@ -1074,18 +1128,27 @@ static kb_bsink_t **kb_bsinks_copy(kb_bsink_t **bsinks, size_t n) {
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-/* What the leader publishes: per informer, the RV its watermark is known by. Thread: ha. */
-static size_t kb_bridge_ha_marks(void *opaque, kb_ha_mark_t *out, size_t max) {
-    kb_bridge_t *b = opaque;
+/* Per informer, rv_of its ledger. Thread: ha. */
+static size_t kb_bridge_ha_rvs(kb_bridge_t *b, uint64_t (*rv_of)(kb_ledger_t *), kb_ha_mark_t *out, size_t max) {
     size_t n = 0;
     pthread_rwlock_rdlock(&b->lock);
     for (size_t i = 0; i < b->n_pipes && n < max; i++) {
         kb_pipeline_t *p = b->pipes[i];
         snprintf(out[n].informer, sizeof(out[n].informer), "%s", kb_informer_conf(p->inf)->name);
-        out[n++].rv = kb_ledger_acked_rv(kb_informer_ledger(p->inf));
+        out[n++].rv = rv_of(kb_informer_ledger(p->inf));
     }
     pthread_rwlock_unlock(&b->lock);
     return n;
+}
+
+/* What the leader publishes: per informer, the RV its watermark is known by. Thread: ha. */
+static size_t kb_bridge_ha_marks(void *opaque, kb_ha_mark_t *out, size_t max) {
+    return kb_bridge_ha_rvs(opaque, kb_ledger_acked_rv, out, max);
+}
+
+/* What a published mark is checked against: per informer, the newest RV seen here. Thread: ha. */
+static size_t kb_bridge_ha_seen(void *opaque, kb_ha_mark_t *out, size_t max) {
+    return kb_bridge_ha_rvs(opaque, kb_ledger_tracked_rv, out, max);
 }
 
 kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
@@ -1124,7 +1187,9 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         kb_eos_read_back(b, p);
     }
     if (cfg->ha_enabled)
-        b->ha = kb_ha_new(cfg, b->api, kb_bridge_ha_marks, kb_bridge_ha_prepare, b);
+        b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
+                                                        .seen = kb_bridge_ha_seen,
+                                                        .redeliver = kb_bridge_ha_redeliver, .opaque = b});
     return b;
 fail:
     kb_bridge_destroy(b);

@@ -39,11 +39,35 @@
  *     than one renew period plus the leader's own acknowledgement lag, and
  *     its reflectors keep reading (its window bound is only reached when the
  *     leader's is).
+ * A published mark is trusted only up to what this replica has seen itself
+ * (its informer's newest resume point, kb_ledger_tracked_rv): the leader
+ * cannot have acknowledged a change that was never made, so a mark above
+ * everything seen here is either a moment ahead of our watch (it is trusted
+ * as soon as our watch gets there) or written by someone else. The standby
+ * skips only up to the trusted part; a mark still above after a whole lease
+ * period, or at all when taking over, is refused: a WARN naming the informer
+ * and both RVs, kbridge_ha_marks_refused_total, and it is ignored.
  * On takeover the waiting workers deliver from where they wait: every change
  * after the last published watermark. Repeats are what the leader
  * acknowledged after its last publication (up to renew_seconds of changes) —
  * at-least-once; a consumer applying only a greater (RV, deleted) per key
  * converges.
+ *
+ * But a watermark is an RV over what the old leader's watch saw: a change it
+ * missed (a watch can lose an event; the drift audit exists for that) and the
+ * standby saw is below it, and was skipped. So every skip is remembered per
+ * key (kb_ha_owe: the DELETED itself, or only the key), and the new leader
+ * pays the table as soon as it leads (kb_ha_pay, on this thread, half a
+ * renew period per round so the Lease is renewed on time; the workers go on
+ * meanwhile: under the consumer rule the order does not matter): each
+ * key's state as held here, through the redeliver hook, outside the ledger
+ * (the ledger counts the change as done already; a repeat a sink refuses is
+ * logged, not retried). Why not relist or audit
+ * at a takeover instead: both compare the server with this replica's cache,
+ * which is right; what is wrong is the old leader's output, which no replica
+ * can read back from a file, MQTT or plain Kafka. The latest state per key is
+ * the cheapest thing that makes every consumer right again. After the
+ * takeover only a sink's committed checkpoint is skipped up to.
  *
  * Exactly-once across a takeover (a transactional Kafka sink, the same
  * transactional.id on both replicas): a standby must not initialise
@@ -64,7 +88,9 @@
 
 #include "common/alloc.h"
 #include "common/buf.h"
+#include "common/hash.h"
 #include "common/log.h"
+#include "common/strmap.h"
 #include "common/time.h"
 
 #include <jansson.h>
@@ -76,12 +102,27 @@
 #define KB_HA_MARGIN_NS (1 * KB_NS_PER_SEC)
 #define KB_HA_ANNOTATION "kbridge.io/watermarks"
 #define KB_HA_MAX_BODY (1u << 20)
+#define KB_HA_MAX_OWED (1u << 21) /* keys owed per informer; past it a skip is not remembered (and counted) */
+
+static char kb_ha_live; /* an owed key's value when the change skipped was not a deletion */
+
+/* One informer's published watermark as this replica holds it. */
+typedef struct kb_ha_pub {
+    char informer[128];
+    uint64_t rv;       /* as published in the Lease (or committed by a sink) */
+    uint64_t trusted;  /* the highest rv this replica had seen itself when it read it: what it skips up to */
+    int64_t above_ns;  /* monotonic: since when rv has been above what this replica saw (0: it is not) */
+    bool warned;       /* rv was refused (logged and counted) */
+    uint64_t committed; /* what a sink's committed checkpoint holds: skipped even as the leader */
+    /* Keys whose latest change this replica skipped as a standby: key → the
+     * DELETED skipped (a reference), or &kb_ha_live. Paid at the next lead. */
+    kb_strmap_t *owed;
+    uint64_t owed_dropped; /* skips not remembered: the table was full */
+} kb_ha_pub_t;
 
 struct kb_ha {
     kb_apiclient_t *api;
-    kb_ha_marks_fn marks;
-    kb_ha_prepare_fn prepare;
-    void *marks_opaque;
+    kb_ha_hooks_t hooks;
     char ns[128], name[256], identity[128];
     int lease_s, renew_s, shard;
     pthread_t thread;
@@ -93,8 +134,9 @@ struct kb_ha {
 
     pthread_mutex_t mtx;        /* leaf: guards what follows */
     pthread_cond_t cv;          /* publication or leadership changed */
-    kb_ha_mark_t pub[KB_HA_MAX_MARKS]; /* the leader's last published marks */
+    kb_ha_pub_t pub[KB_HA_MAX_MARKS]; /* the leader's last published marks */
     size_t n_pub;
+    uint64_t marks_refused;     /* published marks refused as above anything seen here */
     char holder[128];
     uint64_t transitions;
 
@@ -149,13 +191,10 @@ static void kb_ha_namespace(kb_ha_t *ha, const kb_config_t *cfg) {
     fclose(f);
 }
 
-kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, kb_ha_prepare_fn prepare,
-                   void *opaque) {
+kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, const kb_ha_hooks_t *hooks) {
     kb_ha_t *ha = kb_calloc(1, sizeof(*ha));
     ha->api = api;
-    ha->marks = marks;
-    ha->prepare = prepare;
-    ha->marks_opaque = opaque;
+    ha->hooks = *hooks;
     ha->lease_s = cfg->ha_lease_seconds;
     ha->renew_s = cfg->ha_renew_seconds;
     ha->shard = cfg->sharding_index;
@@ -213,7 +252,7 @@ static bool kb_lease_parse(const char *body, kb_lease_t *l) {
 /* Our own watermarks as the annotation's JSON. */
 static char *kb_ha_marks_json(kb_ha_t *ha) {
     kb_ha_mark_t m[KB_HA_MAX_MARKS];
-    size_t n = ha->marks(ha->marks_opaque, m, KB_HA_MAX_MARKS);
+    size_t n = ha->hooks.marks(ha->hooks.opaque, m, KB_HA_MAX_MARKS);
     json_t *o = json_object();
     for (size_t i = 0; i < n; i++) {
         char rv[24];
@@ -289,40 +328,118 @@ static bool kb_ha_write(kb_ha_t *ha, const char *rv, const char *holder, long tr
 
 /* ---- leadership -------------------------------------------------------- */
 
+/* informer's entry (created; NULL when the table is full). ha->mtx held. */
+static kb_ha_pub_t *kb_ha_pub_get(kb_ha_t *ha, const char *informer) {
+    for (size_t i = 0; i < ha->n_pub; i++)
+        if (!strcmp(ha->pub[i].informer, informer))
+            return &ha->pub[i];
+    if (ha->n_pub == KB_HA_MAX_MARKS)
+        return NULL;
+    kb_ha_pub_t *p = &ha->pub[ha->n_pub++];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->informer, sizeof(p->informer), "%s", informer);
+    return p;
+}
+
+/* What this replica skips up to for p, given the newest RV it has seen
+ * itself: a published mark counts once this replica has seen that far (a
+ * leader cannot have acknowledged a change that was never made). ha->mtx held. */
+static uint64_t kb_ha_pub_trust(kb_ha_pub_t *p, uint64_t seen) {
+    if (p->rv <= seen && p->rv > p->trusted)
+        p->trusted = p->rv;
+    if (p->rv <= p->trusted)
+        p->above_ns = 0;
+    return p->trusted;
+}
+
 static void kb_ha_set_holder(kb_ha_t *ha, const char *holder, const char *marks) {
+    kb_ha_mark_t m[KB_HA_MAX_MARKS];
+    size_t n = 0;
+    if (marks)
+        kb_lease_parse_marks(marks, m, &n);
     pthread_mutex_lock(&ha->mtx);
     snprintf(ha->holder, sizeof(ha->holder), "%s", holder);
-    if (marks)
-        kb_lease_parse_marks(marks, ha->pub, &ha->n_pub);
+    for (size_t i = 0; i < n; i++) {
+        kb_ha_pub_t *p = kb_ha_pub_get(ha, m[i].informer);
+        if (p && p->rv != m[i].rv) {
+            p->rv = m[i].rv;
+            p->warned = false;
+        }
+    }
     pthread_cond_broadcast(&ha->cv);
     pthread_mutex_unlock(&ha->mtx);
 }
 
+/* Published marks against what this replica has seen (the seen hook): a mark
+ * it has reached is trusted; one still above it after a whole lease period
+ * (the leader's watch cannot be that far ahead of ours; a Lease written by
+ * someone else can), or at all when taking over, is refused — logged, counted,
+ * and never skipped up to. */
+static void kb_ha_vet(kb_ha_t *ha, bool takeover) {
+    kb_ha_mark_t seen[KB_HA_MAX_MARKS], bad[KB_HA_MAX_MARKS];
+    size_t n_seen = ha->hooks.seen ? ha->hooks.seen(ha->hooks.opaque, seen, KB_HA_MAX_MARKS) : 0, n_bad = 0;
+    uint64_t bad_seen[KB_HA_MAX_MARKS];
+    int64_t now = kb_now_mono_ns();
+    pthread_mutex_lock(&ha->mtx);
+    for (size_t i = 0; i < ha->n_pub; i++) {
+        kb_ha_pub_t *p = &ha->pub[i];
+        uint64_t s = 0;
+        for (size_t j = 0; j < n_seen; j++)
+            if (!strcmp(seen[j].informer, p->informer))
+                s = seen[j].rv;
+        if (p->rv <= kb_ha_pub_trust(p, s))
+            continue;
+        if (!p->above_ns)
+            p->above_ns = now;
+        uint64_t rv = p->rv;
+        if (takeover)
+            p->rv = p->trusted; /* ignored from now on */
+        if (p->warned || (!takeover && now - p->above_ns < ha->lease_s * KB_NS_PER_SEC))
+            continue;
+        p->warned = true;
+        ha->marks_refused++;
+        bad[n_bad] = (kb_ha_mark_t){.rv = rv};
+        snprintf(bad[n_bad].informer, sizeof(bad[n_bad].informer), "%s", p->informer);
+        bad_seen[n_bad++] = s;
+    }
+    pthread_cond_broadcast(&ha->cv);
+    pthread_mutex_unlock(&ha->mtx);
+    for (size_t i = 0; i < n_bad; i++)
+        KB_WARN("ha", "shard %d: lease %s/%s: informer=%s published watermark %llu refused: above resourceVersion "
+                "%llu, the newest this replica has seen; not trusted (changes above %llu are delivered, not skipped)",
+                ha->shard, ha->ns, ha->name, bad[i].informer, (unsigned long long)bad[i].rv,
+                (unsigned long long)bad_seen[i], (unsigned long long)bad_seen[i]);
+}
+
 /* About to lead: what the sinks committed raises the published marks (the
- * workers skip up to them, as the leader's acknowledgements). */
+ * workers skip up to them, as the leader's acknowledgements) — trusted: it is
+ * the sink's own record. */
 static void kb_ha_prepare(kb_ha_t *ha) {
     kb_ha_mark_t m[KB_HA_MAX_MARKS];
-    size_t n = ha->prepare ? ha->prepare(ha->marks_opaque, m, KB_HA_MAX_MARKS) : 0;
+    size_t n = ha->hooks.prepare ? ha->hooks.prepare(ha->hooks.opaque, m, KB_HA_MAX_MARKS) : 0;
     pthread_mutex_lock(&ha->mtx);
     for (size_t i = 0; i < n; i++) {
-        size_t j = 0;
-        while (j < ha->n_pub && strcmp(ha->pub[j].informer, m[i].informer) != 0)
-            j++;
-        if (j == ha->n_pub && ha->n_pub == KB_HA_MAX_MARKS)
-            continue;
-        if (j == ha->n_pub)
-            ha->pub[ha->n_pub++] = m[i];
-        else if (m[i].rv > ha->pub[j].rv)
-            ha->pub[j].rv = m[i].rv;
+        kb_ha_pub_t *p = kb_ha_pub_get(ha, m[i].informer);
+        if (p && m[i].rv > p->committed)
+            p->committed = m[i].rv;
+        if (p && m[i].rv > p->trusted)
+            p->trusted = m[i].rv;
+        if (p && m[i].rv > p->rv)
+            p->rv = m[i].rv;
     }
     pthread_mutex_unlock(&ha->mtx);
 }
 
+static void kb_ha_pay(kb_ha_t *ha, int64_t t0);
+static void kb_ha_owed_free(kb_strmap_t *owed);
+
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
  * marks taken over from the previous leader (NULL: renewed our own). */
 static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
-    if (!atomic_load(&ha->leader))
+    if (!atomic_load(&ha->leader)) {
+        kb_ha_vet(ha, true);
         kb_ha_prepare(ha);
+    }
     atomic_store(&ha->deadline_ns, t0 + ha->lease_s * KB_NS_PER_SEC - KB_HA_MARGIN_NS);
     if (!atomic_exchange(&ha->leader, true)) {
         pthread_mutex_lock(&ha->mtx);
@@ -332,6 +449,7 @@ static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
                 ha->name, ha->identity, taken && taken[0] ? taken : "(none: our own journal)");
     }
     kb_ha_set_holder(ha, ha->identity, NULL);
+    kb_ha_pay(ha, t0);
 }
 
 static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
@@ -343,6 +461,7 @@ static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
                 ha->ns, ha->name, l->holder);
     }
     kb_ha_set_holder(ha, l->holder, l->marks[0] ? l->marks : NULL);
+    kb_ha_vet(ha, false);
 }
 
 /* One round; returns when to run the next (monotonic ns). */
@@ -436,6 +555,8 @@ void kb_ha_destroy(kb_ha_t *ha) {
     if (!ha)
         return;
     KB_ASSERT(!ha->started);
+    for (size_t i = 0; i < ha->n_pub; i++)
+        kb_ha_owed_free(ha->pub[i].owed);
     pthread_mutex_destroy(&ha->mtx);
     pthread_cond_destroy(&ha->cv);
     free(ha);
@@ -448,12 +569,121 @@ bool kb_ha_leads(kb_ha_t *ha) {
            kb_now_mono_ns() < atomic_load_explicit(&ha->deadline_ns, memory_order_acquire);
 }
 
-/* The published RV of informer (0: none). ha->mtx held. */
-static uint64_t kb_ha_pub_rv(const kb_ha_t *ha, const char *informer) {
+/* What a worker skips up to for informer (0: nothing): as a standby the
+ * trusted published RV, as the leader only a sink's committed checkpoint (the
+ * old leader's watermark says nothing of what its watch missed). ha->mtx held. */
+static uint64_t kb_ha_known_rv(kb_ha_t *ha, const char *informer, uint64_t seen, bool leads) {
     for (size_t i = 0; i < ha->n_pub; i++)
         if (!strcmp(ha->pub[i].informer, informer))
-            return ha->pub[i].rv;
+            return leads ? ha->pub[i].committed : kb_ha_pub_trust(&ha->pub[i], seen);
     return 0;
+}
+
+/* A standby skipped ev: its key is owed to the sinks at the next lead. ha->mtx held. */
+static void kb_ha_owe(kb_ha_t *ha, const char *informer, kb_event_t *ev) {
+    kb_ha_pub_t *p = kb_ha_pub_get(ha, informer);
+    if (!p)
+        return;
+    if (!p->owed)
+        p->owed = kb_strmap_new(64);
+    bool known = kb_strmap_get(p->owed, ev->key, ev->key_len, ev->key_hash) != NULL;
+    if (!known && kb_strmap_count(p->owed) >= KB_HA_MAX_OWED) {
+        p->owed_dropped++;
+        return;
+    }
+    void *v = ev->type == KB_EV_DELETED ? (void *)kb_event_ref(ev) : (void *)&kb_ha_live;
+    void *old = kb_strmap_put(p->owed, ev->key, ev->key_len, ev->key_hash, v);
+    if (old && old != &kb_ha_live)
+        kb_event_unref(old);
+}
+
+/* Free an owed table (NULL is a no-op). */
+static void kb_ha_owed_free(kb_strmap_t *owed) {
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    while (owed && kb_strmap_next(owed, &pos, &key, &len, &v))
+        if (v != &kb_ha_live)
+            kb_event_unref(v);
+    kb_strmap_destroy(owed);
+}
+
+/* Deliver again the keys of one owed table (and free it) until until_ns
+ * (monotonic) or leadership ends; what is left is returned as a new table
+ * (NULL: all paid). *sent counts what a sink took. */
+static kb_strmap_t *kb_ha_pay_one(kb_ha_t *ha, const char *informer, kb_strmap_t *owed, int64_t until_ns,
+                                  size_t *sent) {
+    kb_strmap_t *rest = NULL;
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    while (kb_strmap_next(owed, &pos, &key, &len, &v)) {
+        if (rest || kb_now_mono_ns() >= until_ns || !kb_ha_leads(ha)) {
+            if (!rest)
+                rest = kb_strmap_new(kb_strmap_count(owed));
+            kb_strmap_put(rest, key, len, kb_fnv1a64(key, len), v); /* the reference moves */
+            continue;
+        }
+        if (ha->hooks.redeliver &&
+            ha->hooks.redeliver(ha->hooks.opaque, informer, key, len, v == &kb_ha_live ? NULL : v))
+            (*sent)++;
+        if (v != &kb_ha_live)
+            kb_event_unref(v);
+    }
+    kb_strmap_destroy(owed);
+    return rest;
+}
+
+/* Put back what was not paid (a key owed again meanwhile keeps its newer entry). ha->mtx held. */
+static void kb_ha_owed_restore(kb_ha_pub_t *p, kb_strmap_t *rest) {
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    if (!p->owed) {
+        p->owed = rest;
+        return;
+    }
+    while (kb_strmap_next(rest, &pos, &key, &len, &v)) {
+        uint64_t h = kb_fnv1a64(key, len);
+        if (!kb_strmap_get(p->owed, key, len, h))
+            kb_strmap_put(p->owed, key, len, h, v);
+        else if (v != &kb_ha_live)
+            kb_event_unref(v);
+    }
+    kb_strmap_destroy(rest);
+}
+
+/* Leading: the old leader's watermark covers what its own watch saw, not
+ * what it missed, so every key whose latest change this replica skipped is
+ * delivered again in the state held here (an exact repeat where the old
+ * leader had it) — for up to half a renew period per round, so the Lease is
+ * renewed on time however much is owed. Thread: ha; no lock held while
+ * delivering. */
+static void kb_ha_pay(kb_ha_t *ha, int64_t t0) {
+    int64_t until = t0 + ha->renew_s * KB_NS_PER_SEC / 2;
+    pthread_mutex_lock(&ha->mtx);
+    for (size_t i = 0; i < ha->n_pub; i++) {
+        kb_ha_pub_t *p = &ha->pub[i];
+        kb_strmap_t *owed = p->owed;
+        uint64_t dropped = p->owed_dropped;
+        if (!owed && !dropped)
+            continue;
+        char informer[sizeof(p->informer)];
+        snprintf(informer, sizeof(informer), "%s", p->informer);
+        p->owed = NULL;
+        p->owed_dropped = 0;
+        size_t n = owed ? kb_strmap_count(owed) : 0, sent = 0;
+        pthread_mutex_unlock(&ha->mtx);
+        kb_strmap_t *rest = owed ? kb_ha_pay_one(ha, informer, owed, until, &sent) : NULL;
+        size_t left = rest ? kb_strmap_count(rest) : 0;
+        KB_INFO("ha", "shard %d: informer=%s: %zu key(s) whose latest change was skipped as a standby "
+                "delivered again in their latest state (%zu owed, %zu left for the next round, %llu not "
+                "remembered: the table was full)", ha->shard, informer, sent, n, left, (unsigned long long)dropped);
+        pthread_mutex_lock(&ha->mtx);
+        if (rest)
+            kb_ha_owed_restore(&ha->pub[i], rest); /* entries are never removed: i is still informer's */
+    }
+    pthread_mutex_unlock(&ha->mtx);
 }
 
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
@@ -465,12 +695,15 @@ kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *e
     for (;;) {
         /* Known first, even to a new leader: what the old one published or
          * a sink committed is not delivered again. */
-        uint64_t pub = kb_ha_pub_rv(ha, informer);
+        bool leads = kb_ha_leads(ha);
+        uint64_t pub = kb_ha_known_rv(ha, informer, tracked_rv, leads);
         if (need && pub && need <= pub) {
+            if (!leads)
+                kb_ha_owe(ha, informer, (kb_event_t *)ev);
             r = KB_HA_SKIP;
             break;
         }
-        if (kb_ha_leads(ha)) {
+        if (leads) {
             r = KB_HA_DELIVER;
             break;
         }
@@ -489,6 +722,7 @@ void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st) {
     pthread_mutex_lock(&ha->mtx);
     snprintf(st->holder, sizeof(st->holder), "%s", ha->holder);
     st->transitions = ha->transitions;
+    st->marks_refused = ha->marks_refused;
     pthread_mutex_unlock(&ha->mtx);
     snprintf(st->identity, sizeof(st->identity), "%s", ha->identity);
     snprintf(st->lease, sizeof(st->lease), "%s/%s", ha->ns, ha->name);

@@ -8,6 +8,25 @@
  * the leader's watermark for that informer) and holds the first one that is
  * not, until the leader publishes further or it becomes the leader itself.
  *
+ * The rule at a takeover — the new leader owes what the old one did not
+ * deliver. The leader's watermark is an RV over what *its* watch saw; a change
+ * its watch missed and the standby saw lies below it and was skipped. So the
+ * standby remembers every key whose latest change it skipped (a DELETED
+ * itself, else just the key), and when it takes the lead it hands the sinks
+ * once more, outside the ledger, the state it holds for each: the cached
+ * object, or the DELETED. Where the old leader had delivered that state it is
+ * an exact repeat, harmless under the consumer rule (docs/guarantees.md);
+ * where it had not, it is the missing change. As the leader it skips only up
+ * to a sink's committed checkpoint (exactly-once), never up to the old
+ * leader's watermark. Cost per takeover: up to one message per key changed
+ * while standing by (at most the cached objects plus the keys deleted
+ * meanwhile); memory: one table entry per such key. Exactly-once informers
+ * are not re-delivered (a repeat there is a duplicate).
+ *
+ * A published mark counts only up to what this replica has seen itself; one
+ * above that for a lease period, or at a takeover, is refused (logged,
+ * counted in kb_ha_status_t.marks_refused, ignored).
+ *
  * Ownership: the bridge owns the kb_ha_t (kb_bridge_new creates it when
  * ha.enabled). The api client and the marks callback are borrowed and outlive it.
  * Threads: one "kb:ha" thread talks to the API server; kb_admit/kb_ha_status
@@ -44,8 +63,21 @@ typedef size_t (*kb_ha_marks_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
  * sink). Called on the ha thread with no ha lock held. */
 typedef size_t (*kb_ha_prepare_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
 
-kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, kb_ha_marks_fn marks, kb_ha_prepare_fn prepare,
-                   void *opaque);
+/* What ha asks of the bridge; every function is called on the ha thread with
+ * no ha lock held, opaque is passed to each. */
+typedef struct kb_ha_hooks {
+    kb_ha_marks_fn marks;     /* the leader's own watermarks, to publish */
+    kb_ha_prepare_fn prepare; /* about to lead (NULL: nothing to prepare) */
+    kb_ha_marks_fn seen;      /* per informer, the newest RV this replica has seen itself (kb_ledger_tracked_rv) */
+    /* Just took the lead: hand the sinks again, outside the ledger, the state
+     * this replica holds for key — deleted (a reference, borrowed) when the
+     * change skipped was its deletion, else NULL (the cached state). True if
+     * a sink took it. */
+    bool (*redeliver)(void *opaque, const char *informer, const char *key, size_t key_len, kb_event_t *deleted);
+    void *opaque;
+} kb_ha_hooks_t;
+
+kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, const kb_ha_hooks_t *hooks);
 void kb_ha_start(kb_ha_t *ha);
 /* Shutdown begins: a standby's workers stop waiting (kb_ha_admit → DROP). */
 void kb_ha_begin_stop(kb_ha_t *ha);
@@ -61,7 +93,8 @@ typedef enum {
 } kb_ha_admit_t;
 /* Before each event a worker delivers; blocks while this replica is a standby
  * and the leader has not published ev's RV yet. tracked_rv: the informer's
- * kb_ledger_tracked_rv (for a relist's DELETED). abandon: the calling
+ * kb_ledger_tracked_rv (what this replica has seen: a published mark above it
+ * is not trusted yet; and a relist's DELETED). abandon: the calling
  * pipeline's own flag (its drain ran past its deadline): DROP once it is set,
  * as after kb_ha_begin_stop. Never a flag shared by pipelines. */
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
@@ -76,6 +109,7 @@ typedef struct kb_ha_status {
     char identity[128];
     char lease[400];           /* "namespace/name" */
     uint64_t transitions;      /* this process's leadership changes */
+    uint64_t marks_refused;    /* published watermarks refused: above anything this replica saw */
 } kb_ha_status_t;
 void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st);
 int kb_ha_shard(const kb_ha_t *ha);

@@ -493,6 +493,10 @@ static void kb_m_ha(kb_buf_t *o, kb_bridge_t *b) {
     kb_m_head(o, "kbridge_ha_transitions_total", "counter", "Times this process started or stopped leading.");
     kb_buf_appendf(o, "kbridge_ha_transitions_total{shard=\"%d\"} %llu\n", kb_ha_shard(ha),
                    (unsigned long long)st.transitions);
+    kb_m_head(o, "kbridge_ha_marks_refused_total", "counter",
+              "Watermarks read from the Lease that were refused: above anything this replica has seen.");
+    kb_buf_appendf(o, "kbridge_ha_marks_refused_total{shard=\"%d\"} %llu\n", kb_ha_shard(ha),
+                   (unsigned long long)st.marks_refused);
 }
 
 /* Called under kb_bridge_rdlock (bridge/http.c holds it for every answer). */

@@ -411,3 +411,74 @@ class Proxy:
     def restore(self):
         with self.lock:
             self.is_cut = False
+
+
+# ---- the same on kubesim (its Lease is a registered resource; faults such as lose_events) ----
+
+SIM_LEASE = "/apis/coordination.k8s.io/v1/namespaces/%s/leases/kbridge-sim-0" % LEASE_NS
+
+
+def sim_replica(sim, identity, lease_seconds, renew_seconds, token="", informer_opts=""):
+    """A kbridge replica of shard 0 on kubesim (file sink, own state_dir); token: its bearer token,
+    which kubesim does not check but a per-client fault can name."""
+    text = """
+cluster = { name = "sim"; server = "%s"; %s };
+http = { listen = "127.0.0.1:0"; };
+state_dir = "{dir}/state";
+shutdown_timeout = 10;
+log = { level = "info"; };
+ha = { enabled = true; lease_namespace = "%s"; lease_seconds = %d; renew_seconds = %d; identity = "%s"; };
+informers = ( { name = "cms"; version = "v1"; resource = "configmaps"; namespaces = [ "%s" ]; %s } );
+%s""" % (sim.url, 'token_file = "{dir}/token";' if token else "", LEASE_NS, lease_seconds, renew_seconds, identity, NS,
+       informer_opts, FILE_SINK)
+    b = ConfigBridge(text, start=False)
+    with open(b.config) as f:
+        cfg = f.read().replace("{dir}", b.dir)
+    with open(b.config, "w") as f:
+        f.write(cfg)
+    if token:
+        with open(os.path.join(b.dir, "token"), "w") as f:
+            f.write(token + "\n")
+        os.chmod(os.path.join(b.dir, "token"), 0o600)
+    b.start()
+    return b
+
+
+def sim_start_pair(sim, lease_seconds, renew_seconds, tokens=("", ""), n=10):
+    """kubesim with Leases, n configmaps in NS, replica-a leading and replica-b standing by, listed."""
+    sim.ctl("resources", {"group": "coordination.k8s.io", "version": "v1", "resource": "leases", "kind": "Lease",
+                          "namespaced": True})
+    sim_put_cms(sim, range(n), "0", "create")
+    a = sim_replica(sim, "replica-a", lease_seconds, renew_seconds, tokens[0])
+    wait_for(lambda: leads(a), 60, 0.1, "replica-a to lead")
+    b = sim_replica(sim, "replica-b", lease_seconds, renew_seconds, tokens[1])
+    b.wait_log("standby until leading lease %s/kbridge-sim-0" % LEASE_NS, 60)
+    b.wait_log("informer=cms namespace=%s listed" % NS, 60)
+    check(not leads(b), "the second replica leads too:\n" + b.logtext()[-2000:])
+    return a, b
+
+
+def sim_put_cms(sim, indexes, value, op="update"):
+    """Create (op "create") or update configmaps cm-<i> in NS with data v=value; returns the RV after."""
+    return int(sim.bulk([{"op": op, "resource": "configmaps", "namespace": NS, "name": "cm-%d" % i,
+                          "data": {"data": {"v": value}}} for i in indexes])["resourceVersion"])
+
+
+def sim_check_converged(sim, replicas, timeout=60):
+    """The union of the replicas' outputs, by the consumer rule, equals kubesim's configmaps in NS."""
+    def state():
+        items = sim.state("configmaps")["items"]
+        return {i["key"]: int(i["resourceVersion"]) for i in items if i["key"].startswith(NS + "/")}
+
+    def ok():
+        view = consumer_view([lines(b) for b in replicas])
+        return {k: rv for k, (rv, d) in view.items() if not d} == state()
+    try:
+        wait_for(ok, timeout, 0.2, "the union of the outputs to converge to kubesim")
+    except Failure:
+        view = consumer_view([lines(b) for b in replicas])
+        live = {k: rv for k, (rv, d) in view.items() if not d}
+        server = state()
+        bad = sorted(k for k in set(server) | set(live) if server.get(k) != live.get(k))[:5]
+        raise Failure("not converged: %s\n--- logs ---\n%s" % (
+            [(k, server.get(k), live.get(k)) for k in bad], "\n".join(b.logtext()[-2500:] for b in replicas)))

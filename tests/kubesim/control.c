@@ -186,7 +186,15 @@ static const char *post_fault(kb_sim_t *sim, json_t *root) {
     } else if (!strcmp(kind, "malformed")) {
         sim->malformed_left += jint(root, "count", 1);
     } else if (!strcmp(kind, "lose_events")) {
+        const char *token = jstr(root, "token");
         sim->lose_left += jint(root, "count", 1);
+        sim->lose_for = 0;
+        if (token) {
+            kb_buf_t auth = KB_BUF_INIT;
+            kb_buf_appendf(&auth, "Bearer %s", token);
+            sim->lose_for = kb_fnv1a64(auth.data, auth.len);
+            kb_buf_fini(&auth);
+        }
     } else if (!strcmp(kind, "expire_continue")) {
         sim->continue_min_rv = ++sim->rv; /* a new revision: lists from now on get fresh tokens */
     } else if (!strcmp(kind, "clear")) {

@@ -64,7 +64,8 @@ typedef struct kb_sim_event {
     kb_sim_obj_t *obj;        /* object as sent; DELETED: last state with the deletion's RV */
     kb_sim_obj_t *prev;       /* MODIFIED: the previous state (selector leave), else NULL */
     _Atomic(kb_sim_obj_t *) prev_at_rv; /* lazily: prev restamped with rv (set once, CAS) */
-    bool lost;                /* lose_events fault: never sent to a watcher */
+    bool lost;                /* lose_events fault: never sent to a watcher … */
+    uint64_t lost_for;        /* … whose Authorization header hashes to this (0: any watcher) */
 } kb_sim_event_t;
 
 typedef struct kb_sim_res {
@@ -194,6 +195,7 @@ struct kb_sim {
     size_t ncuts;
     int malformed_left;
     int lose_left;            /* lose_events fault: history events still to hide from watchers */
+    uint64_t lose_for;        /* … from these only: kb_fnv1a64 of "Bearer <token>" (0: all) */
     char *reqlog[KB_SIM_REQLOG]; /* JSON lines, ring */
     size_t reqlog_next, reqlog_count;
     /* churn (POST /_sim/churn) */

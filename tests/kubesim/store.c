@@ -281,7 +281,8 @@ void kb_sim__broadcast_locked(kb_sim_t *sim) {
 }
 
 /* The lose_events fault: the next sim->lose_left events are kept in the
- * history (their RVs count, lists show their result) but no watcher sees them. */
+ * history (their RVs count, lists show their result) but no watcher sees them
+ * (or only the watchers of one bearer token, sim->lose_for). */
 static void ring_push(kb_sim_t *sim, kb_sim_res_t *res, int type, kb_sim_obj_t *obj, kb_sim_obj_t *prev) {
     if (res->ring_count == res->ring_cap) {
         kb_sim_event_t *old = &res->ring[(res->seq_next - res->ring_count) % res->ring_cap];
@@ -295,6 +296,7 @@ static void ring_push(kb_sim_t *sim, kb_sim_res_t *res, int type, kb_sim_obj_t *
     ev->obj = obj;
     ev->prev = prev;
     ev->lost = sim->lose_left > 0;
+    ev->lost_for = ev->lost ? sim->lose_for : 0;
     if (ev->lost)
         sim->lose_left--;
     atomic_store(&ev->prev_at_rv, NULL);

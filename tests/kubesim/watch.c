@@ -20,6 +20,7 @@
 #include "tests/kubesim/kubesim_int.h"
 
 #include "common/alloc.h"
+#include "common/hash.h"
 #include "common/time.h"
 
 #include <poll.h>
@@ -38,6 +39,7 @@ typedef struct watcher {
     bool filtered;            /* any selector: enter/leave rule applies */
     bool bookmarks;
     int fd;                   /* client socket, polled for hang-up while idle */
+    uint64_t auth_hash;       /* kb_fnv1a64 of the Authorization header (0: none), for lose_events */
     uint64_t seq;             /* next history event to consider */
     kb_sim_obj_t **snap;      /* synthetic ADDED still to send */
     size_t nsnap, snap_pos;
@@ -93,7 +95,7 @@ static kb_sim_obj_t *prev_at_rv(kb_sim_event_t *ev) {
 
 /* Stage one history event if this watcher should see it. */
 static void stage_history(watcher_t *w, kb_sim_event_t *ev) {
-    if (ev->lost)
+    if (ev->lost && (!ev->lost_for || ev->lost_for == w->auth_hash))
         return; /* the lose_events fault: silently never sent */
     if (!matches(w, ev->obj)) {
         if (w->filtered && ev->type == KB_SIM_MODIFIED && matches(w, ev->prev))
@@ -304,6 +306,8 @@ enum MHD_Result kb_sim__watch_start(kb_sim_t *sim, struct MHD_Connection *conn, 
     w->ssel = p->ssel;
     w->filtered = w->lsel.nreqs || w->fsel.nreqs;
     w->bookmarks = p->bookmarks;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    w->auth_hash = auth ? kb_fnv1a64(auth, strlen(auth)) : 0;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     w->fd = ci ? ci->connect_fd : -1;
     int64_t now = kb_now_mono_ns();
