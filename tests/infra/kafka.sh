@@ -161,7 +161,14 @@ cmd_start() {
     local cp="$LIB_DIR/*"
     if [[ ! -f $RUN_DIR/data/meta.properties ]]; then
         local cluster_id
-        cluster_id=$(python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
+        # URL-safe base64 of a random UUID, as Kafka's own; never one that starts with "-", which the
+        # storage tool's argument parser takes for an option (1 run in 64 failed to format).
+        cluster_id=$(python3 -c 'import base64,uuid
+while True:
+    c = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not c.startswith("-"):
+        break
+print(c)')
         java -cp "$cp" kafka.tools.StorageTool format -t "$cluster_id" -c "$PROPS" >"$RUN_DIR/format.log" 2>&1 || {
             cat "$RUN_DIR/format.log" >&2
             say "formatting storage failed"
