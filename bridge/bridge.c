@@ -211,12 +211,6 @@ kb_err_t kb_bridge_check(const kb_config_t *cfg, char *errstr, size_t errstr_siz
         return err;
     if ((err = kb_check_state_dir(cfg, errstr, errstr_size)) != KB_OK)
         return err;
-    if (cfg->http_listen && cfg->http_listen[0] && cfg->http_token_file && cfg->http_token_file[0] &&
-        access(cfg->http_token_file, R_OK) != 0) {
-        snprintf(errstr, errstr_size, "%s: http.token_file: cannot read \"%s\": %s", cfg->path, cfg->http_token_file,
-                 strerror(errno));
-        return KB_ERR_CONFIG;
-    }
     /* A config for a pod, checked outside one (CI, a laptop): the mount is not here to check. */
     const char *host = getenv("KUBERNETES_SERVICE_HOST");
     if (cfg->cluster.in_cluster && (!host || !host[0])) {

@@ -122,7 +122,8 @@ static const kb_ckey_t kb_keys_http[] = {
      .doc = "host:port of the HTTP API (health, metrics, snapshot, replay); \"\" disables it."},
     {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .flags = KB_CF_FILE, .def = "",
      .doc = "When set, requests must carry `Authorization: Bearer <the file's content>` (all but /healthz "
-            "and /readyz)."},
+            "and /readyz). The file must hold one non-empty line: an empty one (a placeholder Secret) is "
+            "refused at start and by --check, exit 2."},
     {.name = "allow_unauthenticated", .type = KB_CT_BOOL, .off = TOP(http_allow_unauthenticated),
      .def = "false",
      .doc = "Serve the API without a token on an address beyond loopback. Without it (and without "
@@ -141,7 +142,7 @@ static const kb_ckey_t kb_keys_http[] = {
                          "is closed, however steadily it trickles; the probes keep answering meanwhile."},
 };
 static const kb_csection_t kb_sec_http = {
-    .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,
+    .title = "http", .doc = "The HTTP API.", .line_off = offsetof(kb_config_t, http_line),
     .keys = kb_keys_http, .n_keys = KB_NKEYS(kb_keys_http), .disc = -1,
 };
 
@@ -666,8 +667,9 @@ void kb_config_print_reference(FILE *out, bool md) {
               "kbridge reads one libconfig file (`kbridge --config FILE`; `--check` validates it and\n"
               "prints a summary). `--check` refuses what start-up would refuse without contacting\n"
               "anyone: also a kubeconfig, token or CA file that cannot be read, an `http.token_file`\n"
-              "that cannot be read, a file sink whose directory does not exist and a `state_dir`\n"
-              "that names a file. Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
+              "that cannot be read or is empty or not one line (both exit 2), a file sink whose\n"
+              "directory does not exist and a `state_dir` that names a file; its summary has a line\n"
+              "for the cluster, http, ha, kube_api, each informer, sink and route. Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
               "out of range, duplicate names, routes to unknown informers or sinks and bad templates\n"
               "are errors reported as `FILE:LINE: what is wrong`, and nothing starts.\n"
               "`kbridge --help-config` prints this reference as text.\n\n"
