@@ -154,6 +154,7 @@ struct kb_bridge {
     bool started;
     _Atomic bool hard_stop;      /* the drain deadline passed: stop delivering */
     kb_ha_t *ha;                 /* ha.enabled: the Lease and the delivery gate (bridge/ha.h), else NULL */
+    bool journal;                /* state_dir is set (restart-only): what a sink misses waits there; any thread */
 };
 
 #define KB_PUSH(arr, n, item)                                        \
@@ -286,18 +287,35 @@ static void kb_bsink_count_refusal(kb_bsink_t *bs, kb_err_t err) {
 }
 
 /* on_refused = "stop" (or a dead letter that could not be sent): the sink takes
- * nothing more; the first time says so, loudly. */
-static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, const char *reason) {
+ * nothing more; the first time says so, loudly, and says only what is true:
+ * the changes it missed wait in the journal only with state_dir, and a
+ * message the sink gave back because kbridge is stopping (KB_ERR_STOPPED) was
+ * not refused by the destination. */
+static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, kb_err_t err, const char *reason,
+                          bool journal) {
     pthread_mutex_lock(&bs->why_mtx);
     bool first = !atomic_exchange(&bs->stopped, true);
     if (first)
         snprintf(bs->why, sizeof(bs->why), "refused %s rv=%s: %s", ev->key, ev->rv, reason);
     pthread_mutex_unlock(&bs->why_mtx);
-    if (first)
+    if (!first)
+        return;
+    const char *name = bs->sink ? bs->sink->name : bs->conf->name;
+    const char *type = kb_event_type_name(ev->type);
+    if (err == KB_ERR_STOPPED)
+        KB_WARN("bridge", "sink=%s stopping with messages it could not deliver (the first given back: %s %s rv=%s, "
+                "seq %llu); %s", name, type, ev->key, ev->rv, (unsigned long long)seq,
+                journal ? "state_dir keeps them and the next start delivers them" : "without state_dir nothing keeps "
+                                                                                    "them");
+    else if (journal)
         KB_ERROR("bridge", "sink=%s stopped: it refused %s %s rv=%s for good (%s); the other sinks go on, and "
                  "nothing is dropped: its changes from seq %llu on wait in the journal — fix the cause, then send "
-                 "SIGHUP or restart to try again", bs->sink ? bs->sink->name : bs->conf->name,
-                 kb_event_type_name(ev->type), ev->key, ev->rv, reason, (unsigned long long)seq);
+                 "SIGHUP or restart to try again", name, type, ev->key, ev->rv, reason, (unsigned long long)seq);
+    else
+        KB_ERROR("bridge", "sink=%s stopped: it refused %s %s rv=%s for good (%s); the other sinks go on. Without "
+                 "state_dir its changes from seq %llu on are not kept: after the cause is fixed, SIGHUP relists and "
+                 "sends it the current state of every object (the changes in between are lost to it)",
+                 name, type, ev->key, ev->rv, reason, (unsigned long long)seq);
 }
 
 static void kb_bridge_ack(void *opaque, kb_err_t err);
@@ -350,7 +368,8 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_le
     kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
     if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
-    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err));
+    kb_bsink_stop(bs, d->ev, d->seq, err, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err),
+                  d->p->bridge->journal);
 }
 
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
@@ -998,6 +1017,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
     kb_bridge_t *b = kb_calloc(1, sizeof(*b));
     kb_rwlock_init_writer_first(&b->lock);
     b->cfg = cfg;
+    b->journal = cfg->state_dir[0] != '\0';
     char why[512];
     b->api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
     if (!b->api) {
