@@ -186,6 +186,9 @@ void kb_config_free(kb_config_t *cfg); /* NULL is a no-op */
 void kb_config_summary(const kb_config_t *cfg, FILE *out);
 /* Every key with type, default and doc (for --help-config); markdown when md. */
 void kb_config_print_reference(FILE *out, bool md);
+/* The top-level settings and groups a SIGHUP cannot change (the reload is
+ * refused: they need a restart), as "a, b and c"; from the key table. */
+void kb_config_print_restart_only(FILE *out);
 
 /* What a reload from a to b needs, from the reload flags of the key table:
  * nothing, a change applied in place, rebuilding the object, or a restart. */
