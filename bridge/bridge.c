@@ -176,6 +176,7 @@ struct kb_bridge {
     size_t n_owned_cfgs;
     bool started;
     kb_ha_t *ha;                 /* ha.enabled: the Lease and the delivery gate (bridge/ha.h), else NULL */
+    bool journal;                /* state_dir is set (restart-only): what a sink misses waits there; any thread */
 };
 
 #define KB_PUSH(arr, n, item)                                        \
@@ -233,12 +234,6 @@ kb_err_t kb_bridge_check(const kb_config_t *cfg, char *errstr, size_t errstr_siz
         return err;
     if ((err = kb_check_state_dir(cfg, errstr, errstr_size)) != KB_OK)
         return err;
-    if (cfg->http_listen && cfg->http_listen[0] && cfg->http_token_file && cfg->http_token_file[0] &&
-        access(cfg->http_token_file, R_OK) != 0) {
-        snprintf(errstr, errstr_size, "%s: http.token_file: cannot read \"%s\": %s", cfg->path, cfg->http_token_file,
-                 strerror(errno));
-        return KB_ERR_CONFIG;
-    }
     /* A config for a pod, checked outside one (CI, a laptop): the mount is not here to check. */
     const char *host = getenv("KUBERNETES_SERVICE_HOST");
     if (cfg->cluster.in_cluster && (!host || !host[0])) {
@@ -315,8 +310,10 @@ static void kb_bsink_count_refusal(kb_bsink_t *bs, kb_err_t err) {
 
 /* on_refused = "stop" (or a dead letter that could not be sent), or a sink
  * that gave a message up without a verdict while running (refused false): the
- * sink takes nothing more; the first time says so, loudly. */
-static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, const char *reason, bool refused) {
+ * sink takes nothing more; the first time says so, loudly, and says only what
+ * is true: the changes it missed wait in the journal only with state_dir. */
+static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, const char *reason, bool refused,
+                          bool journal) {
     const char *what = refused ? "refused" : "could not deliver";
     pthread_mutex_lock(&bs->why_mtx);
     bool first = !atomic_exchange(&bs->stopped, true);
@@ -324,12 +321,21 @@ static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, co
         snprintf(bs->why, sizeof(bs->why), "%s %s rv=%s: %s", refused ? "refused" : "gave up on", ev->key, ev->rv,
                  reason);
     pthread_mutex_unlock(&bs->why_mtx);
-    if (first)
+    if (!first)
+        return;
+    const char *name = bs->sink ? bs->sink->name : bs->conf->name;
+    const char *type = kb_event_type_name(ev->type);
+    const char *verdict = refused ? " for good" : " (not a refusal: nothing is dead-lettered)";
+    if (journal)
         KB_ERROR("bridge", "sink=%s stopped: it %s %s %s rv=%s%s (%s); the other sinks go on, and nothing is "
                  "dropped: its changes from seq %llu on wait in the journal — %s, then send SIGHUP or restart to try "
-                 "again", bs->sink ? bs->sink->name : bs->conf->name, what, kb_event_type_name(ev->type), ev->key,
-                 ev->rv, refused ? " for good" : " (not a refusal: nothing is dead-lettered)", reason,
-                 (unsigned long long)seq, refused ? "fix the cause" : "when the destination is back");
+                 "again", name, what, type, ev->key, ev->rv, verdict, reason, (unsigned long long)seq,
+                 refused ? "fix the cause" : "when the destination is back");
+    else
+        KB_ERROR("bridge", "sink=%s stopped: it %s %s %s rv=%s%s (%s); the other sinks go on. Without state_dir "
+                 "its changes from seq %llu on are not kept: once the cause is gone, SIGHUP relists and sends it the "
+                 "current state of every object (the changes in between are lost to it)", name, what, type, ev->key,
+                 ev->rv, verdict, reason, (unsigned long long)seq);
 }
 
 static void kb_bridge_ack(void *opaque, kb_err_t err);
@@ -382,7 +388,8 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_le
     kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
     if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
-    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true);
+    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true,
+                  d->p->bridge->journal);
 }
 
 /* A message of slot given up without a verdict (sinks/sink.h: KB_ERR_STOPPED
@@ -398,7 +405,7 @@ static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err) {
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
     if (err != KB_ERR_STOPPED)
-        kb_bsink_stop(bs, d->ev, d->seq, kb_err_str(err), false);
+        kb_bsink_stop(bs, d->ev, d->seq, kb_err_str(err), false, d->p->bridge->journal);
 }
 
 /* A retiring instance gave ma's message back (KB_ERR_STOPPED) while a
@@ -1157,6 +1164,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
     kb_bridge_t *b = kb_calloc(1, sizeof(*b));
     kb_rwlock_init_writer_first(&b->lock);
     b->cfg = cfg;
+    b->journal = cfg->state_dir[0] != '\0';
     char why[512];
     b->api = kb_apiclient_new(&cfg->cluster, why, sizeof(why));
     if (!b->api) {

@@ -8,6 +8,8 @@
  */
 #include "bridge/cli.h"
 
+#include "common/alloc.h"
+#include "common/buf.h"
 #include "config/config.h"
 
 #include <stdlib.h>
@@ -26,18 +28,35 @@ const kb_cli_opt_t kb_cli_opts[] = {
 const int kb_cli_n_opts = (int)(sizeof(kb_cli_opts) / sizeof(kb_cli_opts[0]));
 
 static const char kb_cli_summary[] = "Streams changes of Kubernetes resources (list + watch) into Kafka, MQTT or files.";
-static const char kb_cli_signals[] =
-    "SIGTERM/SIGINT drain (a second one stops at once); SIGHUP reopens file sinks and reloads the\n"
-    "config (an invalid one is refused and the running one kept; cluster, state_dir, sharding and\n"
-    "http changes need a restart).";
+
+/* The SIGNALS text (malloc'd): which settings need a restart comes from the
+ * config key table, so it cannot fall behind docs/configuration.md. */
+static char *kb_cli_signals(void) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    KB_ASSERT(mem);
+    fputs("SIGTERM/SIGINT drain (a second one stops at once); SIGHUP reopens file sinks and reloads the config "
+          "(an invalid one is refused and the running one kept; changes to ", mem);
+    kb_config_print_restart_only(mem);
+    fputs(" need a restart).", mem);
+    fclose(mem);
+    return text;
+}
+
+/* The options that only print something and exit, for the synopsis. */
+static bool kb_cli_prints_only(const kb_cli_opt_t *o) {
+    return o->id != 'c' && o->id != KB_OPT_CHECK && o->id != KB_OPT_DEMO;
+}
 static const char kb_cli_exit[] = "0 clean stop, 1 runtime failure (also: changes left unacknowledged without "
                                   "state_dir), 2 usage or configuration error.";
 
 void kb_cli_usage(FILE *out) {
-    fprintf(out, "Usage: kbridge --config FILE [--check]\n"
-                 "       kbridge --demo\n"
-                 "       kbridge --version | --help | --help-config | --help-man\n\n%s\n\n",
-            kb_cli_summary);
+    fputs("Usage: kbridge --config FILE [--check]\n       kbridge --demo\n       kbridge", out);
+    for (int i = 0, n = 0; i < kb_cli_n_opts; i++)
+        if (kb_cli_prints_only(&kb_cli_opts[i]))
+            fprintf(out, "%s--%s", n++ ? " | " : " ", kb_cli_opts[i].name);
+    fprintf(out, "\n\n%s\n\n", kb_cli_summary);
     for (int i = 0; i < kb_cli_n_opts; i++) {
         const kb_cli_opt_t *o = &kb_cli_opts[i];
         char left[48];
@@ -45,7 +64,14 @@ void kb_cli_usage(FILE *out) {
                  o->short_name ? ", " : "  ", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
         fprintf(out, "  %-28s%s\n", left, o->help);
     }
-    fprintf(out, "\nSignals: %s\nExit codes: %s\n", kb_cli_signals, kb_cli_exit);
+    char *signals = kb_cli_signals();
+    kb_buf_t text = KB_BUF_INIT, b = KB_BUF_INIT;
+    kb_buf_appendf(&text, "Signals: %s\nExit codes: %s", signals, kb_cli_exit);
+    kb_buf_append_filled(&b, "", text.data, 79);
+    fprintf(out, "\n%s", b.data);
+    kb_buf_fini(&text);
+    kb_buf_fini(&b);
+    free(signals);
 }
 
 /* Text for a roff line: backslashes doubled, '-' as \-, a leading '.' or '\'' protected. */
@@ -73,9 +99,15 @@ void kb_cli_man(FILE *out) {
     fprintf(out, ".TH KBRIDGE 1 \"\" \"kbridge %s\" \"User Commands\"\n.SH NAME\n"
                  "kbridge \\- stream Kubernetes resource changes into Kafka, MQTT or files\n"
                  ".SH SYNOPSIS\n.B kbridge\n\\fB\\-\\-config\\fR \\fIFILE\\fR [\\fB\\-\\-check\\fR]\n.br\n"
-                 ".B kbridge \\-\\-demo\n.br\n.B kbridge\n\\fB\\-\\-version\\fR | \\fB\\-\\-help\\fR | "
-                 "\\fB\\-\\-help\\-config\\fR | \\fB\\-\\-help\\-man\\fR\n.SH DESCRIPTION\n",
+                 ".B kbridge \\-\\-demo\n.br\n.B kbridge\n",
             KB_VERSION);
+    for (int i = 0, n = 0; i < kb_cli_n_opts; i++)
+        if (kb_cli_prints_only(&kb_cli_opts[i])) {
+            fputs(n++ ? " | \\fB\\-\\-" : "\\fB\\-\\-", out);
+            kb_roff_str(out, kb_cli_opts[i].name);
+            fputs("\\fR", out);
+        }
+    fputs("\n.SH DESCRIPTION\n", out);
     kb_roff_str(out, kb_cli_summary);
     fputs(" It lists and watches the configured resources like a Kubernetes informer, keeps a cache "
           "(optionally persisted in state_dir), and hands every change to the routes' sinks as a JSON "
@@ -95,7 +127,9 @@ void kb_cli_man(FILE *out) {
         fputc('\n', out);
     }
     fputs(".SH SIGNALS\n", out);
-    kb_roff_str(out, kb_cli_signals);
+    char *signals = kb_cli_signals();
+    kb_roff_str(out, signals);
+    free(signals);
     fputs("\n.SH EXIT STATUS\n", out);
     kb_roff_str(out, kb_cli_exit);
     fputs("\n.SH ENVIRONMENT\n.TP\n.B KUBECONFIG\nthe kubeconfig read when the config names neither "

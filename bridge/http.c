@@ -213,21 +213,26 @@ static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
     return kb_secret_equal(v, strlen(v), h->token, h->token_len);
 }
 
-static kb_err_t kb_http_read_token(kb_http_t *h, const char *path, char *errstr, size_t errstr_size) {
+kb_err_t kb_http_token_load(const kb_config_t *cfg, char **token, size_t *len, char *errstr, size_t errstr_size) {
+    if (!*cfg->http_listen || !*cfg->http_token_file)
+        return KB_OK;
     char why[512];
     size_t n = 0;
-    char *tok = kb_secret_read(path, KB_HTTP_TOKEN_MAX, &n, why, sizeof(why));
-    if (!tok) {
-        snprintf(errstr, errstr_size, "http.token_file: %s", why);
-        return KB_ERR_IO;
-    }
-    if (n == 0 || strpbrk(tok, "\r\n")) {
-        snprintf(errstr, errstr_size, "http.token_file: %s: %s", path, n == 0 ? "empty" : "not one line");
+    char *tok = kb_secret_read(cfg->http_token_file, KB_HTTP_TOKEN_MAX, &n, why, sizeof(why));
+    if (tok && (n == 0 || strpbrk(tok, "\r\n")))
+        snprintf(why, sizeof(why), "\"%s\" is %s (it must hold the bearer token, one line)", cfg->http_token_file,
+                 n == 0 ? "empty" : "not one line");
+    if (!tok || n == 0 || strpbrk(tok, "\r\n")) {
+        snprintf(errstr, errstr_size, "%s:%d: http.token_file: %s", cfg->path, cfg->http_line, why);
         kb_secret_free(tok);
         return KB_ERR_CONFIG;
     }
-    h->token = tok;
-    h->token_len = n;
+    if (token) {
+        *token = tok;
+        *len = n;
+    } else {
+        kb_secret_free(tok);
+    }
     return KB_OK;
 }
 
@@ -1241,11 +1246,9 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     if (err != KB_OK)
         return err;
     kb_http_t *h = kb_http_new(b, cfg);
-    if (cfg->http_token_file && *cfg->http_token_file) {
-        err = kb_http_read_token(h, cfg->http_token_file, errstr, errstr_size);
-        if (err != KB_OK)
-            goto fail;
-    }
+    err = kb_http_token_load(cfg, &h->token, &h->token_len, errstr, errstr_size);
+    if (err != KB_OK)
+        goto fail;
     h->kapi = kb_kapi_new(b, &h->stopping, &h->slots);
     h->max_conns = KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi);
     err = kb_http_read_tls(h, cfg, errstr, errstr_size);

@@ -161,3 +161,70 @@ char *kb_buf_steal(kb_buf_t *b, size_t *len) {
     kb_buf_init(b);
     return p;
 }
+
+static size_t kb_utf8_chars(const char *p, size_t n) {
+    size_t cols = 0;
+    for (size_t i = 0; i < n; i++)
+        cols += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return cols;
+}
+
+/* Where to cut a word of n bytes that does not fit in room columns: after
+ * the last '/' or '.' that fits, else at room (a path or a dotted name reads
+ * best cut there). */
+static size_t kb_fill_cut(const char *p, size_t n, size_t room) {
+    size_t cut = 0, cols = 0;
+    for (size_t i = 0; i < n && cols < room; i++) {
+        cols += ((unsigned char)p[i] & 0xC0) != 0x80;
+        if (p[i] == '/' || p[i] == '.')
+            cut = i + 1;
+    }
+    if (cut)
+        return cut;
+    size_t i = 0;
+    for (cols = 0; i < n && cols < room; i++)
+        cols += ((unsigned char)p[i] & 0xC0) != 0x80;
+    while (i < n && ((unsigned char)p[i] & 0xC0) == 0x80) /* never inside a character */
+        i++;
+    return i ? i : n;
+}
+
+void kb_buf_append_filled(kb_buf_t *b, const char *indent, const char *text, size_t width) {
+    size_t col = 0, indent_cols = kb_utf8_chars(indent, strlen(indent));
+    size_t room = width > indent_cols + 8 ? width - indent_cols : 8;
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, " \n"), cols = kb_utf8_chars(p, n);
+        if (col && col + 1 + cols > width) {
+            kb_buf_append_char(b, '\n');
+            col = 0;
+        }
+        if (!col && cols > room) { /* longer than a line: cut it, the rest goes on as a word */
+            size_t cut = kb_fill_cut(p, n, room);
+            kb_buf_append_str(b, indent);
+            kb_buf_append(b, p, cut);
+            kb_buf_append_char(b, '\n');
+            p += cut;
+            continue;
+        }
+        if (n) {
+            if (col) {
+                kb_buf_append_char(b, ' ');
+                col++;
+            } else {
+                kb_buf_append_str(b, indent);
+                col = indent_cols;
+            }
+            kb_buf_append(b, p, n);
+            col += cols;
+        }
+        p += n;
+        if (*p == '\n' && col) {
+            kb_buf_append_char(b, '\n');
+            col = 0;
+        }
+        if (*p)
+            p++;
+    }
+    if (col)
+        kb_buf_append_char(b, '\n');
+}

@@ -34,6 +34,11 @@ void kb_buf_append_json_str(kb_buf_t *b, const char *s, size_t n);
 void kb_buf_append_json_text(kb_buf_t *b, const char *s, size_t n);
 /* Drop the first n bytes, moving the rest to the front. */
 void kb_buf_consume(kb_buf_t *b, size_t n);
+/* Append text with its words filled into lines of at most width columns
+ * (UTF-8 characters), each line starting with indent and ending in '\n'; a
+ * '\n' in text starts a new line; a word longer than a line is cut after a
+ * '/' or '.' (else where the line ends) and goes on on the next. */
+void kb_buf_append_filled(kb_buf_t *b, const char *indent, const char *text, size_t width);
 /* Hand the memory to the caller (free with free()); the buffer is empty after. */
 char *kb_buf_steal(kb_buf_t *b, size_t *len);
 

@@ -148,6 +148,23 @@ static void kb_summary_secrets(const kb_config_informer_t *inf, FILE *out) {
         fprintf(out, "  informers.%s: data and stringData redacted, last-applied-configuration removed\n", inf->name);
 }
 
+/* One line each for ha and kube_api: a reader of --check sees both turned on or off. */
+static void kb_summary_ha_kapi(const kb_config_t *cfg, FILE *out) {
+    if (cfg->ha_enabled)
+        fprintf(out, "ha: lease %s namespace %s identity %s, lease %ds renew %ds\n", cfg->ha_lease_name,
+                *cfg->ha_lease_namespace ? cfg->ha_lease_namespace : "(the pod's)", cfg->ha_identity,
+                cfg->ha_lease_seconds, cfg->ha_renew_seconds);
+    else
+        fputs("ha: off (one replica per shard, no Lease)\n", out);
+    if (!cfg->kapi_enabled)
+        fputs("kube_api: off\n", out);
+    else if (!*cfg->http_listen)
+        fputs("kube_api: on, but not served (http is off)\n", out);
+    else
+        fprintf(out, "kube_api: on %s, watch_history %d, bookmarks every %ds, max_watches %d\n", cfg->http_listen,
+                cfg->kapi_history, cfg->kapi_bookmark_seconds, cfg->kapi_max_watches);
+}
+
 static void kb_summary_informer(const kb_config_informer_t *inf, FILE *out) {
     fprintf(out, "  %s: %s/%s/%s namespaces=", inf->name, *inf->group ? inf->group : "core", inf->version,
             inf->resource);
@@ -207,6 +224,7 @@ static void kb_summary_route(const kb_config_route_t *r, FILE *out) {
 
 void kb_config_summary(const kb_config_t *cfg, FILE *out) {
     kb_summary_cluster(cfg, out);
+    kb_summary_ha_kapi(cfg, out);
     fprintf(out, "informers (%zu):\n", cfg->n_informers);
     for (size_t i = 0; i < cfg->n_informers; i++)
         kb_summary_informer(&cfg->informers[i], out);

@@ -156,6 +156,7 @@ typedef struct kb_config {
     char *log_format;              /* "text" | "json" */
     char *http_listen;             /* "127.0.0.1:9464"; "" = off */
     char *http_token_file;
+    int http_line;                 /* where the http group starts (0: not in the file) */
     bool http_allow_unauthenticated; /* false: listening beyond loopback needs http_token_file */
     char *http_tls_cert_file;      /* "" = plain HTTP; with http_tls_key_file: HTTPS */
     char *http_tls_key_file;
@@ -191,6 +192,9 @@ void kb_config_free(kb_config_t *cfg); /* NULL is a no-op */
 void kb_config_summary(const kb_config_t *cfg, FILE *out);
 /* Every key with type, default and doc (for --help-config); markdown when md. */
 void kb_config_print_reference(FILE *out, bool md);
+/* The top-level settings and groups a SIGHUP cannot change (the reload is
+ * refused: they need a restart), as "a, b and c"; from the key table. */
+void kb_config_print_restart_only(FILE *out);
 
 /* What a reload from a to b needs, from the reload flags of the key table:
  * nothing, a change applied in place, rebuilding the object, or a restart. */

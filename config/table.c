@@ -12,10 +12,12 @@
 #include "config/config_int.h"
 
 #include "common/alloc.h"
+#include "common/buf.h"
 #include "common/selector.h"
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KB_OFF(type, field) offsetof(type, field)
@@ -122,7 +124,8 @@ static const kb_ckey_t kb_keys_http[] = {
      .doc = "host:port of the HTTP API (health, metrics, snapshot, replay); \"\" disables it."},
     {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .flags = KB_CF_FILE, .def = "",
      .doc = "When set, requests must carry `Authorization: Bearer <the file's content>` (all but /healthz "
-            "and /readyz)."},
+            "and /readyz). The file must hold one non-empty line: an empty one (a placeholder Secret) is "
+            "refused at start and by --check, exit 2."},
     {.name = "allow_unauthenticated", .type = KB_CT_BOOL, .off = TOP(http_allow_unauthenticated),
      .def = "false",
      .doc = "Serve the API without a token on an address beyond loopback. Without it (and without "
@@ -141,7 +144,7 @@ static const kb_ckey_t kb_keys_http[] = {
                          "is closed, however steadily it trickles; the probes keep answering meanwhile."},
 };
 static const kb_csection_t kb_sec_http = {
-    .title = "http", .doc = "The HTTP API.", .line_off = SIZE_MAX,
+    .title = "http", .doc = "The HTTP API.", .line_off = offsetof(kb_config_t, http_line),
     .keys = kb_keys_http, .n_keys = KB_NKEYS(kb_keys_http), .disc = -1,
 };
 
@@ -658,30 +661,65 @@ static void kb_print_only(FILE *out, const kb_csection_t *sec, const kb_ckey_t *
             fprintf(out, " [%s = \"%s\"]", d->name, d->values[v]);
 }
 
+/* The text reference (--help-config, the man page's CONFIGURATION, which
+ * man indents by 7 more) is filled to this width: 80 columns on a terminal. */
+#define KB_REF_WIDTH 72
+
+static void kb_print_filled(FILE *out, const char *indent, const char *text) {
+    kb_buf_t b = KB_BUF_INIT;
+    kb_buf_append_filled(&b, indent, text, KB_REF_WIDTH);
+    if (b.len)
+        fwrite(b.data, 1, b.len, out);
+    kb_buf_fini(&b);
+}
+
+/* One key of the text reference: its name, then its type, default, range and
+ * reload rule, then its doc, filled. */
+static void kb_print_key_text(FILE *out, const kb_csection_t *sec, const kb_ckey_t *k, const char *prefix) {
+    fprintf(out, "  %s%s", prefix, k->name);
+    kb_print_only(out, sec, k);
+    fputc('\n', out);
+    char *line = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&line, &len);
+    KB_ASSERT(mem);
+    fprintf(mem, "%s, default ", kb_type_names[k->type]);
+    kb_print_default(mem, k);
+    kb_print_constraints(mem, k);
+    kb_print_reload(mem, sec, k);
+    fputc('.', mem);
+    fclose(mem);
+    kb_print_filled(out, "      ", line);
+    free(line);
+    kb_print_filled(out, "      ", k->doc);
+}
+
 static void kb_print_section(FILE *out, bool md, const kb_csection_t *sec, const char *prefix) {
-    if (md)
+    if (md) {
         fprintf(out, "## %s\n\n%s\n\n", sec->title, sec->doc);
-    else
-        fprintf(out, "%s — %s\n\n", sec->title, sec->doc);
+    } else {
+        char head[1024];
+        snprintf(head, sizeof(head), "%s — %s", sec->title, sec->doc);
+        kb_print_filled(out, "", head);
+        fputc('\n', out);
+    }
     for (size_t i = 0; i < sec->n_keys; i++) {
         const kb_ckey_t *k = &sec->keys[i];
         if (k->type == KB_CT_GROUP || k->type == KB_CT_LIST)
             continue;
-        if (md)
-            fprintf(out, "### `%s%s`", prefix, k->name);
-        else
-            fprintf(out, "  %s%s", prefix, k->name);
+        if (!md) {
+            kb_print_key_text(out, sec, k, prefix);
+            continue;
+        }
+        fprintf(out, "### `%s%s`", prefix, k->name);
         kb_print_only(out, sec, k);
-        fputs(md ? "\n\n" : "\n      ", out);
-        fprintf(out, "%s, default ", kb_type_names[k->type]);
-        if (md)
-            fputc('`', out);
+        fputs("\n\n", out);
+        fprintf(out, "%s, default `", kb_type_names[k->type]);
         kb_print_default(out, k);
-        if (md)
-            fputc('`', out);
+        fputc('`', out);
         kb_print_constraints(out, k);
         kb_print_reload(out, sec, k);
-        fprintf(out, md ? ".\n\n%s\n\n" : ".\n      %s\n", k->doc);
+        fprintf(out, ".\n\n%s\n\n", k->doc);
     }
     if (!md)
         fputc('\n', out);
@@ -703,8 +741,9 @@ void kb_config_print_reference(FILE *out, bool md) {
               "kbridge reads one libconfig file (`kbridge --config FILE`; `--check` validates it and\n"
               "prints a summary). `--check` refuses what start-up would refuse without contacting\n"
               "anyone: also a kubeconfig, token or CA file that cannot be read, an `http.token_file`\n"
-              "that cannot be read, a file sink whose directory does not exist and a `state_dir`\n"
-              "that names a file. Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
+              "that cannot be read or is empty or not one line (both exit 2), a file sink whose\n"
+              "directory does not exist and a `state_dir` that names a file; its summary has a line\n"
+              "for the cluster, http, ha, kube_api, each informer, sink and route. Comments start with `#` or `//`. Unknown keys, wrong types, values\n"
               "out of range, duplicate names, routes to unknown informers or sinks and bad templates\n"
               "are errors reported as `FILE:LINE: what is wrong`, and nothing starts.\n"
               "`kbridge --help-config` prints this reference as text.\n\n"
@@ -729,6 +768,27 @@ void kb_config_print_reference(FILE *out, bool md) {
     else
         fputs("kbridge configuration keys (libconfig syntax; see docs/configuration.md)\n\n", out);
     kb_print_section(out, md, &kb_config__root, "");
+}
+
+void kb_config_print_restart_only(FILE *out) {
+    const char *names[32];
+    size_t n = 0;
+    for (size_t i = 0; i < kb_config__root.n_keys; i++) {
+        const kb_ckey_t *k = &kb_config__root.keys[i];
+        if (k->type == KB_CT_LIST)
+            continue; /* informers, sinks, routes: SIGHUP rebuilds or swaps them */
+        size_t live = 0, rows = k->type == KB_CT_GROUP ? k->sub->n_keys : 1;
+        for (size_t j = 0; j < rows; j++)
+            live += ((k->type == KB_CT_GROUP ? &k->sub->keys[j] : k)->flags & KB_CF_LIVE) != 0;
+        /* A group mixing live and restart-only keys would need its keys named one by one. */
+        KB_ASSERT(live == 0 || live == rows);
+        if (live == 0) {
+            KB_ASSERT(n < KB_ARRAY_LEN(names));
+            names[n++] = k->name;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%s%s", i == 0 ? "" : i + 1 == n ? " and " : ", ", names[i]);
 }
 
 /* ---- enum names (the same arrays the loader accepts) ------------------------ */

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """deploy/prometheus/kbridge-rules.yaml is a valid Prometheus rule file (`promtool check rules`), has
-the alerts an operator needs (not synced, checkpoint lag growing, sink disconnected, sink refusing,
-relist storm, watch errors, queue near its bound), each alert has a unit test that fires it with the
-expected labels and annotations and one that does not (`promtool test rules`), and every metric a rule
-reads is one kbridge exports (checked against a live bridge's /metrics)."""
+the alerts an operator needs (not synced, checkpoint lag growing, sink disconnected, sink refusing —
+one refusal is enough —, sink stopped by on_refused = "stop", dead letters arriving, drift found by the
+audit, no HA leader for a shard, scrape target down, relist storm, watch errors, queue near its bound),
+each alert has a unit test that fires it with the expected labels and annotations and one that does not
+(`promtool test rules`), and every metric a rule reads is one kbridge exports (checked against a live
+bridge's /metrics, and one with ha.enabled for the HA metrics)."""
 import os
 import re
 import subprocess
@@ -13,7 +15,9 @@ from kbtest import SOURCE, Bridge, Sim, check, http_request, pod_ops, run
 RULES = os.path.join(SOURCE, "deploy", "prometheus", "kbridge-rules.yaml")
 TESTS = os.path.join(SOURCE, "deploy", "prometheus", "kbridge-rules.test.yaml")
 ALERTS = ["KbridgeInformerNotSynced", "KbridgeCheckpointLagGrowing", "KbridgeSinkDisconnected",
-          "KbridgeSinkRefusing", "KbridgeRelistStorm", "KbridgeWatchErrors", "KbridgeQueueNearBound"]
+          "KbridgeSinkRefusing", "KbridgeSinkStopped", "KbridgeDeadLetters", "KbridgeAuditDrift",
+          "KbridgeNoHALeader", "KbridgeTargetDown", "KbridgeRelistStorm", "KbridgeWatchErrors",
+          "KbridgeQueueNearBound"]
 
 
 def promtool(*args):
@@ -44,9 +48,13 @@ def test():
     sim.bulk(pod_ops("create", "ns1", ["p0", "p1"]))
     b = Bridge(sim, http='listen = "127.0.0.1:0";')
     b.wait_converged(sim)
-    code, _, body = http_request(b.http_url() + "/metrics")
-    check(code == 200, "/metrics -> %d" % code)
-    exported = set(re.findall(r"^# TYPE (\S+) ", body.decode(), re.M))
+    # The HA metrics exist only with ha.enabled (the Lease need not be won for them to be exported).
+    ha = Bridge(sim, http='listen = "127.0.0.1:0";', extra='ha = { enabled = true; identity = "a"; };')
+    exported = set()
+    for bridge in (b, ha):
+        code, _, body = http_request(bridge.http_url() + "/metrics")
+        check(code == 200, "/metrics -> %d" % code)
+        exported |= set(re.findall(r"^# TYPE (\S+) ", body.decode(), re.M))
     used = set(re.findall(r"\b(kbridge_[a-z_]+)", "\n".join(l for l in rules.splitlines()
                                                             if l.strip().startswith("expr:"))))
     check(used, "the rules read no kbridge metric")
