@@ -16,8 +16,9 @@
  * rotation went wrong) and says so once per change of the file.
  *
  * The certificate is handed to GnuTLS per handshake through libmicrohttpd's
- * certificate callback: each handshake gets its own parsed copy of the
- * current PEM pair, which GnuTLS frees with the session, so a rotation
+ * certificate callback: each handshake gets its own copy of the current
+ * pair (parsed once per rotation; copying is cheap, parsing an RSA key is
+ * not), which GnuTLS frees with the session, so a rotation
  * never frees what a handshake under way still uses, connections opened
  * before keep their session, and new ones get the new pair. A new pair is
  * taken only when the key belongs to the certificate (a writer that replaces
@@ -45,6 +46,16 @@
 #define KB_HTTPCRED_PEM_MAX ((size_t)1 << 20)
 #define KB_HTTPCRED_CHAIN_MAX 16 /* certificates in a chain */
 
+/* A certificate chain and its key: the PEM (to tell a change) and both
+ * parsed once, so that a handshake only copies them. Immutable; replaced
+ * whole under cred->mtx. */
+typedef struct {
+    char *cert_pem, *key_pem;
+    gnutls_x509_crt_t crts[KB_HTTPCRED_CHAIN_MAX];
+    unsigned n;
+    gnutls_x509_privkey_t key;
+} kb_tlspair_t;
+
 /* What stat() says of a path, to notice a replaced file. */
 typedef struct {
     bool ok;
@@ -57,10 +68,10 @@ typedef struct {
 struct kb_httpcred {
     char *token_file, *cert_file, *key_file; /* copies; NULL when unset */
     kb_filesig_t token_sig, cert_sig, key_sig; /* as last read (poll thread only) */
-    pthread_mutex_t mtx;   /* guards token, token_len, cert_pem, key_pem (leaf) */
+    pthread_mutex_t mtx;   /* guards token, token_len, pair (leaf) */
     char *token;           /* NULL: no authentication */
     size_t token_len;
-    char *cert_pem, *key_pem; /* NULL: plain HTTP */
+    kb_tlspair_t *pair;    /* NULL: plain HTTP */
     pthread_t thread;
     bool started;
     bool stopping;         /* under stop_mtx */
@@ -113,34 +124,63 @@ static gnutls_datum_t kb_datum(const char *pem) {
     return (gnutls_datum_t){(unsigned char *)(uintptr_t)pem, (unsigned)strlen(pem)};
 }
 
-/* Both PEM files of the pair, the key checked against the certificate.
- * KB_OK with *cert and *key (kb_secret_free), else both NULL and the reason in why. */
-static kb_err_t kb_httpcred_read_pair(const kb_httpcred_t *cred, char **cert, char **key, char *why,
-                                      size_t why_size) {
-    *cert = kb_secret_read(cred->cert_file, KB_HTTPCRED_PEM_MAX, NULL, why, why_size);
-    if (!*cert)
-        return KB_ERR_IO;
-    *key = kb_secret_read(cred->key_file, KB_HTTPCRED_PEM_MAX, NULL, why, why_size);
-    if (!*key) {
-        kb_secret_free(*cert);
-        *cert = NULL;
-        return KB_ERR_IO;
-    }
+static void kb_tlspair_free(kb_tlspair_t *pair) {
+    if (!pair)
+        return;
+    for (unsigned i = 0; i < pair->n; i++)
+        gnutls_x509_crt_deinit(pair->crts[i]);
+    if (pair->key)
+        gnutls_x509_privkey_deinit(pair->key);
+    kb_secret_free(pair->cert_pem);
+    kb_secret_free(pair->key_pem);
+    free(pair);
+}
+
+/* Whether the key belongs to the certificate (GnuTLS checks as it loads). */
+static int kb_tlspair_check(const kb_tlspair_t *pair) {
     gnutls_certificate_credentials_t x = NULL;
     int rc = gnutls_certificate_allocate_credentials(&x);
-    if (rc >= 0) {
-        gnutls_datum_t c = kb_datum(*cert), k = kb_datum(*key);
-        rc = gnutls_certificate_set_x509_key_mem2(x, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0);
-        gnutls_certificate_free_credentials(x);
-    }
+    if (rc < 0)
+        return rc;
+    gnutls_datum_t c = kb_datum(pair->cert_pem), k = kb_datum(pair->key_pem);
+    rc = gnutls_certificate_set_x509_key_mem2(x, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0);
+    gnutls_certificate_free_credentials(x);
+    return rc;
+}
+
+static int kb_tlspair_parse(kb_tlspair_t *pair) {
+    int rc = kb_tlspair_check(pair);
+    gnutls_datum_t c = kb_datum(pair->cert_pem), k = kb_datum(pair->key_pem);
+    pair->n = KB_HTTPCRED_CHAIN_MAX;
     if (rc >= 0)
-        return KB_OK;
+        rc = gnutls_x509_crt_list_import(pair->crts, &pair->n, &c, GNUTLS_X509_FMT_PEM, 0);
+    if (rc < 0)
+        pair->n = 0;
+    if (rc >= 0)
+        rc = gnutls_x509_privkey_init(&pair->key);
+    if (rc >= 0)
+        rc = gnutls_x509_privkey_import2(pair->key, &k, GNUTLS_X509_FMT_PEM, NULL, 0);
+    return rc;
+}
+
+/* Both PEM files of the pair, parsed, the key checked against the
+ * certificate. NULL with the reason in why. */
+static kb_tlspair_t *kb_tlspair_load(const kb_httpcred_t *cred, char *why, size_t why_size) {
+    kb_tlspair_t *pair = kb_calloc(1, sizeof(*pair));
+    pair->cert_pem = kb_secret_read(cred->cert_file, KB_HTTPCRED_PEM_MAX, NULL, why, why_size);
+    if (pair->cert_pem)
+        pair->key_pem = kb_secret_read(cred->key_file, KB_HTTPCRED_PEM_MAX, NULL, why, why_size);
+    if (!pair->key_pem) {
+        kb_tlspair_free(pair);
+        return NULL;
+    }
+    int rc = kb_tlspair_parse(pair);
+    if (rc >= 0)
+        return pair;
     snprintf(why, why_size, "%s and %s are not a PEM certificate and its unencrypted private key (%s)",
              cred->cert_file, cred->key_file, gnutls_strerror(rc));
-    kb_secret_free(*cert);
-    kb_secret_free(*key);
-    *cert = *key = NULL;
-    return KB_ERR_CONFIG;
+    kb_tlspair_free(pair);
+    return NULL;
 }
 
 /* ---- rotation (the poll thread) ------------------------------------------ */
@@ -170,22 +210,19 @@ static void kb_httpcred_reload_token(kb_httpcred_t *cred) {
 
 static void kb_httpcred_reload_pair(kb_httpcred_t *cred) {
     char why[512];
-    char *cert = NULL, *key = NULL;
-    if (kb_httpcred_read_pair(cred, &cert, &key, why, sizeof(why)) != KB_OK) {
+    kb_tlspair_t *pair = kb_tlspair_load(cred, why, sizeof(why));
+    if (!pair) {
         KB_WARN("http", "http.tls_cert_file %s / http.tls_key_file %s changed but cannot be used (%s): new "
                 "connections keep the previous certificate", cred->cert_file, cred->key_file, why);
         return;
     }
     pthread_mutex_lock(&cred->mtx);
-    bool same = !strcmp(cert, cred->cert_pem) && !strcmp(key, cred->key_pem);
-    char *old_cert = same ? cert : cred->cert_pem, *old_key = same ? key : cred->key_pem;
-    if (!same) {
-        cred->cert_pem = cert;
-        cred->key_pem = key;
-    }
+    bool same = !strcmp(pair->cert_pem, cred->pair->cert_pem) && !strcmp(pair->key_pem, cred->pair->key_pem);
+    kb_tlspair_t *old = same ? pair : cred->pair;
+    if (!same)
+        cred->pair = pair;
     pthread_mutex_unlock(&cred->mtx);
-    kb_secret_free(old_cert);
-    kb_secret_free(old_key);
+    kb_tlspair_free(old); /* a handshake copies under the lock: nothing refers to it now */
     if (same)
         return;
     KB_INFO("http", "http.tls_cert_file %s and http.tls_key_file %s changed: new connections get the new "
@@ -262,13 +299,13 @@ bool kb_httpcred_token_equal(kb_httpcred_t *cred, const char *v, size_t n) {
     return eq;
 }
 
-/* Parse the current pair into a chain and key of this handshake's own. */
-static int kb_httpcred_parse(const kb_httpcred_t *cred, gnutls_pcert_st *pc, unsigned *n, gnutls_privkey_t key) {
-    gnutls_datum_t c = kb_datum(cred->cert_pem), k = kb_datum(cred->key_pem);
-    int rc = gnutls_pcert_list_import_x509_raw(pc, n, &c, GNUTLS_X509_FMT_PEM, 0);
+/* Copy the current pair into a chain and key of this handshake's own. */
+static int kb_httpcred_copy(const kb_tlspair_t *pair, gnutls_pcert_st *pc, unsigned *n, gnutls_privkey_t key) {
+    *n = pair->n;
+    int rc = gnutls_pcert_import_x509_list(pc, (gnutls_x509_crt_t *)(uintptr_t)pair->crts, n, 0);
     if (rc < 0)
         return rc;
-    rc = gnutls_privkey_import_x509_raw(key, &k, GNUTLS_X509_FMT_PEM, NULL, 0);
+    rc = gnutls_privkey_import_x509(key, pair->key, GNUTLS_PRIVKEY_IMPORT_COPY);
     if (rc < 0)
         for (unsigned i = 0; i < *n; i++)
             gnutls_pcert_deinit(&pc[i]);
@@ -289,7 +326,7 @@ int kb_httpcred_retrieve(gnutls_session_t session, const struct gnutls_cert_retr
     }
     unsigned n = KB_HTTPCRED_CHAIN_MAX;
     pthread_mutex_lock(&cred->mtx);
-    int rc = kb_httpcred_parse(cred, pc, &n, key);
+    int rc = kb_httpcred_copy(cred->pair, pc, &n, key);
     pthread_mutex_unlock(&cred->mtx);
     if (rc < 0) {
         gnutls_privkey_deinit(key);
@@ -330,10 +367,10 @@ static kb_err_t kb_httpcred_load(kb_httpcred_t *cred, char *errstr, size_t errst
     }
     cred->cert_sig = kb_filesig(cred->cert_file);
     cred->key_sig = kb_filesig(cred->key_file);
-    kb_err_t err = kb_httpcred_read_pair(cred, &cred->cert_pem, &cred->key_pem, why, sizeof(why));
-    if (err != KB_OK) {
+    cred->pair = kb_tlspair_load(cred, why, sizeof(why));
+    if (!cred->pair) {
         snprintf(errstr, errstr_size, "http.tls_cert_file/http.tls_key_file: %s", why);
-        return err;
+        return KB_ERR_CONFIG;
     }
     kb_httpcred_warn_key_mode(cred->key_file);
     return KB_OK;
@@ -363,8 +400,7 @@ void kb_httpcred_destroy(kb_httpcred_t *cred) {
     kb_httpcred_t *self = cred;
     atomic_compare_exchange_strong(&kb_httpcred_serving, &self, NULL);
     kb_secret_free(cred->token);
-    kb_secret_free(cred->cert_pem);
-    kb_secret_free(cred->key_pem);
+    kb_tlspair_free(cred->pair);
     free(cred->token_file);
     free(cred->cert_file);
     free(cred->key_file);
