@@ -5,7 +5,9 @@
  * connections closed after 60 s. A thread per connection lets a stream's
  * reader block on its own condition variable instead of suspending and
  * resuming connections; the API is for probes, scrapes and a few consumers,
- * not for thousands of clients. Optionally HTTPS (libmicrohttpd's GnuTLS).
+ * not for thousands of clients. Optionally HTTPS (libmicrohttpd's GnuTLS), the
+ * certificate handed over per handshake by bridge/httpcred.c, which also
+ * holds the token: both are read again when their files change.
  *
  * A few hostile clients must not starve the probes or the memory:
  *  - connections: KB_HTTP_MAX_CONNECTIONS, plus KB_HTTP_RESERVED slots only
@@ -52,6 +54,7 @@
 #include "bridge/http.h"
 
 #include "bridge/http_int.h"
+#include "bridge/httpcred.h"
 #include "bridge/ha.h"
 #include "bridge/kapi.h"
 #include "bridge/slots.h"
@@ -59,7 +62,6 @@
 #include "common/buf.h"
 #include "common/event.h"
 #include "common/log.h"
-#include "common/secret.h"
 #include "common/selector.h"
 #include "common/time.h"
 #include "informer/audit.h"
@@ -74,6 +76,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -81,7 +84,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define KB_HTTP_IDLE_TIMEOUT_S 60u /* KB_TEST_HTTP_IDLE_TIMEOUT_S shortens it, for tests only */
@@ -89,12 +91,10 @@
 #define KB_HTTP_WAIT_MS 500
 #define KB_HTTP_LIVE_MAX_EVENTS 16384
 #define KB_HTTP_LIVE_MAX_BYTES ((size_t)64 << 20)
-#define KB_HTTP_TOKEN_MAX 16384
 #define KB_HTTP_BLOCK 65536
 #define KB_HTTP_PAGE 64 /* journal entries a replay holds decoded at a time */
 #define KB_HTTP_RESERVED 8 /* slots beyond KB_HTTP_MAX_CONNECTIONS, for addresses with none open */
 #define KB_HTTP_WATCHDOG_MS 250
-#define KB_HTTP_PEM_MAX ((size_t)1 << 20)
 /* GnuTLS priorities of the HTTPS server: TLS 1.2 and 1.3 only (1.0 and 1.1
  * have no AEAD suite and are deprecated, RFC 8996), key exchange by ECDHE
  * only (a static-RSA suite such as AES128-SHA has no forward secrecy: the
@@ -119,9 +119,7 @@ typedef struct kb_http_conn {
 struct kb_http {
     kb_bridge_t *b;
     struct MHD_Daemon *mhd;
-    char *token;          /* NULL: no authentication */
-    size_t token_len;
-    char *tls_cert, *tls_key; /* PEM, NULL: plain HTTP; kept until stop (libmicrohttpd borrows them) */
+    kb_httpcred_t *cred;  /* token and TLS pair, re-read when their files change (bridge/httpcred.h) */
     int port;
     int64_t start_real_ns;
     atomic_bool stopping; /* set by kb_http_stop; open streams end */
@@ -202,7 +200,7 @@ static const char *kb_http_arg(struct MHD_Connection *c, const char *name) {
 /* ---- authentication ------------------------------------------------------ */
 
 static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
-    if (!h->token)
+    if (!kb_httpcred_has_token(h->cred))
         return true;
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!v || strncasecmp(v, "Bearer ", 7) != 0)
@@ -210,30 +208,13 @@ static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
     v += 7;
     while (*v == ' ')
         v++;
-    return kb_secret_equal(v, strlen(v), h->token, h->token_len);
+    return kb_httpcred_token_equal(h->cred, v, strlen(v));
 }
 
-kb_err_t kb_http_token_load(const kb_config_t *cfg, char **token, size_t *len, char *errstr, size_t errstr_size) {
-    if (!*cfg->http_listen || !*cfg->http_token_file)
+kb_err_t kb_http_token_check(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
+    if (!*cfg->http_listen)
         return KB_OK;
-    char why[512];
-    size_t n = 0;
-    char *tok = kb_secret_read(cfg->http_token_file, KB_HTTP_TOKEN_MAX, &n, why, sizeof(why));
-    if (tok && (n == 0 || strpbrk(tok, "\r\n")))
-        snprintf(why, sizeof(why), "\"%s\" is %s (it must hold the bearer token, one line)", cfg->http_token_file,
-                 n == 0 ? "empty" : "not one line");
-    if (!tok || n == 0 || strpbrk(tok, "\r\n")) {
-        snprintf(errstr, errstr_size, "%s:%d: http.token_file: %s", cfg->path, cfg->http_line, why);
-        kb_secret_free(tok);
-        return KB_ERR_CONFIG;
-    }
-    if (token) {
-        *token = tok;
-        *len = n;
-    } else {
-        kb_secret_free(tok);
-    }
-    return KB_OK;
+    return kb_httpcred_check_token(cfg, errstr, errstr_size);
 }
 
 /* ---- connections --------------------------------------------------------- */
@@ -284,6 +265,11 @@ static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **sock
         const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         x->fd = fi ? fcntl(fi->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+        /* GnuTLS writes the handshake's flight in pieces when the certificate
+         * comes from the callback; with Nagle on, a piece waited for the
+         * client's ACK (~10 ms per handshake on loopback). */
+        if (x->fd >= 0 && kb_httpcred_has_tls(h->cred))
+            setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
         if (ai && ai->client_addr)
             memcpy(&x->addr, ai->client_addr,
                    ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
@@ -1135,17 +1121,6 @@ static kb_err_t kb_http_resolve(const char *listen, struct sockaddr_storage *ss,
     return KB_OK;
 }
 
-/* A private key that other users may read is said at start, not refused: a
- * Kubernetes Secret volume is 0644 unless its defaultMode says otherwise,
- * and refusing would only move the key somewhere less watched. */
-static void kb_http_warn_key_mode(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0 || !(st.st_mode & (S_IRWXG | S_IRWXO)))
-        return;
-    KB_WARN("http", "http.tls_key_file %s has mode %04o: users other than kbridge's can read the private key; "
-            "make it 0600 or 0400 (a Secret volume: defaultMode 0400)", path, (unsigned)(st.st_mode & 07777));
-}
-
 /* Seconds after which libmicrohttpd closes an idle connection. A test of a
  * quiet watch outliving it sets KB_TEST_HTTP_IDLE_TIMEOUT_S rather than
  * wait out the minute. */
@@ -1155,34 +1130,8 @@ static unsigned kb_http_idle_timeout_s(void) {
     return v > 0 && v < 3600 ? (unsigned)v : KB_HTTP_IDLE_TIMEOUT_S;
 }
 
-/* The PEM files of http.tls_cert_file and http.tls_key_file (both set, or
- * neither: the config loader checks). */
-static kb_err_t kb_http_read_tls(kb_http_t *h, const kb_config_t *cfg, char *errstr, size_t errstr_size) {
-    if (!*cfg->http_tls_cert_file)
-        return KB_OK;
-    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-        snprintf(errstr, errstr_size, "http.tls_cert_file: this libmicrohttpd was built without TLS");
-        return KB_ERR_CONFIG;
-    }
-    char why[512];
-    h->tls_cert = kb_secret_read(cfg->http_tls_cert_file, KB_HTTP_PEM_MAX, NULL, why, sizeof(why));
-    if (!h->tls_cert) {
-        snprintf(errstr, errstr_size, "http.tls_cert_file: %s", why);
-        return KB_ERR_IO;
-    }
-    h->tls_key = kb_secret_read(cfg->http_tls_key_file, KB_HTTP_PEM_MAX, NULL, why, sizeof(why));
-    if (!h->tls_key) {
-        snprintf(errstr, errstr_size, "http.tls_key_file: %s", why);
-        return KB_ERR_IO;
-    }
-    kb_http_warn_key_mode(cfg->http_tls_key_file);
-    return KB_OK;
-}
-
 static void kb_http_free(kb_http_t *h) {
-    kb_secret_free(h->token);
-    kb_secret_free(h->tls_cert);
-    kb_secret_free(h->tls_key);
+    kb_httpcred_destroy(h->cred);
     while (h->conns) { /* libmicrohttpd reports every close; this only guards against one it did not */
         kb_http_conn_t *x = h->conns;
         h->conns = x->next;
@@ -1216,11 +1165,13 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (ss->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    if (h->tls_cert)
+    bool tls_on = kb_httpcred_has_tls(h->cred);
+    if (tls_on)
         flags |= MHD_USE_TLS;
+    /* The certificate comes from a callback, per handshake, so a rotated one
+     * reaches new connections without restarting the server. */
     struct MHD_OptionItem tls[] = {
-        {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
-        {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
+        {MHD_OPTION_HTTPS_CERT_CALLBACK2, 0, (void *)(uintptr_t)kb_httpcred_retrieve},
         {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)KB_HTTP_TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
@@ -1232,7 +1183,7 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
                             (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
                             kb_http_idle_timeout_s(), MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
-                            h->tls_cert ? tls : tls + 3, MHD_OPTION_END);
+                            tls_on ? tls : tls + 2, MHD_OPTION_END);
 }
 
 kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t errstr_size) {
@@ -1246,28 +1197,30 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     if (err != KB_OK)
         return err;
     kb_http_t *h = kb_http_new(b, cfg);
-    err = kb_http_token_load(cfg, &h->token, &h->token_len, errstr, errstr_size);
+    if (cfg->http_tls_cert_file && *cfg->http_tls_cert_file && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(errstr, errstr_size, "http.tls_cert_file: this libmicrohttpd was built without TLS");
+        err = KB_ERR_CONFIG;
+        goto fail;
+    }
+    err = kb_httpcred_new(cfg, &h->cred, errstr, errstr_size);
     if (err != KB_OK)
         goto fail;
     h->kapi = kb_kapi_new(b, &h->stopping, &h->slots);
     h->max_conns = KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi);
-    err = kb_http_read_tls(h, cfg, errstr, errstr_size);
-    if (err != KB_OK)
-        goto fail;
     h->mhd = kb_http_daemon(h, &ss);
     if (!h->mhd) {
         snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (in use, or not an address of this host%s)",
-                 cfg->http_listen, h->tls_cert ? "; or http.tls_cert_file/http.tls_key_file are not a PEM "
-                                                 "certificate and its unencrypted key" : "");
+                 cfg->http_listen, kb_httpcred_has_tls(h->cred) ? "; or libmicrohttpd refused TLS" : "");
         err = KB_ERR_IO;
         goto fail;
     }
     h->watchdog_started = pthread_create(&h->watchdog, NULL, kb_http_watchdog, h) == 0;
+    kb_httpcred_start(h->cred);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : 0;
     KB_INFO("http", "listening on %.*s:%d (%s, %s)", (int)(strrchr(cfg->http_listen, ':') - cfg->http_listen),
-            cfg->http_listen, h->port, h->tls_cert ? "https" : "http",
-            h->token ? "bearer token required" : "no token: every endpoint is open");
+            cfg->http_listen, h->port, kb_httpcred_has_tls(h->cred) ? "https" : "http",
+            kb_httpcred_has_token(h->cred) ? "bearer token required" : "no token: every endpoint is open");
     *out = h;
     return KB_OK;
 fail:
@@ -1289,6 +1242,7 @@ void kb_http_stop(kb_http_t *http) {
     pthread_mutex_unlock(&http->stop_mtx);
     if (http->watchdog_started)
         pthread_join(http->watchdog, NULL);
+    kb_httpcred_stop(http->cred);
     MHD_stop_daemon(http->mhd);
     kb_kapi_destroy(http->kapi);
     kb_http_free(http);

@@ -30,12 +30,11 @@ typedef struct kb_http kb_http_t;
  * KB_ERR_CONFIG / KB_ERR_IO with "http.listen: …" or "http.token_file: …"
  * in errstr when the address cannot be bound or the token cannot be read. */
 kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t errstr_size);
-/* http.token_file as kb_http_start() reads it (when http.listen and the key
- * are set): one non-empty line. With token non-NULL, *token gets it (free with
- * kb_secret_free) and *len its length; with NULL it is only checked (--check,
- * and start-up before anything starts). KB_ERR_CONFIG with
+/* http.token_file as kb_http_start() and its rotations read it (when
+ * http.listen and the key are set): one non-empty line. Checked by --check and
+ * by start-up before anything starts. KB_ERR_CONFIG with
  * "FILE:LINE: http.token_file: …" in errstr otherwise. Any thread. */
-kb_err_t kb_http_token_load(const kb_config_t *cfg, char **token, size_t *len, char *errstr, size_t errstr_size);
+kb_err_t kb_http_token_check(const kb_config_t *cfg, char *errstr, size_t errstr_size);
 
 /* The port bound (useful with port 0). */
 int kb_http_port(const kb_http_t *http);

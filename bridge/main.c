@@ -361,7 +361,7 @@ int main(int argc, char **argv) {
     /* What start-up reads before it starts anything, --check reads too: the same refusal, exit 2. */
     if ((check ? kb_bridge_check(cfg, errstr, sizeof(errstr)) : kb_bridge_validate(cfg, errstr, sizeof(errstr))) !=
             KB_OK ||
-        kb_http_token_load(cfg, NULL, NULL, errstr, sizeof(errstr)) != KB_OK) {
+        kb_http_token_check(cfg, errstr, sizeof(errstr)) != KB_OK) {
         fprintf(stderr, "kbridge: %s\n", errstr);
         kb_config_free(cfg);
         kb_sim_stop(sim);

@@ -124,14 +124,15 @@ static const kb_ckey_t kb_keys_http[] = {
      .doc = "host:port of the HTTP API (health, metrics, snapshot, replay); \"\" disables it."},
     {.name = "token_file", .type = KB_CT_STRING, .off = TOP(http_token_file), .flags = KB_CF_FILE, .def = "",
      .doc = "When set, requests must carry `Authorization: Bearer <the file's content>` (all but /healthz "
-            "and /readyz). The file must hold one non-empty line: an empty one (a placeholder Secret) is "
-            "refused at start and by --check, exit 2."},
+            "and /readyz). Read again when the file changes. The file must hold one non-empty line: an empty "
+            "one (a placeholder Secret) is refused at start and by --check, exit 2."},
     {.name = "allow_unauthenticated", .type = KB_CT_BOOL, .off = TOP(http_allow_unauthenticated),
      .def = "false",
      .doc = "Serve the API without a token on an address beyond loopback. Without it (and without "
             "token_file), such a listen address is refused."},
     {.name = "tls_cert_file", .type = KB_CT_STRING, .off = TOP(http_tls_cert_file), .flags = KB_CF_FILE,
-     .def = "", .doc = "Certificate chain (PEM) to serve HTTPS with; needs tls_key_file."},
+     .def = "", .doc = "Certificate chain (PEM) to serve HTTPS with; needs tls_key_file. Read again with the key "
+                       "when either file changes: new connections get the new pair."},
     {.name = "tls_key_file", .type = KB_CT_STRING, .off = TOP(http_tls_key_file), .flags = KB_CF_FILE,
      .def = "", .doc = "Private key (PEM, unencrypted) of tls_cert_file."},
     {.name = "max_streams", .type = KB_CT_INT, .off = TOP(http_max_streams), .def = "16", .min = 1, .max = 1000,

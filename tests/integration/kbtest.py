@@ -412,6 +412,26 @@ def write_kubeconfig(path, server, user):
     return path
 
 
+def secret_volume(path, files, gen):
+    """Write files ({name: text}) as a Kubernetes Secret volume does: into a new directory
+    path/..<gen>, then point path/..data at it with one rename (atomic), path/<name> being
+    symlinks to ..data/<name>; the previous generation's directory is removed."""
+    os.makedirs(path, exist_ok=True)
+    d = os.path.join(path, "..%s" % gen)
+    os.mkdir(d)
+    for name, text in files.items():
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    old = os.readlink(os.path.join(path, "..data")) if os.path.islink(os.path.join(path, "..data")) else None
+    os.symlink("..%s" % gen, os.path.join(path, "..data_tmp"))
+    os.rename(os.path.join(path, "..data_tmp"), os.path.join(path, "..data"))
+    for name in files:
+        if not os.path.islink(os.path.join(path, name)):
+            os.symlink(os.path.join("..data", name), os.path.join(path, name))
+    if old:
+        shutil.rmtree(os.path.join(path, old))
+
+
 def _name_of(informer_text):
     return informer_text.split('name = "', 1)[1].split('"', 1)[0]
 
