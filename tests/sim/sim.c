@@ -33,13 +33,30 @@
  * old incarnation's); their consumer takes each key's last message instead of
  * the rule, which cannot order two histories.
  *
- * Checks: (1) the consumer's view equals the server's state (uid and RV of
- * every live object); (2) every message the rule skips is an exact repeat of
- * one delivered before, and only of a change past the checkpoint the restart
- * began from — nothing else goes back; (3) every object (uid) the consumer
- * saw that the server no longer has got a DELETED.
+ * With --redefine, some histories (state_dir ones) also let an operator
+ * restart — clean or after a crash — with another definition on the same
+ * state_dir: another set of namespaces (of three: "a", "b", "c"), or
+ * cluster-wide, in any config order (the same set in another order is the
+ * same definition and resumes). The model server has no labels, so selectors
+ * are not changed. The consumer's expected view is then the server's objects
+ * under the *final* definition. Off by default (CI runs the histories of
+ * before, unchanged) because it finds two gaps in the informer not fixed yet:
+ * an object that leaves the scope gets DELETED finalStateUnknown at its RV,
+ * and when a later definition takes it in again unchanged, its ADDED carries
+ * the same RV, which the rule skips (seeds 151, 153, 415, 855, 1210); and a
+ * restart under a changed definition delivers under it before storing it, so
+ * a later restart back to the stored definition resumes without a diff and
+ * what the unstored one let in is never deleted (seed 151 with the re-entry
+ * let through). Make it the default once both are fixed.
  *
- * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
+ * Checks: (1) the consumer's view equals the server's state (uid and RV of
+ * every live object in the final definition's namespaces); (2) every message
+ * the rule skips is an exact repeat of one delivered before, and only of a
+ * change past the checkpoint the restart began from — nothing else goes back;
+ * (3) every object (uid) the consumer saw that the server no longer has, or
+ * that is outside the final definition, got a DELETED.
+ *
+ * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [--redefine] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
  */
 #include "common/buf.h"
@@ -61,10 +78,11 @@
 #include <unistd.h>
 
 #define NAMES 5
-#define MAX_NS 2
+#define MAX_NS 3
 #define MAX_SINKS 2
 
 static bool verbose;
+static bool redefine_on; /* --redefine: restarts may change the definition (off by default: see the design note) */
 
 /* ---- randomness: the seed is the history ------------------------------------ */
 
@@ -99,7 +117,7 @@ typedef struct { bool alive; unsigned uid; uint64_t rv; unsigned gen; } mobj_t;
 typedef struct { int type; int ns, name; unsigned uid; uint64_t rv; unsigned gen; } mev_t; /* KB_EV_* */
 
 typedef struct {
-    int n_ns;                    /* namespaces in use: 1 or 2 ("a", "b") */
+    int n_ns;                    /* namespaces in use: 2 or 3 ("a", "b", "c") */
     mobj_t obj[MAX_NS][NAMES];
     mev_t *hist;
     size_t n_hist, cap_hist;
@@ -111,7 +129,7 @@ typedef struct {
     bool has_snap;
 } server_t;
 
-static const char *const ns_names[MAX_NS] = {"a", "b"};
+static const char *const ns_names[MAX_NS] = {"a", "b", "c"};
 
 static void srv_event(server_t *s, int type, int ns, int name) {
     mobj_t *o = &s->obj[ns][name];
@@ -218,13 +236,17 @@ typedef struct {
     bool restores;          /* this history may restore the server from a backup (compaction none only) */
     unsigned restored;      /* how many times it did */
     bool memory;            /* no state_dir: the cache alone (no restarts then: they would start from nothing) */
+    bool redefines;         /* a restart may come with another definition (namespaces) on the same state_dir */
+    int def_ns[MAX_NS];     /* the definition: its namespaces in config order (reflector i lists def_ns[i]) */
+    int n_def_ns;           /* 0: cluster-wide (one reflector) */
+    unsigned shards;
     int stream_pct;         /* chance a list is streamed (sendInitialEvents) rather than paged */
     int64_t window;         /* coalescing window in clock ticks (0 = off; only with latest) */
     int64_t clock;          /* the fifo's clock: one tick per step, and per quiesce round */
     int life;
     uint64_t acked_at_start[64]; /* per lifetime: the checkpoint it began from */
     uint64_t tail_end[64];       /* per lifetime: the last seq of the journal tail it re-queued */
-    unsigned crashes, restarts, lists, gones, steps, msgs;
+    unsigned crashes, restarts, redefined, lists, gones, steps, msgs;
 } sim_t;
 
 static void refl_reset(refl_t *f) {
@@ -236,6 +258,14 @@ static void refl_reset(refl_t *f) {
 }
 
 static bool in_scope(const refl_t *f, int ns) { return f->ns < 0 || f->ns == ns; }
+
+/* Does the definition list namespace ns? */
+static bool def_covers(const sim_t *s, int ns) {
+    for (int i = 0; i < s->n_def_ns; i++)
+        if (s->def_ns[i] == ns)
+            return true;
+    return !s->n_def_ns;
+}
 
 static int64_t sim_clock(void *opaque) {
     return ((sim_t *)opaque)->clock;
@@ -287,7 +317,7 @@ static void deliver(sim_t *s, kb_event_t *ev) {
             owe[n_owe++] = s->sinks[i].lidx;
     }
     kb_ledger_routed(l, ev->seq, owe, n_owe);
-    int ns = ev->ns[0] == 'a' ? 0 : 1, name = atoi(ev->name + 1);
+    int ns = ev->ns[0] - 'a', name = atoi(ev->name + 1);
     for (int i = 0; i < s->n_sinks; i++) {
         msink_t *k = &s->sinks[i];
         if (!take[i])
@@ -704,24 +734,26 @@ static void check_sink(sim_t *s, int si) {
             fail("sink %d message %zu: seq %llu repeated although this sink's watermark (seq %llu) had passed it",
                  si, i, (unsigned long long)m->seq, (unsigned long long)k->wm_at_start[m->life]);
     }
-    /* The view converges to the server's state. */
+    /* The view converges to the server's state under the final definition. */
     for (int ns = 0; ns < s->srv.n_ns && !failed; ns++)
         for (int n = 0; n < NAMES && !failed; n++) {
             mobj_t *o = &s->srv.obj[ns][n];
             cview_t *v = &view[ns][n];
-            bool live = v->seen && v->alive;
-            if (o->alive != live || (o->alive && (v->uid != o->uid || v->rv != o->rv)))
-                fail("sink %d: %s/n%d is %s uid %u @%llu on the server but %s uid %u @%llu for the consumer", si,
+            bool live = v->seen && v->alive, want = o->alive && def_covers(s, ns);
+            if (want != live || (want && (v->uid != o->uid || v->rv != o->rv)))
+                fail("sink %d: %s/n%d is %s uid %u @%llu on the server%s but %s uid %u @%llu for the consumer", si,
                      ns_names[ns], n, o->alive ? "live" : "gone", o->uid, (unsigned long long)o->rv,
-                     live ? "live" : "gone", v->uid, (unsigned long long)v->rv);
+                     o->alive && !want ? " (outside the definition)" : "", live ? "live" : "gone", v->uid,
+                     (unsigned long long)v->rv);
         }
-    /* Every object the consumer saw that is gone got its DELETED. */
+    /* Every object the consumer saw that is gone, or outside the final
+     * definition, got its DELETED. */
     for (size_t i = 0; i < k->log.n && !failed; i++) {
         cmsg_t *m = &k->log.v[i];
         if (m->type == KB_EV_DELETED)
             continue;
         mobj_t *o = &s->srv.obj[m->ns][m->name];
-        if (o->alive && o->uid == m->uid)
+        if (o->alive && o->uid == m->uid && def_covers(s, m->ns))
             continue;
         bool deleted = false;
         for (size_t j = i + 1; j < k->log.n && !deleted; j++)
@@ -780,12 +812,78 @@ static void quiesce(sim_t *s) {
         fail("kbridge never caught up with the server");
 }
 
+/* The informer's definition: cluster-wide, or some namespaces in some order
+ * (another order of the same set is the same definition: it resumes). */
+static void pick_definition(sim_t *s) {
+    s->n_def_ns = 0;
+    if (chance(&s->r, 25))
+        return;
+    for (int ns = 0; ns < s->srv.n_ns; ns++)
+        if (chance(&s->r, 60))
+            s->def_ns[s->n_def_ns++] = ns;
+    if (!s->n_def_ns)
+        s->def_ns[s->n_def_ns++] = (int)rnd(&s->r, (unsigned)s->srv.n_ns);
+    for (int i = s->n_def_ns - 1; i > 0; i--) {
+        int j = (int)rnd(&s->r, (unsigned)i + 1), t = s->def_ns[i];
+        s->def_ns[i] = s->def_ns[j];
+        s->def_ns[j] = t;
+    }
+}
+
+/* The config of the current definition (one reflector per namespace, in
+ * config order, or one cluster-wide), loaded; the reflectors follow it. */
+static void load_config(sim_t *s) {
+    char nsl[64] = "";
+    for (int i = 0; i < s->n_def_ns; i++)
+        snprintf(nsl + strlen(nsl), sizeof(nsl) - strlen(nsl), "%s\"%s\"", i ? ", " : "", ns_names[s->def_ns[i]]);
+    snprintf(s->cfgtext, sizeof(s->cfgtext),
+             "cluster = { name = \"sim\"; server = \"http://127.0.0.1:9\"; };\n"
+             "%s%s%s"
+             "informers = ( { name = \"pods\"; version = \"v1\"; resource = \"pods\"; shards = %u; "
+             "compaction = \"%s\"; queue_bytes = 1073741824; %s%s%s } );\n"
+             "sinks = ( { name = \"out\"; type = \"file\"; path = \"/dev/null\"; } );\n"
+             "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n",
+             s->memory ? "" : "state_dir = \"", s->memory ? "" : s->dir, s->memory ? "" : "\";\n", s->shards,
+             s->latest ? "latest" : "none", s->n_def_ns ? "namespaces = [" : "", nsl, s->n_def_ns ? "];" : "");
+    kb_config_free(s->cfg);
+    char err[512];
+    s->cfg = kb_config_load_string(s->cfgtext, "sim.cfg", err, sizeof(err));
+    if (!s->cfg) {
+        fprintf(stderr, "kb_sim: config: %s\n", err);
+        exit(2);
+    }
+    s->n_refl = s->n_def_ns ? s->n_def_ns : 1;
+    for (int i = 0; i < s->n_refl; i++)
+        s->refl[i].ns = s->n_def_ns ? s->def_ns[i] : -1;
+}
+
+/* The operator restarts kbridge with another definition on the same
+ * state_dir (after kb_gone: no informer is open). A reflector's scope may now
+ * be another's: each new one counts as restored-since-listed if any old one
+ * was (the server refuses a resume point of the old history to any scope). */
+static void redefine(sim_t *s) {
+    bool old_epoch = false;
+    for (int i = 0; i < s->n_refl; i++)
+        old_epoch |= s->refl[i].old_epoch;
+    pick_definition(s);
+    load_config(s);
+    for (int i = 0; i < MAX_NS; i++)
+        s->refl[i].old_epoch = old_epoch;
+    s->redefined++;
+    if (verbose) {
+        printf("REDEFINE: namespaces");
+        for (int i = 0; i < s->n_def_ns; i++)
+            printf(" %s", ns_names[s->def_ns[i]]);
+        printf("%s\n", s->n_def_ns ? "" : " (all)");
+    }
+}
+
 static void configure(sim_t *s) {
     s->latest = chance(&s->r, 50);
     s->window = s->latest && chance(&s->r, 50) ? 1 + (int64_t)rnd(&s->r, 20) : 0;
     static const int stream_pcts[] = {0, 50, 100}; /* list_mode paged, a mix (auto falling back), stream */
     s->stream_pct = stream_pcts[rnd(&s->r, 3)];
-    s->n_refl = chance(&s->r, 30) ? 2 : 1;
+    bool two = chance(&s->r, 30);
     s->srv.n_ns = 2;
     s->n_sinks = 1 + (int)rnd(&s->r, MAX_SINKS);
     for (int i = 0; i < s->n_sinks; i++) {
@@ -796,17 +894,17 @@ static void configure(sim_t *s) {
     s->restores = !s->latest && chance(&s->r, 40);
     for (int i = 0; i < s->n_sinks && s->memory; i++)
         s->sinks[i].refuse_pct = 0; /* a stopped sink is tried again by a restart */
-    for (int i = 0; i < s->n_refl; i++)
-        s->refl[i].ns = s->n_refl == 1 ? -1 : i;
-    snprintf(s->cfgtext, sizeof(s->cfgtext),
-             "cluster = { name = \"sim\"; server = \"http://127.0.0.1:9\"; };\n"
-             "%s%s%s"
-             "informers = ( { name = \"pods\"; version = \"v1\"; resource = \"pods\"; shards = %u; "
-             "compaction = \"%s\"; queue_bytes = 1073741824; %s } );\n"
-             "sinks = ( { name = \"out\"; type = \"file\"; path = \"/dev/null\"; } );\n"
-             "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n",
-             s->memory ? "" : "state_dir = \"", s->memory ? "" : s->dir, s->memory ? "" : "\";\n", 1 + rnd(&s->r, 3), s->latest ? "latest" : "none",
-             s->n_refl == 2 ? "namespaces = [\"a\", \"b\"];" : "");
+    s->shards = 1 + rnd(&s->r, 3);
+    s->redefines = redefine_on && !s->memory && chance(&s->r, 40); /* without, the histories of before */
+    if (s->redefines) {
+        s->srv.n_ns = MAX_NS; /* room for sets to change, and for one no set lists */
+        pick_definition(s);
+    } else {
+        s->n_def_ns = two ? 2 : 0;
+        s->def_ns[0] = 0;
+        s->def_ns[1] = 1;
+    }
+    load_config(s);
 }
 
 static bool run_history(uint64_t seed, unsigned steps) {
@@ -821,12 +919,6 @@ static bool run_history(uint64_t seed, unsigned steps) {
         exit(2);
     }
     configure(s);
-    char err[512];
-    s->cfg = kb_config_load_string(s->cfgtext, "sim.cfg", err, sizeof(err));
-    if (!s->cfg) {
-        fprintf(stderr, "kb_sim: config: %s\n", err);
-        exit(2);
-    }
     kb_open(s);
     for (unsigned i = 0; i < steps && !failed; i++) {
         unsigned w = rnd(&s->r, 100);
@@ -854,11 +946,15 @@ static bool run_history(uint64_t seed, unsigned steps) {
             TRACE("CRASH\n");
             s->crashes++;
             kb_gone(s, true);
+            if (s->redefines && chance(&s->r, 40))
+                redefine(s);
             kb_open(s);
         } else {
             TRACE("RESTART\n");
             s->restarts++;
             clean_stop(s);
+            if (s->redefines && chance(&s->r, 40))
+                redefine(s);
             kb_open(s);
         }
     }
@@ -878,10 +974,10 @@ static bool run_history(uint64_t seed, unsigned steps) {
     }
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
-               "%u crashes, %u restarts, %u restores, %u messages%s)\n",
+               "%u crashes, %u restarts, %u redefinitions, %u restores, %u messages%s)\n",
                (unsigned long long)seed, failed ? "FAILED: " : "ok", failed ? failure : "", "",
                s->latest ? (s->window ? "latest+window" : "latest") : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
-               s->crashes, s->restarts, s->restored, s->msgs, s->memory ? ", no state_dir" : "");
+               s->crashes, s->restarts, s->redefined, s->restored, s->msgs, s->memory ? ", no state_dir" : "");
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
     if (system(cmd) != 0)
@@ -912,8 +1008,10 @@ int main(int argc, char **argv) {
             n = UINT64_MAX;
         } else if (!strcmp(argv[i], "-v"))
             verbose = true;
+        else if (!strcmp(argv[i], "--redefine"))
+            redefine_on = true;
         else {
-            fprintf(stderr, "usage: kb_sim [--seeds N] [--first S] [--seed S] [--steps N] [--seconds T] [-v]\n");
+            fprintf(stderr, "usage: kb_sim [--seeds N] [--first S] [--seed S] [--steps N] [--seconds T] [--redefine] [-v]\n");
             return 2;
         }
     }
