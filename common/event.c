@@ -8,6 +8,7 @@
 #include "common/event.h"
 
 #include "common/alloc.h"
+#include "common/fields.h"
 #include "common/hash.h"
 
 #include <stdlib.h>
@@ -123,6 +124,7 @@ static kb_event_t *kb_event_alloc(const kb_event_init_t *in, size_t extra) {
     kb_event_t *ev = kb_malloc(sizeof(*ev) + strs);
     memset(ev, 0, sizeof(*ev));
     atomic_init(&ev->refcnt, 1);
+    atomic_init(&ev->ann_span, 0);
     ev->type = in->type;
     ev->final_state_unknown = in->final_state_unknown;
     ev->res = kb_resource_ref(in->res);
@@ -259,4 +261,23 @@ void kb_event_unref(kb_event_t *ev) {
 size_t kb_event_size(const kb_event_t *ev) {
     return sizeof(*ev) + ev->key_len + ev->ns_len + ev->name_len + ev->uid_len + ev->rv_len + ev->obj_len + 6 +
            ev->zlen;
+}
+
+#define KB_EV_ANN_DONE (UINT64_C(1) << 63)
+
+void kb_event_annotations(const kb_event_t *ev, const char **s, size_t *n) {
+    kb_event_t *memo = (kb_event_t *)(uintptr_t)ev; /* ann_span only: see event.h */
+    uint64_t span = atomic_load_explicit(&memo->ann_span, memory_order_relaxed);
+    if (!(span & KB_EV_ANN_DONE)) {
+        const char *meta, *ann;
+        size_t mlen, alen;
+        span = KB_EV_ANN_DONE;
+        if (ev->obj_len < (UINT64_C(1) << 31) &&
+            kb_fields_member(ev->obj, ev->obj_len, "metadata", 8, &meta, &mlen) &&
+            kb_fields_member(meta, mlen, "annotations", 11, &ann, &alen) && *ann == '{')
+            span |= (uint64_t)(ann - ev->obj) << 32 | alen;
+        atomic_store_explicit(&memo->ann_span, span, memory_order_relaxed);
+    }
+    *n = (size_t)(span & UINT32_MAX);
+    *s = ev->obj + (*n ? (size_t)((span & ~KB_EV_ANN_DONE) >> 32) : 0);
 }

@@ -107,6 +107,11 @@ typedef struct kb_event {
     const char *obj;          /* compact JSON object; NUL-terminated */
     size_t obj_len;
     size_t labels_off, labels_len; /* span of metadata.labels' JSON object in obj; len 0 if none */
+    /* Span of metadata.annotations in obj, found on first use by
+     * kb_event_annotations and remembered: 0 = not looked up yet, else
+     * KB_EV_ANN_DONE | off << 32 | len. A memo, not a change: every thread
+     * that looks computes the same value. */
+    _Atomic uint64_t ann_span;
     /* Packed events only (zdict != NULL): the frame of zlen bytes follows
      * obj's NUL (kb_event_frame); it expands to zraw_len object bytes whose
      * labels span is zlabels_off/zlabels_len. */
@@ -146,6 +151,11 @@ static inline const void *kb_event_frame(const kb_event_t *ev) { return ev->obj 
  * the caller writes zraw_len bytes to (char *)obj before sharing it
  * (obj[zraw_len] is already NUL). Refcount 1. */
 kb_event_t *kb_event_unpack_shell(const kb_event_t *packed);
+
+/* The metadata.annotations JSON object of ev's object ({"k":"v",…}): its
+ * span in *s, *n (0 if none). Looked up in the object bytes the first time it
+ * is asked for an event and remembered. Any thread. */
+void kb_event_annotations(const kb_event_t *ev, const char **s, size_t *n);
 
 /* A copy of ev with another type (and finalStateUnknown flag); refcount 1.
  * ev must not be packed (expand it first). */

@@ -219,6 +219,7 @@ static void kb_summary_route(const kb_config_route_t *r, FILE *out) {
         kb_print_list(out, &r->namespaces, "");
     }
     kb_print_opt(out, "labels", r->label_selector);
+    kb_print_opt(out, "fields", r->field_selector);
     fputc('\n', out);
 }
 

@@ -13,6 +13,7 @@
 
 #include "common/alloc.h"
 #include "common/buf.h"
+#include "common/fields.h"
 #include "common/selector.h"
 
 #include <stdint.h>
@@ -502,7 +503,8 @@ static const kb_ckey_t kb_keys_route[] = {
     {.name = "topic", .type = KB_CT_STRING, .off = RT(topic), .def = "", .flags = KB_CF_TEMPLATE,
      .doc = "Topic template; \"\" = the sink's default (Kafka \"k8s.{cluster}.{resource}\", MQTT "
             "\"k8s/{cluster}/{resource}/{namespace}/{name}\"). Variables: {cluster} {group} {version} "
-            "{resource} {kind} {namespace} {name} {uid} {type}."},
+            "{resource} {kind} {namespace} {name} {uid} {type} {labels.KEY} {annotations.KEY}; any may take a "
+            "default for an empty value: {labels.app|unknown}."},
     {.name = "key", .type = KB_CT_STRING, .off = RT(key), .def = "{namespace}/{name}", .flags = KB_CF_TEMPLATE,
      .doc = "Message key template (Kafka key, CloudEvents partitionkey)."},
     {.name = "types", .type = KB_CT_TYPES, .off = RT(types), .off2 = RT(types_set), .flags = KB_CF_SEEN,
@@ -512,6 +514,11 @@ static const kb_ckey_t kb_keys_route[] = {
      .doc = "Client-side filter: only objects in these namespaces; empty = all."},
     {.name = "label_selector", .type = KB_CT_STRING, .off = RT(label_selector), .def = "",
      .doc = "Client-side filter: only objects whose labels match."},
+    {.name = "field_selector", .type = KB_CT_STRING, .off = RT(field_selector), .def = "",
+     .doc = "Client-side filter: only objects whose fields match, in the kube API's field selector syntax and "
+            "names for the informer's resource (\"status.phase=Running,spec.nodeName!=n1\" for Pods, "
+            "\"reason=BackOff,type=Warning\" for Events; metadata.name and metadata.namespace for all). "
+            "An unknown field is a load error. Read from the object as projected: keep_fields must keep it."},
     {.name = "format", .type = KB_CT_ENUM, .off = RT(format), .def = "json", .values = kb_v_format,
      .doc = "Envelope: kbridge JSON, or CloudEvents 1.0 structured or binary mode."},
     {.name = "mode", .type = KB_CT_ENUM, .off = RT(mode), .def = "events", .values = kb_v_mode,
@@ -527,14 +534,29 @@ static const kb_ckey_t kb_keys_route[] = {
 };
 #undef RT
 
-/* A route's label_selector is evaluated by the bridge (client-side), so its
- * syntax is checked at load like a template, not first at start. */
+/* grp's field_selector names only fields the informer's resource has. */
+static bool kb_field_selector_valid(kb_loader_t *ld, const config_setting_t *grp, const char *prefix,
+                                    const kb_config_route_t *route) {
+    const kb_config_informer_t *inf = kb_config_find_informer(ld->cfg, route->informer);
+    char err[1024];
+    kb_fieldsel_t *sel = kb_fieldsel_parse(route->field_selector, inf->group, inf->resource, err, sizeof(err));
+    if (!sel)
+        return kb_config__fail(ld, config_setting_get_member(grp, "field_selector"), "%s.field_selector: %s",
+                               prefix, err);
+    kb_fieldsel_free(sel);
+    return true;
+}
+
+/* A route's label_selector and field_selector are evaluated by the bridge
+ * (client-side), so they are checked at load like a template, not first at
+ * start. */
 static bool kb_finish_route(kb_loader_t *ld, void *base, size_t index, const config_setting_t *grp,
                             const char *prefix) {
     if (!kb_config__finish_route(ld, base, index, grp, prefix))
         return false;
     const kb_config_route_t *route = base;
-    return kb_selector_valid(ld, grp, prefix, route->label_selector);
+    return kb_selector_valid(ld, grp, prefix, route->label_selector) &&
+           kb_field_selector_valid(ld, grp, prefix, route);
 }
 
 static const kb_csection_t kb_sec_route = {

@@ -1,7 +1,8 @@
 /* sinks/router.c — route matching and topic/key rendering (see router.h).
  *
  * Templates and selectors are compiled once here; per event the router only
- * tests a bit mask, a namespace list and (if set) a selector, and renders
+ * tests a bit mask, a namespace list and (if set) a label selector and a
+ * field selector (read from the object bytes, common/fields.h), and renders
  * two short strings. Routes keep config order, so fan-out is deterministic.
  */
 #include "sinks/router.h"
@@ -64,6 +65,16 @@ kb_router_t *kb_router_new(const kb_config_t *cfg, const char *informer, kb_sink
                 goto fail;
             }
         }
+        if (rc->field_selector && rc->field_selector[0]) {
+            const kb_config_informer_t *inf = kb_config_find_informer(cfg, informer);
+            char why[1024];
+            route->fields = kb_fieldsel_parse(rc->field_selector, inf->group, inf->resource, why, sizeof(why));
+            if (!route->fields) {
+                snprintf(errstr, errstr_size, "%s:%d: routes.%s.field_selector: %s", cfg->path, rc->line, rc->name,
+                         why);
+                goto fail;
+            }
+        }
     }
     return router;
 fail:
@@ -78,6 +89,7 @@ void kb_router_destroy(kb_router_t *router) {
         kb_template_free(router->routes[i].topic);
         kb_template_free(router->routes[i].key);
         kb_selector_free(router->routes[i].selector);
+        kb_fieldsel_free(router->routes[i].fields);
     }
     free(router->routes);
     free(router);
@@ -96,6 +108,8 @@ bool kb_route_match(const kb_route_t *route, const kb_event_t *ev) {
     }
     if (route->selector &&
         !kb_selector_match_json(route->selector, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len))
+        return false;
+    if (route->fields && !kb_fieldsel_match(route->fields, ev->obj, ev->obj_len))
         return false;
     return true;
 }

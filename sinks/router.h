@@ -7,13 +7,15 @@
  *
  * Filters per route: types (bit mask), namespaces (exact names or fnmatch
  * globs such as "team-*"), label_selector (the Kubernetes selector grammar,
- * evaluated on the event's metadata.labels).
+ * evaluated on the event's metadata.labels), field_selector (the kube API's
+ * field selectors, read from the object's bytes).
  */
 #ifndef KB_SINKS_ROUTER_H
 #define KB_SINKS_ROUTER_H
 
 #include "common/buf.h"
 #include "common/event.h"
+#include "common/fields.h"
 #include "common/template.h"
 #include "config/config.h"
 #include "common/selector.h"
@@ -30,6 +32,7 @@ typedef struct kb_route {
     kb_template_t *key;
     unsigned render_flags;         /* KB_TEMPLATE_ESCAPE_MQTT for MQTT topics */
     kb_selector_t *selector;       /* NULL = every object */
+    kb_fieldsel_t *fields;         /* field_selector; NULL = every object */
 } kb_route_t;
 
 typedef struct kb_router {

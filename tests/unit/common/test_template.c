@@ -184,6 +184,60 @@ static void test_per_object(void **state) {
     kb_template_free(NULL);
 }
 
+/* An event whose object is obj, with its metadata.labels span found in it. */
+static kb_event_t *mk_obj(kb_resource_t *res, const char *ns, const char *name, const char *obj) {
+    const char *l = strstr(obj, "\"labels\":{");
+    size_t off = 0, len = 0;
+    if (l) {
+        off = (size_t)(l - obj) + 9;
+        len = (size_t)(strchr(obj + off, '}') - (obj + off)) + 1;
+    }
+    kb_event_init_t in = {.type = KB_EV_ADDED, .res = res, .ns = ns, .ns_len = strlen(ns), .name = name,
+                          .name_len = strlen(name), .uid = "uid-1", .uid_len = 5, .rv = "7", .rv_len = 1,
+                          .obj = obj, .obj_len = strlen(obj), .labels_off = off, .labels_len = len};
+    return kb_event_new(&in);
+}
+
+/* {labels.KEY} and {annotations.KEY} read the object; "|default" stands in
+ * for a missing (or empty) value, and any variable may have one. */
+static void test_labels_annotations(void **state) {
+    (void)state;
+    kb_event_t *ev = mk_obj(pods, "ns1", "p1",
+                            "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p1\",\"labels\":{\"app\":\"web\","
+                            "\"app.kubernetes.io/part-of\":\"shop\"},\"annotations\":{\"team\":\"a/b\","
+                            "\"example.com/owner\":\"ops\",\"q\":\"x\\\"y\"}},\"spec\":{}}");
+    expect_render("k8s.{labels.app}.{name}", ev, 0, "k8s.web.p1");
+    expect_render("{labels.app.kubernetes.io/part-of}", ev, 0, "shop");
+    expect_render("{labels.tier|none}/{name}", ev, 0, "none/p1");
+    expect_render("{labels.tier}/{name}", ev, 0, "p1"); /* empty collapses as ever */
+    expect_render("{labels.app|none}", ev, 0, "web");
+    expect_render("{annotations.example.com/owner|nobody}", ev, 0, "ops");
+    expect_render("{annotations.missing|nobody}", ev, 0, "nobody");
+    expect_render("t/{annotations.team}", ev, KB_TEMPLATE_ESCAPE_MQTT, "t/a%2Fb");
+    expect_render("t/{labels.none|x/y}", ev, KB_TEMPLATE_ESCAPE_MQTT, "t/x%2Fy"); /* a default is a value */
+    expect_render("{annotations.q}", ev, 0, "x\"y"); /* JSON escapes decoded */
+    expect_render("{labels.app|}", ev, 0, "web");
+    kb_event_unref(ev);
+
+    kb_event_t *node = mk(nodes, KB_EV_ADDED, "", "n1", 2); /* object "{}" */
+    expect_render("{namespace|_cluster}/{name}", node, 0, "_cluster/n1");
+    expect_render("{labels.app|none}.{annotations.a|-}", node, 0, "none.-");
+    kb_event_unref(node);
+}
+
+static void test_labels_compile(void **state) {
+    (void)state;
+    expect_compile_error("{labels.}", "{labels.}: a label key");
+    expect_compile_error("{labels.a b}", "{labels.a b}: a label key");
+    expect_compile_error("{annotations.}", "{annotations.}: an annotation key");
+    expect_compile_error("{label.app}", "unknown variable {label.app}");
+    expect_compile_error("{labels.app|a{b}", "'{'");
+    kb_template_t *t = kb_template_compile("k8s.{labels.app|none}", NULL, 0);
+    assert_non_null(t);
+    assert_true(kb_template_is_per_object(t));
+    kb_template_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_variables),
@@ -192,6 +246,8 @@ int main(void) {
         cmocka_unit_test(test_literal_braces),
         cmocka_unit_test(test_compile_errors),
         cmocka_unit_test(test_per_object),
+        cmocka_unit_test(test_labels_annotations),
+        cmocka_unit_test(test_labels_compile),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -395,7 +395,12 @@ static void test_error_templates_paths(void **state) {
     (void)state;
     expect_error(INF1 SINK1 "routes = ( { informer = \"pods\"; sink = \"out\"; topic = \"k8s.{foo}\"; } );\n",
                  "t.cfg:3: routes[0].topic: template \"k8s.{foo}\": unknown variable {foo} (known: cluster group "
-                 "version resource kind namespace name uid type)");
+                 "version resource kind namespace name uid type labels.KEY annotations.KEY, each with an optional "
+                 "|default)");
+    expect_error(INF1 SINK1 "routes = ( { informer = \"pods\"; sink = \"out\";\n  field_selector = \"spec.node=a\"; } );\n",
+                 "t.cfg:4: routes[0].field_selector: field selector \"spec.node=a\": unknown field \"spec.node\" for "
+                 "pods (known: metadata.name, metadata.namespace, spec.nodeName, spec.restartPolicy, spec.schedulerName, "
+                 "spec.serviceAccountName, spec.hostNetwork, status.phase, status.podIP, status.nominatedNodeName)");
     char err[512];
     kb_config_t *cfg = kb_config_load_string(INF1 SINK1 "routes = ( { informer = \"pods\"; sink = \"out\"; key = \"{name\"; } );\n",
                                              "t.cfg", err, sizeof(err));
