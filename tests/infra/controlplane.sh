@@ -210,7 +210,9 @@ wait_ready() {
     local deadline=$((SECONDS + START_DEADLINE)) who
     until ready; do
         for who in etcd kube-apiserver; do
-            if ! running_pid "$who" >/dev/null; then
+            # Gone, not "not ours yet": between the fork and its exec the pid is setsid's or the
+            # shell's, which running_pid does not count (on a busy machine that lasts a while).
+            if ! kill -0 "$(cat "$RUN_DIR/$who.pid" 2>/dev/null)" 2>/dev/null; then
                 tail -n 30 "$RUN_DIR/$who.log" >&2
                 say "$who exited during start-up (log: $RUN_DIR/$who.log)"
                 stop_all

@@ -537,8 +537,16 @@ class ControlPlane:
         self.dir = tempfile.mkdtemp(prefix="kbtest-cp-")
         self.envs = dict(os.environ, KB_CONTROLPLANE_DIR=self.dir)
         atexit.register(self.stop)
-        r = subprocess.run([CONTROLPLANE_SH, "start"], env=self.envs, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, timeout=timeout)
+        # The ports are picked free just before etcd binds them: a test running beside this one can take
+        # one first, and etcd then exits at start ("etcd exited during start-up"). Two more tries, on
+        # other ports, as KafkaBroker.start does.
+        for attempt in range(3):
+            r = subprocess.run([CONTROLPLANE_SH, "start"], env=self.envs, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=timeout)
+            if r.returncode == 0 or "exited during start-up" not in r.stderr or attempt == 2:
+                break
+            print("controlplane.sh start: %s; trying again on other ports" % r.stderr.strip().splitlines()[-1])
+            self.stop()
         if r.returncode != 0:
             raise Failure("controlplane.sh start failed (exit %d):\n%s" % (r.returncode, r.stderr[-4000:]))
         self.env = dict(l.split("=", 1) for l in r.stdout.splitlines() if "=" in l)
