@@ -79,8 +79,8 @@ typedef struct kb_reloader {
  * stopped after a refusal. Thread: kb:reload. */
 static void kb_reload(kb_reloader_t *r) {
     char errstr[1024];
+    kb_bridge_reopen_sinks(r->b); /* first: a change delivered after this line goes to the reopened file */
     KB_INFO("main", "reloading %s (and reopening file sinks)", r->path);
-    kb_bridge_reopen_sinks(r->b);
     char **stopped;
     size_t n_stopped = kb_bridge_stopped_sinks(r->b, &stopped);
     kb_config_t *ncfg = kb_config_load(r->path, errstr, sizeof(errstr));

@@ -50,7 +50,11 @@ def test():
     check(mode(b.out) == 0o600, "the re-created output is 0600 (is %03o)" % mode(b.out))
 
     # 3. SIGHUP reopens.
+    # The reload thread asks the sink to reopen before its next batch: the change is made once it has
+    # (a change written before that would leave no next batch to reopen before).
+    n_reloads = b.logtext().count("(and reopening file sinks)")
     b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: b.logtext().count("(and reopening file sinks)") > n_reloads, 60, what="the SIGHUP's reload")
     want = update(sim, "a")
     wait_for(lambda: want in names_in(b.out), 30, what="the change after SIGHUP")
     wait_for(lambda: "reopened (SIGHUP)" in b.logtext(), 30, what="the reopen on SIGHUP in the log")
