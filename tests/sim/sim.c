@@ -33,21 +33,17 @@
  * old incarnation's); their consumer takes each key's last message instead of
  * the rule, which cannot order two histories.
  *
- * With --redefine, some histories (state_dir ones) also let an operator
+ * Some histories (state_dir ones without restores) also let an operator
  * restart — clean or after a crash — with another definition on the same
  * state_dir: another set of namespaces (of three: "a", "b", "c"), or
  * cluster-wide, in any config order (the same set in another order is the
  * same definition and resumes). The model server has no labels, so selectors
  * are not changed. The consumer's expected view is then the server's objects
- * under the *final* definition. Off by default (CI runs the histories of
- * before, unchanged) because it finds two gaps in the informer not fixed yet:
- * an object that leaves the scope gets DELETED finalStateUnknown at its RV,
- * and when a later definition takes it in again unchanged, its ADDED carries
- * the same RV, which the rule skips (seeds 151, 153, 415, 855, 1210); and a
- * restart under a changed definition delivers under it before storing it, so
- * a later restart back to the stored definition resumes without a diff and
- * what the unstored one let in is never deleted (seed 151 with the re-entry
- * let through). Make it the default once both are fixed.
+ * under the *final* definition, and the consumer follows the rule's one
+ * exception (docs/guarantees.md): an ADDED at the RV of the DELETED
+ * finalStateUnknown it last applied is an object taken in again unchanged,
+ * and is applied. (--redefine is accepted and does nothing: this is the
+ * default.)
  *
  * Checks: (1) the consumer's view equals the server's state (uid and RV of
  * every live object in the final definition's namespaces); (2) every message
@@ -56,7 +52,7 @@
  * (3) every object (uid) the consumer saw that the server no longer has, or
  * that is outside the final definition, got a DELETED.
  *
- * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [--redefine] [-v]
+ * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
  */
 #include "common/buf.h"
