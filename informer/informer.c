@@ -796,7 +796,7 @@ static void kb_inf_list_close(kb_reflector_t *r) {
     if (def_last)
         kb_inf_delete_unscoped(inf, now_rv);
     kb_inf_stage_mark(inf, kb_refl_index(r), list_rv);
-    if (def_last && !inf->batch_failed && kb_state_put_definition(inf->state, inf->def) != KB_OK)
+    if (def_last && !inf->batch_failed && kb_state_put_definition(inf->state, inf->def, NULL) != KB_OK)
         kb_inf_batch_fail(inf, "state_dir write");
 }
 
@@ -1192,23 +1192,38 @@ static bool kb_inf_has_state(kb_informer_t *inf) {
 /* Compare the definition state_dir was written under with this one
  * (informer/definition.h). A change makes every reflector list first and
  * diff, whatever the checkpoint says; the new definition is stored with the
- * last of those lists (kb_inf_list_close). None stored: a new state_dir
+ * last of those lists (kb_inf_list_close). Until then it is recorded as
+ * pending — before anything of it is delivered — so a start after an
+ * interruption lists and diffs too, whatever its own definition: the
+ * persisted index holds everything the pending one let in, and the diff takes
+ * out what the next definition does not cover. None stored: a new state_dir
  * (store it), or one from before definitions were kept (adopt it: store this
  * one and resume). Before start only. */
 static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
-    char *stored = NULL;
-    if (kb_state_read_definition(inf->state, &stored) != KB_OK)
+    char *stored = NULL, *pending = NULL;
+    if (kb_state_read_definition(inf->state, &stored, &pending) != KB_OK)
         return KB_ERR_IO;
     if (!stored) {
         if (kb_inf_has_state(inf))
             KB_WARN("informer", "informer=%s state_dir=%s records no definition (written by an older kbridge): "
                     "adopting the current one and resuming; a definition changed before this start is not noticed",
                     inf->conf->name, dir);
-        return kb_state_put_definition(inf->state, inf->def);
+        free(pending);
+        return kb_state_put_definition(inf->state, inf->def, NULL);
     }
     kb_buf_t what = KB_BUF_INIT;
     unsigned diff = kb_definition_diff(stored, inf->def, &what);
+    if (pending) {
+        kb_buf_t since = KB_BUF_INIT;
+        diff |= kb_definition_diff(pending, inf->def, &since) | KB_DEF_CHANGED;
+        kb_buf_appendf(&what, "%sa start under another definition did not converge%s%s", what.len ? "; " : "",
+                       since.len ? " (it had: " : "", since.len ? since.data : "");
+        kb_buf_append_str(&what, since.len ? ")" : "");
+        kb_buf_fini(&since);
+    }
     free(stored);
+    free(pending);
+    kb_err_t err = KB_OK;
     if (diff) {
         inf->def_stale = inf->n_refl;
         for (size_t i = 0; i < inf->n_refl; i++)
@@ -1218,9 +1233,10 @@ static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
                 "of resuming: objects that no longer match leave as DELETED finalStateUnknown, new matches arrive as "
                 "ADDED%s", inf->conf->name, what.data, inf->def_reshape ? ", every object is sent again in its new "
                 "shape" : "");
+        err = kb_state_put_definition(inf->state, NULL, inf->def);
     }
     kb_buf_fini(&what);
-    return KB_OK;
+    return err;
 }
 
 /* Open state_dir/<informer>[.replica-<i>-of-<n>[.by-uid|.by-namespace]] (a

@@ -6,7 +6,9 @@
  *   "meta"    "ack_seq" (8 bytes BE), "ack_rv", "trimmed_rv" (string),
  *             "zdict/<id>" (a dictionary), "zdict_current" (4-byte id, LE),
  *             "definition" (the informer's, informer/definition.h; absent in
- *             a state_dir older than it)
+ *             a state_dir older than it), "definition_pending" (one a start
+ *             began to converge to: present from before its first delivery
+ *             until the commit that stores it as "definition")
  * A record is a fixed little header followed by the strings and the object;
  * objects of 512 bytes and more are stored as a zstd frame (level 1: a 5 KB
  * Pod becomes ~1.5 KB, so it fits a leaf page instead of two overflow pages,
@@ -915,8 +917,8 @@ kb_err_t kb_state_set_checkpoint(kb_state_t *st, uint64_t seq, const char *rv, c
     return rc ? kb_st_fail(st, "checkpoint commit", rc) : KB_OK;
 }
 
-kb_err_t kb_state_read_definition(kb_state_t *st, char **def) {
-    *def = NULL;
+kb_err_t kb_state_read_definition(kb_state_t *st, char **def, char **pending) {
+    *def = *pending = NULL;
     MDB_txn *txn;
     int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
     if (rc)
@@ -924,19 +926,35 @@ kb_err_t kb_state_read_definition(kb_state_t *st, char **def) {
     MDB_val v;
     if (!kb_meta_get(txn, st, "definition", &v))
         *def = kb_strndup(v.mv_data, v.mv_size);
+    if (!kb_meta_get(txn, st, "definition_pending", &v))
+        *pending = kb_strndup(v.mv_data, v.mv_size);
     mdb_txn_abort(txn);
     return KB_OK;
 }
 
-kb_err_t kb_state_put_definition(kb_state_t *st, const char *def) {
+/* The puts of kb_state_put_definition, in txn. */
+static int kb_def_write(MDB_txn *txn, kb_state_t *st, const char *def, const char *pending) {
+    int rc = def ? kb_meta_put(txn, st, "definition", def, strlen(def)) : 0;
+    if (!rc && pending)
+        rc = kb_meta_put(txn, st, "definition_pending", pending, strlen(pending));
+    if (!rc && !pending) {
+        MDB_val k = {18, (void *)"definition_pending"};
+        rc = mdb_del(txn, st->meta, &k, NULL);
+        if (rc == MDB_NOTFOUND)
+            rc = 0;
+    }
+    return rc;
+}
+
+kb_err_t kb_state_put_definition(kb_state_t *st, const char *def, const char *pending) {
     if (st->txn) {
-        int rc = kb_meta_put(st->txn, st, "definition", def, strlen(def));
+        int rc = kb_def_write(st->txn, st, def, pending);
         return rc ? kb_st_fail(st, "definition put", rc) : KB_OK;
     }
     MDB_txn *txn = NULL;
     int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
     if (!rc)
-        rc = kb_meta_put(txn, st, "definition", def, strlen(def));
+        rc = kb_def_write(txn, st, def, pending);
     if (rc) {
         if (txn)
             mdb_txn_abort(txn);

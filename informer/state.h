@@ -12,7 +12,9 @@
  *              sink, and the watch resume RV that goes with it.
  *   definition what the informer was when this state was written (its
  *              resource, selectors, namespaces, projection), so a restart
- *              with another one is noticed (informer/definition.h).
+ *              with another one is noticed (informer/definition.h); and a
+ *              pending one: a start under a changed definition records it
+ *              before anything of it is delivered, until its lists converge.
  *
  * One LMDB environment per informer (and replica) directory. Writes are group
  * commits: kb_state_begin … put … kb_state_commit, one per watch chunk or
@@ -107,11 +109,14 @@ kb_err_t kb_state_read_sink_seq(kb_state_t *st, const char *sink, uint64_t *seq)
 
 /* The informer's definition stored with this state (informer/definition.h):
  * *def a new string (caller frees), or NULL when none is stored — a state_dir
- * written before kbridge kept definitions, or a new one. */
-kb_err_t kb_state_read_definition(kb_state_t *st, char **def);
-/* Store def: inside the open group commit if there is one (it commits or
- * aborts with it), else in a transaction of its own. */
-kb_err_t kb_state_put_definition(kb_state_t *st, const char *def);
+ * written before kbridge kept definitions, or a new one; *pending (caller
+ * frees) the definition a start began to converge to and did not finish, or
+ * NULL. */
+kb_err_t kb_state_read_definition(kb_state_t *st, char **def, char **pending);
+/* Store def (NULL: keep the stored one) and pending (NULL: none any more):
+ * inside the open group commit if there is one (it commits or aborts with
+ * it), else in a transaction of its own, durable when this returns. */
+kb_err_t kb_state_put_definition(kb_state_t *st, const char *def, const char *pending);
 
 /* Forget everything (a server RV regression: the server's history went back). */
 kb_err_t kb_state_reset(kb_state_t *st);
