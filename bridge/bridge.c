@@ -326,13 +326,15 @@ static void kb_bsink_stop(kb_bsink_t *bs, const kb_event_t *ev, uint64_t seq, co
     const char *name = bs->sink ? bs->sink->name : bs->conf->name;
     const char *type = kb_event_type_name(ev->type);
     const char *verdict = refused ? " for good" : " (not a refusal: nothing is dead-lettered)";
+    const kb_log_field_t *fields =
+        KB_FIELDS(KB_F("sink", name), KB_F("key", ev->key), KB_F("rv", ev->rv), KB_FU("seq", seq));
     if (journal)
-        KB_ERROR("bridge", "sink=%s stopped: it %s %s %s rv=%s%s (%s); the other sinks go on, and nothing is "
+        KB_ERRORF("bridge", fields, "sink=%s stopped: it %s %s %s rv=%s%s (%s); the other sinks go on, and nothing is "
                  "dropped: its changes from seq %llu on wait in the journal — %s, then send SIGHUP or restart to try "
                  "again", name, what, type, ev->key, ev->rv, verdict, reason, (unsigned long long)seq,
                  refused ? "fix the cause" : "when the destination is back");
     else
-        KB_ERROR("bridge", "sink=%s stopped: it %s %s %s rv=%s%s (%s); the other sinks go on. Without state_dir "
+        KB_ERRORF("bridge", fields, "sink=%s stopped: it %s %s %s rv=%s%s (%s); the other sinks go on. Without state_dir "
                  "its changes from seq %llu on are not kept: once the cause is gone, SIGHUP relists and sends it the "
                  "current state of every object (the changes in between are lost to it)", name, what, type, ev->key,
                  ev->rv, verdict, reason, (unsigned long long)seq);
@@ -1278,7 +1280,10 @@ void kb_bridge_log_stats(kb_bridge_t *b) {
         kb_pipeline_t *p = b->pipes[i];
         kb_informer_stats_t st;
         kb_informer_stats(p->inf, &st);
-        KB_INFO("bridge",
+        KB_INFOF("bridge",
+                 KB_FIELDS(KB_F("informer", kb_informer_conf(p->inf)->name), KB_FU("objects", st.objects),
+                           KB_FU("delivered", atomic_load(&p->delivered)), KB_FU("failed", atomic_load(&p->failed)),
+                           KB_FU("relists", st.relists), KB_FU("watches", st.watches), KB_F("rv", st.last_rv)),
                 "informer=%s objects=%zu added=%llu modified=%llu deleted=%llu sync=%llu delivered=%llu failed=%llu "
                 "relists=%llu watches=%llu bookmarks=%llu gated=%llu malformed=%llu gone=%llu throttled=%llu "
                 "server_errors=%llu connect_errors=%llu rv=%s",
@@ -1774,7 +1779,12 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool 
     /* 5. Sinks nothing routes to any more: flush and close; a rebuilt one hands over. */
     kb_reload_retire_sinks(b, &pl, dropped, n_dropped);
     free(dropped);
-    KB_INFO("bridge", "reloaded %s: informers kept=%zu added=%zu removed=%zu; sinks kept=%zu added=%zu removed=%zu; "
+    KB_INFOF("bridge",
+             KB_FIELDS(KB_F("config", ncfg->path), KB_FU("informers_kept", pl.ni - pl.added),
+                       KB_FU("informers_added", pl.added), KB_FU("informers_removed", pl.removed),
+                       KB_FU("sinks_kept", pl.nn - pl.new_sinks), KB_FU("sinks_added", pl.new_sinks),
+                       KB_FU("sinks_removed", n_dropped), KB_FU("routes", ncfg->n_routes)),
+             "reloaded %s: informers kept=%zu added=%zu removed=%zu; sinks kept=%zu added=%zu removed=%zu; "
             "routes=%zu; other settings %s", ncfg->path, pl.ni - pl.added, pl.added, pl.removed, pl.nn - pl.new_sinks,
             pl.new_sinks, n_dropped, ncfg->n_routes, kb_reload_name(global));
     kb_reload_plan_fini(&pl);
@@ -1846,7 +1856,8 @@ size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n) {
     for (size_t i = 0; i < cfg->n_sinks; i++)
         for (size_t j = 0; j < n; j++)
             if (!strcmp(cfg->sinks[i].name, names[j]) && atomic_exchange(&b->sinks[i]->stopped, false))
-                KB_INFO("bridge", "sink=%s: trying it again (it stopped after it %s)", names[j], b->sinks[i]->why);
+                KB_INFOF("bridge", KB_FIELDS(KB_F("sink", names[j])), "sink=%s: trying it again (it stopped after it %s)",
+                         names[j], b->sinks[i]->why);
     size_t count = 0;
     for (size_t k = 0; k < b->n_pipes; k++) {
         if (!reopened[k])

@@ -98,8 +98,9 @@ static const kb_ckey_t kb_keys_log[] = {
      .flags = KB_CF_LIVE, .doc = "Lowest level written to stderr."},
     {.name = "format", .type = KB_CT_CHOICE, .off = TOP(log_format), .def = "text", .values = kb_v_log_format,
      .flags = KB_CF_LIVE,
-     .doc = "One line per event: plain text with key=value fields, or one JSON object per line in which "
-             "every key=value field (informer, sink, key, rv, …) is a string member of its own and msg keeps the prose."},
+     .doc = "One line per event: plain text with key=value fields, or one JSON object per line whose msg is the "
+             "same message and whose main fields (informer, sink, seq, rv, server, …) are also string members of their "
+             "own."},
 };
 static const kb_csection_t kb_sec_log = {
     .title = "log", .doc = "Logging to stderr.", .line_off = SIZE_MAX,

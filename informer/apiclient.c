@@ -294,7 +294,8 @@ kb_apiclient_t *kb_apiclient_new(const kb_config_cluster_t *cluster, char *errst
     if (!kb_api_check_plain_http(api, cluster, errstr, errstr_size))
         goto fail;
     bool tls = !strncmp(api->server, "https://", 8);
-    KB_INFO("apiclient", "server=%s from=%s auth=%s tls_verify=%s qps=%g burst=%g", api->server, api->source,
+    KB_INFOF("apiclient", KB_FIELDS(KB_F("server", api->server), KB_F("from", api->source)),
+             "server=%s from=%s auth=%s tls_verify=%s qps=%g burst=%g", api->server, api->source,
             kb_api_auth_kind(api), !tls ? "n/a (plain http)" : api->insecure ? "off" : "on", api->qps, api->burst);
     if (api->insecure && !strncmp(api->server, "https://", 8))
         KB_WARN("apiclient", "TLS verification of %s is off (insecure_skip_tls_verify)", api->server);

@@ -557,7 +557,8 @@ static void kb_inf_delete_unseen(kb_reflector_t *r, uint64_t list_rv) {
     }
     kb_event_list_fini(&cached);
     if (n)
-        KB_INFO("informer", "informer=%s relist found %zu %s; delivered as DELETED finalStateUnknown",
+        KB_INFOF("informer", KB_FIELDS(KB_F("informer", inf->conf->name), KB_F("rv", r->list_rv)),
+                 "informer=%s relist found %zu %s; delivered as DELETED finalStateUnknown",
                 inf->conf->name, n,
                 r->def_stale ? "object(s) gone or outside the new definition" : "deleted object(s)");
 }
@@ -808,7 +809,10 @@ static void kb_inf_list_closed(kb_reflector_t *r, bool streamed) {
     char pages[32] = "streamed";
     if (!streamed)
         snprintf(pages, sizeof(pages), "pages=%zu", r->list_pages);
-    KB_INFO("reflector", "informer=%s%s%s listed items=%zu %s bytes=%llu rv=%s in %.1f s", inf->conf->name,
+    KB_INFOF("reflector",
+             KB_FIELDS(KB_F("informer", inf->conf->name), KB_F("namespace", r->ns), KB_FU("items", r->list_items),
+                       KB_F("rv", r->list_rv)),
+             "informer=%s%s%s listed items=%zu %s bytes=%llu rv=%s in %.1f s", inf->conf->name,
             r->ns ? " namespace=" : "", r->ns ? r->ns : "", r->list_items, pages, (unsigned long long)r->list_bytes,
             r->list_rv, (double)(kb_now_mono_ns() - r->list_t0_ns) / 1e9);
 }
@@ -1273,7 +1277,10 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     kb_inf_set_resume_points(inf);
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);
-    KB_INFO("informer", "informer=%s state_dir=%s: %zu cached object(s), checkpoint seq=%llu rv=%s, %zu change(s) to "
+    KB_INFOF("informer",
+             KB_FIELDS(KB_F("informer", inf->conf->name), KB_F("state_dir", dir), KB_FU("seq", ls.acked),
+                       KB_F("rv", ls.resume_rv[0] ? ls.resume_rv : NULL)),
+             "informer=%s state_dir=%s: %zu cached object(s), checkpoint seq=%llu rv=%s, %zu change(s) to "
             "deliver again", inf->conf->name, dir, kb_indexer_count(inf->idx), (unsigned long long)ls.acked,
             ls.resume_rv[0] ? ls.resume_rv : "(none: list first)", kb_ledger_tail_len(inf->ledger));
     return KB_OK;
@@ -1408,7 +1415,8 @@ kb_err_t kb_informer_start(kb_informer_t *inf) {
         inf->resync_running = true;
     }
     kb_audit_start(inf);
-    KB_INFO("informer", "informer=%s started: %s%s reflectors=%zu shards=%zu compaction=%s", inf->conf->name,
+    KB_INFOF("informer", KB_FIELDS(KB_F("informer", inf->conf->name), KB_F("server", kb_apiclient_server(inf->api))),
+             "informer=%s started: %s%s reflectors=%zu shards=%zu compaction=%s", inf->conf->name,
             kb_apiclient_server(inf->api), inf->refl[0].path, inf->n_refl, inf->n_shards,
             inf->conf->compaction == KB_COMPACTION_LATEST ? "latest" : "none");
     return KB_OK;

@@ -103,7 +103,8 @@ static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const char *
         static kb_ratelimit_t rl;
         uint64_t sup = 0;
         if (kb_ratelimit_allow(&rl, 5000, &sup))
-            KB_WARN("reflector", "informer=%s %s: %s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
+            KB_WARNF("reflector", KB_FIELDS(KB_F("informer", inf->conf->name)),
+                     "informer=%s %s: %s failed: %s (will retry; suppressed=%llu)", inf->conf->name,
                     what, req, resp->errmsg, (unsigned long long)sup);
         return resp->err == KB_ERR_STOPPED ? KB_ERR_STOPPED : KB_ERR_CONNECT;
     }
@@ -123,9 +124,11 @@ static kb_err_t kb_refl_failed(kb_reflector_t *r, const char *what, const char *
     }
     kb_inf__error(inf, r->cls.kind, "%s %s: HTTP %ld %s", what, req, resp->status, said);
     if (r->cls.err == KB_ERR_GONE)
-        KB_INFO("reflector", "informer=%s %s: HTTP 410 %s", inf->conf->name, what, said);
+        KB_INFOF("reflector", KB_FIELDS(KB_F("informer", inf->conf->name)), "informer=%s %s: HTTP 410 %s",
+                 inf->conf->name, what, said);
     else
-        KB_WARN("reflector", "informer=%s %s: %s: HTTP %ld %s%s", inf->conf->name, what, req, resp->status, said,
+        KB_WARNF("reflector", KB_FIELDS(KB_F("informer", inf->conf->name)), "informer=%s %s: %s: HTTP %ld %s%s",
+                 inf->conf->name, what, req, resp->status, said,
                 resp->retry_after >= 0 ? " (Retry-After given)" : "");
     return r->cls.err;
 }
@@ -258,7 +261,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
     r->stream_listed = r->stream_ignored = false;
     if (streamed)
         kb_inf__stream_begin(r);
-    KB_DEBUG("reflector", "informer=%s watch rv=%s sendInitialEvents=%s timeout=%ds", inf->conf->name, rv,
+    KB_DEBUGF("reflector", KB_FIELDS(KB_F("informer", inf->conf->name), KB_F("rv", rv)),
+              "informer=%s watch rv=%s sendInitialEvents=%s timeout=%ds", inf->conf->name, rv,
              streamed ? "true" : "false", timeout);
     kb_api_response_t resp;
     kb_apiclient_get(inf->api, path.data, kb_inf__watch_bytes, r, &body, 1u << 20, timeout + 60, &inf->stop, &resp);
@@ -289,7 +293,8 @@ static kb_err_t kb_refl_watch(kb_reflector_t *r, bool streamed, int *retry_after
         err = KB_ERR_UNSUPPORTED; /* kb_refl_stream_failed says what */
     } else if (resp.err != KB_OK && resp.status == 200 && r->frames > 0) {
         /* A dropped connection mid-stream after progress: resume at once. */
-        KB_INFO("reflector", "informer=%s watch connection lost after %llu frame(s) (%s); resuming from rv=%s",
+        KB_INFOF("reflector", KB_FIELDS(KB_F("informer", inf->conf->name), KB_F("rv", r->rv)),
+                 "informer=%s watch connection lost after %llu frame(s) (%s); resuming from rv=%s",
                 inf->conf->name, (unsigned long long)r->frames, resp.errmsg, r->rv);
         err = KB_OK;
     } else if (resp.err != KB_OK || resp.status != 200) {
@@ -451,7 +456,8 @@ void *kb_inf__reflector_main(void *arg) {
                 break;
             }
             if (err == KB_ERR_GONE)
-                KB_INFO("reflector", "informer=%s history expired at rv=%s; relisting", inf->conf->name, r->rv);
+                KB_INFOF("reflector", KB_FIELDS(KB_F("informer", inf->conf->name), KB_F("rv", r->rv)),
+                         "informer=%s history expired at rv=%s; relisting", inf->conf->name, r->rv);
             need_list = true;
             kb_refl_sleep(r, kb_backoff_next(&r->backoff));
             break;

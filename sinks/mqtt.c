@@ -584,7 +584,7 @@ void kb_mqtt_core_connect_failed(void *core, bool refused, const char *why, cons
     /* A broker that refuses us (credentials, client id, ACL) will not change its
      * mind by itself: that is an operator's error, not a network blip. */
     if (refused)
-        KB_ERROR(KB_MQTT_MOD, "sink=%s connect to %s refused by the broker: %s (check username, password_file, "
+        KB_ERRORF(KB_MQTT_MOD, KB_FIELDS(KB_F("sink", mq->name)), "sink=%s connect to %s refused by the broker: %s (check username, password_file, "
                  "client_id; retrying in %lld ms, suppressed=%llu)", mq->name, mq->uri, why, (long long)retry_ms,
                  (unsigned long long)suppressed);
     else
@@ -685,7 +685,8 @@ static void kb_mqtt_send_next(kb_mqtt_t *mq) {
     uint64_t packet = kb_mqtt_packet_size(rec, strlen(rec->topic)), max_packet = mq->max_packet;
     if (packet > max_packet) {
         pthread_mutex_unlock(&mq->mtx);
-        KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: message refused: packet is %llu bytes; the broker's maximum is %llu",
+        KB_ERRORF(KB_MQTT_MOD, KB_FIELDS(KB_F("sink", mq->name), KB_F("topic", rec->topic)),
+                  "sink=%s topic=%s: message refused: packet is %llu bytes; the broker's maximum is %llu",
                  mq->name, rec->topic, (unsigned long long)packet, (unsigned long long)max_packet);
         kb_mqtt_finish(mq, rec, KB_ERR_TOOBIG);
         pthread_mutex_lock(&mq->mtx);
@@ -710,7 +711,8 @@ static void kb_mqtt_send_next(kb_mqtt_t *mq) {
         return;
     }
     pthread_mutex_unlock(&mq->mtx);
-    KB_ERROR(KB_MQTT_MOD, "sink=%s topic=%s: publish refused by the %s client: %s", mq->name, rec->topic,
+    KB_ERRORF(KB_MQTT_MOD, KB_FIELDS(KB_F("sink", mq->name), KB_F("topic", rec->topic)),
+              "sink=%s topic=%s: publish refused by the %s client: %s", mq->name, rec->topic,
              mq->ops->name, kb_err_str(err));
     kb_mqtt_finish(mq, rec, KB_ERR_DELIVERY);
     pthread_mutex_lock(&mq->mtx);
