@@ -1,0 +1,377 @@
+/* informer/fields.c — field selectors per kind (fields.h).
+ *
+ * DESIGN. Why a table and a record: a drop-in replica must accept exactly
+ * the labels the API server accepts for a kind (its field label conversion:
+ * the others are a 400, with the server's own wording, which differs between
+ * a kind that has a conversion and one that takes only metadata.*) and read
+ * each value the way the server's field set does (a pod's status.podIP is
+ * its first podIPs entry; an event's source is source.component, else its
+ * reportingComponent; spec.hostNetwork and spec.unschedulable are "true" or
+ * "false", counts are decimals, a missing field is ""). One row per kind
+ * holds both facts, so the accepted labels and the values can never drift
+ * apart. status.podIPs is accepted for pods but the server puts no value
+ * in the field set for it, so it always reads "" — kept as the server has it.
+ *
+ * Values are read from the object's bytes with the validating scanner
+ * (json.h), no tree: the record costs one pass per field over the object.
+ */
+#include "informer/fields.h"
+
+#include "common/alloc.h"
+#include "informer/json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How a field's value is read. */
+typedef enum {
+    KB_FV_STR,    /* a string; anything else is "" */
+    KB_FV_BOOL,   /* true/false; missing is "false" */
+    KB_FV_COUNT,  /* an integer as written; missing is "0" */
+    KB_FV_POD_IP, /* status.podIPs[0].ip, else status.podIP */
+    KB_FV_SOURCE, /* source.component, else reportingComponent */
+    KB_FV_UNSET,  /* accepted, never set: always "" */
+} kb_fv_t;
+
+typedef struct kb_field {
+    const char *label; /* as a selector names it */
+    const char *path;  /* dotted JSON path in the v1 object */
+    kb_fv_t how;
+} kb_field_t;
+
+struct kb_fields_kind {
+    const char *group, *resource;
+    bool conversion; /* the server registers a field label conversion (its wording on an unknown label) */
+    bool ns_label;   /* metadata.namespace is accepted */
+    const kb_field_t *own;
+    size_t n_own;
+};
+
+static const kb_field_t kb_pod_fields[] = {
+    {"spec.nodeName", "spec.nodeName", KB_FV_STR},
+    {"spec.restartPolicy", "spec.restartPolicy", KB_FV_STR},
+    {"spec.schedulerName", "spec.schedulerName", KB_FV_STR},
+    {"spec.serviceAccountName", "spec.serviceAccountName", KB_FV_STR},
+    {"spec.hostNetwork", "spec.hostNetwork", KB_FV_BOOL},
+    {"status.phase", "status.phase", KB_FV_STR},
+    {"status.podIP", "status", KB_FV_POD_IP},
+    {"status.podIPs", "", KB_FV_UNSET},
+    {"status.nominatedNodeName", "status.nominatedNodeName", KB_FV_STR},
+};
+
+static const kb_field_t kb_event_fields[] = {
+    {"involvedObject.kind", "involvedObject.kind", KB_FV_STR},
+    {"involvedObject.namespace", "involvedObject.namespace", KB_FV_STR},
+    {"involvedObject.name", "involvedObject.name", KB_FV_STR},
+    {"involvedObject.uid", "involvedObject.uid", KB_FV_STR},
+    {"involvedObject.apiVersion", "involvedObject.apiVersion", KB_FV_STR},
+    {"involvedObject.resourceVersion", "involvedObject.resourceVersion", KB_FV_STR},
+    {"involvedObject.fieldPath", "involvedObject.fieldPath", KB_FV_STR},
+    {"reason", "reason", KB_FV_STR},
+    {"reportingComponent", "reportingComponent", KB_FV_STR},
+    {"source", "", KB_FV_SOURCE},
+    {"type", "type", KB_FV_STR},
+};
+
+static const kb_field_t kb_secret_fields[] = {{"type", "type", KB_FV_STR}};
+static const kb_field_t kb_namespace_fields[] = {{"status.phase", "status.phase", KB_FV_STR}};
+static const kb_field_t kb_node_fields[] = {{"spec.unschedulable", "spec.unschedulable", KB_FV_BOOL}};
+static const kb_field_t kb_replicas_fields[] = {{"status.replicas", "status.replicas", KB_FV_COUNT}};
+static const kb_field_t kb_job_fields[] = {{"status.successful", "status.succeeded", KB_FV_COUNT}};
+static const kb_field_t kb_service_fields[] = {
+    {"spec.clusterIP", "spec.clusterIP", KB_FV_STR},
+    {"spec.type", "spec.type", KB_FV_STR},
+};
+
+#define KB_OWN(a) a, KB_ARRAY_LEN(a)
+static const kb_fields_kind_t kb_kinds[] = {
+    {"", "pods", true, true, KB_OWN(kb_pod_fields)},
+    {"", "events", true, true, KB_OWN(kb_event_fields)},
+    {"", "secrets", true, true, KB_OWN(kb_secret_fields)},
+    {"", "namespaces", true, false, KB_OWN(kb_namespace_fields)},
+    {"", "nodes", true, false, KB_OWN(kb_node_fields)},
+    {"", "replicationcontrollers", true, true, KB_OWN(kb_replicas_fields)},
+    {"", "services", true, true, KB_OWN(kb_service_fields)},
+    {"apps", "replicasets", true, true, KB_OWN(kb_replicas_fields)},
+    {"batch", "jobs", true, true, KB_OWN(kb_job_fields)},
+};
+static const kb_fields_kind_t kb_kind_default = {"", "", false, true, NULL, 0};
+
+#define KB_FIELDSEL_MAX 32  /* requirements in one selector */
+#define KB_FIELD_NAME (-1)  /* kb_fieldsel_req.field: metadata.name */
+#define KB_FIELD_NS (-2)    /* metadata.namespace */
+
+typedef struct kb_fieldsel_req {
+    int field;    /* KB_FIELD_NAME, KB_FIELD_NS, or an index into kind->own */
+    bool neg;     /* != */
+    char *value;  /* unescaped, owned */
+    size_t len;
+} kb_fieldsel_req_t;
+
+struct kb_fieldsel {
+    const kb_fields_kind_t *kind;
+    bool own; /* a requirement reads the record */
+    size_t n;
+    kb_fieldsel_req_t req[KB_FIELDSEL_MAX];
+};
+
+const kb_fields_kind_t *kb_fields_kind(const char *group, const char *resource) {
+    for (size_t i = 0; i < KB_ARRAY_LEN(kb_kinds); i++)
+        if (!strcmp(kb_kinds[i].group, group ? group : "") && !strcmp(kb_kinds[i].resource, resource))
+            return &kb_kinds[i];
+    return &kb_kind_default;
+}
+
+bool kb_fields_kind_has_own(const kb_fields_kind_t *kind) {
+    return kind->n_own > 0;
+}
+
+/* ---- reading values --------------------------------------------------------- */
+
+/* The value at a dotted path in obj (one JSON object), or false. */
+static bool kb_fields_at(const char *obj, size_t len, const char *path, kb_span_t *out) {
+    kb_span_t cur = {0, len};
+    char seg[64];
+    while (*path) {
+        size_t n = strcspn(path, ".");
+        if (n >= sizeof(seg) || cur.len == 0 || obj[cur.off] != '{')
+            return false;
+        memcpy(seg, path, n);
+        seg[n] = '\0';
+        kb_span_t v;
+        if (!kb_json_object_get(obj + cur.off, cur.len, seg, &v))
+            return false;
+        cur.off += v.off;
+        cur.len = v.len;
+        path += n + (path[n] == '.');
+    }
+    *out = cur;
+    return true;
+}
+
+/* Append the string at path (decoded); false, nothing appended, when it is not a non-empty string. */
+static bool kb_fields_str(const char *obj, size_t len, const char *path, kb_buf_t *out) {
+    kb_span_t v;
+    if (!kb_fields_at(obj, len, path, &v) || v.len <= 2 || obj[v.off] != '"')
+        return false;
+    kb_buf_reserve(out, v.len);
+    long n = kb_json_string_decode(obj, v, out->data + out->len, v.len);
+    if (n <= 0)
+        return false;
+    out->len += (size_t)n;
+    return true;
+}
+
+/* Append the raw token at path when it starts with one of `first`, else dflt. */
+static void kb_fields_token(const char *obj, size_t len, const char *path, const char *first, const char *dflt,
+                            kb_buf_t *out) {
+    kb_span_t v;
+    if (kb_fields_at(obj, len, path, &v) && v.len && strchr(first, obj[v.off]))
+        kb_buf_append(out, obj + v.off, v.len);
+    else
+        kb_buf_append_str(out, dflt);
+}
+
+/* status.podIP as the server reads it: the first of status.podIPs, else status.podIP. */
+static void kb_fields_pod_ip(const char *obj, size_t len, kb_buf_t *out) {
+    kb_span_t ips;
+    if (kb_fields_at(obj, len, "status.podIPs", &ips) && ips.len > 2 && obj[ips.off] == '[') {
+        size_t s, e;
+        const char *in = obj + ips.off + 1;
+        if (kb_json_scan_value(in, ips.len - 1, &s, &e) == KB_JSON_OK && in[s] == '{') {
+            kb_span_t ip;
+            if (kb_json_object_get(in + s, e - s, "ip", &ip)) {
+                ip.off += (size_t)(in + s - obj);
+                kb_buf_reserve(out, ip.len);
+                long n = kb_json_string_decode(obj, ip, out->data + out->len, ip.len);
+                if (n > 0)
+                    out->len += (size_t)n;
+            }
+            return;
+        }
+    }
+    kb_fields_str(obj, len, "status.podIP", out);
+}
+
+static void kb_fields_value(const kb_field_t *f, const char *obj, size_t len, kb_buf_t *out) {
+    switch (f->how) {
+    case KB_FV_STR:
+        kb_fields_str(obj, len, f->path, out);
+        break;
+    case KB_FV_BOOL:
+        kb_fields_token(obj, len, f->path, "tf", "false", out);
+        break;
+    case KB_FV_COUNT:
+        kb_fields_token(obj, len, f->path, "-0123456789", "0", out);
+        break;
+    case KB_FV_POD_IP:
+        kb_fields_pod_ip(obj, len, out);
+        break;
+    case KB_FV_SOURCE:
+        if (!kb_fields_str(obj, len, "source.component", out))
+            kb_fields_str(obj, len, "reportingComponent", out);
+        break;
+    case KB_FV_UNSET:
+        break;
+    }
+}
+
+void kb_fields_extract(const kb_fields_kind_t *kind, const char *obj, size_t len, kb_buf_t *out) {
+    for (size_t i = 0; i < kind->n_own; i++) {
+        kb_fields_value(&kind->own[i], obj, len, out);
+        kb_buf_append_char(out, '\0');
+    }
+}
+
+/* ---- selectors ---------------------------------------------------------------- */
+
+/* Length of the next requirement at s: up to an unescaped ',' or the end. */
+static size_t kb_fieldsel_term_len(const char *s) {
+    size_t i = 0;
+    while (s[i] && s[i] != ',')
+        i += (s[i] == '\\' && s[i + 1]) ? 2 : 1;
+    return i;
+}
+
+/* The label's field in kind, or false with the server's message. */
+static bool kb_fieldsel_label(const kb_fields_kind_t *kind, const char *label, int *field, char *err,
+                              size_t err_size) {
+    if (!strcmp(label, "spec.host") && kind->n_own && kind->own == kb_pod_fields)
+        label = "spec.nodeName"; /* what old v1 clients send */
+    for (size_t i = 0; i < kind->n_own; i++)
+        if (!strcmp(label, kind->own[i].label)) {
+            *field = (int)i;
+            return true;
+        }
+    if (!strcmp(label, "metadata.name") || (kind->ns_label && !strcmp(label, "metadata.namespace"))) {
+        *field = !strcmp(label, "metadata.name") ? KB_FIELD_NAME : KB_FIELD_NS;
+        return true;
+    }
+    if (kind->conversion)
+        snprintf(err, err_size, "field label not supported: %.200s", label);
+    else
+        snprintf(err, err_size, "\"%.200s\" is not a known field selector: only \"metadata.name\", "
+                                "\"metadata.namespace\"", label);
+    return false;
+}
+
+/* Unescape value[0..n) into a new string; false on an escape the grammar has not. */
+static bool kb_fieldsel_unescape(const char *v, size_t n, kb_fieldsel_req_t *r) {
+    r->value = kb_malloc(n + 1);
+    r->len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] == '\\') {
+            if (i + 1 == n || !strchr("\\,=!", v[i + 1]))
+                return false;
+            i++;
+        }
+        r->value[r->len++] = v[i];
+    }
+    r->value[r->len] = '\0';
+    return true;
+}
+
+/* One requirement term[0..n) into r. */
+static bool kb_fieldsel_term(const kb_fields_kind_t *kind, const char *term, size_t n, kb_fieldsel_req_t *r,
+                             char *err, size_t err_size) {
+    size_t i = 0, op = 0;
+    while (i < n && !op) {
+        if (term[i] == '\\') {
+            i += 2;
+            continue;
+        }
+        if (term[i] == '!' && i + 1 < n && term[i + 1] == '=')
+            op = 2;
+        else if (term[i] == '=')
+            op = (i + 1 < n && term[i + 1] == '=') ? 2 : 1;
+        if (!op)
+            i++;
+    }
+    if (!op) {
+        snprintf(err, err_size, "invalid selector: '%.*s'; can't understand '%.*s'", (int)(n > 200 ? 200 : n), term,
+                 (int)(n > 200 ? 200 : n), term);
+        return false;
+    }
+    char label[256];
+    snprintf(label, sizeof(label), "%.*s", (int)(i < 255 ? i : 255), term);
+    r->neg = term[i] == '!';
+    if (!kb_fieldsel_label(kind, label, &r->field, err, err_size))
+        return false;
+    if (!kb_fieldsel_unescape(term + i + op, n - i - op, r)) {
+        snprintf(err, err_size, "invalid field selector: '%.*s': invalid escape sequence", (int)(n > 200 ? 200 : n),
+                 term);
+        return false;
+    }
+    return true;
+}
+
+bool kb_fieldsel_parse(const kb_fields_kind_t *kind, const char *text, kb_fieldsel_t **out, char *err,
+                       size_t err_size) {
+    *out = NULL;
+    if (!text || !*text)
+        return true;
+    kb_fieldsel_t *fs = kb_calloc(1, sizeof(*fs));
+    fs->kind = kind;
+    while (*text) {
+        size_t n = kb_fieldsel_term_len(text);
+        if (n && fs->n == KB_FIELDSEL_MAX) {
+            snprintf(err, err_size, "fieldSelector: more than %d requirements", KB_FIELDSEL_MAX);
+            goto bad;
+        }
+        if (n && !kb_fieldsel_term(kind, text, n, &fs->req[fs->n++], err, err_size))
+            goto bad;
+        if (n)
+            fs->own = fs->own || fs->req[fs->n - 1].field >= 0;
+        text += n + (text[n] == ',');
+    }
+    if (fs->n) {
+        *out = fs;
+        return true;
+    }
+    kb_fieldsel_free(fs);
+    return true;
+bad:
+    kb_fieldsel_free(fs);
+    return false;
+}
+
+void kb_fieldsel_free(kb_fieldsel_t *fs) {
+    if (!fs)
+        return;
+    for (size_t i = 0; i < fs->n; i++)
+        free(fs->req[i].value);
+    free(fs);
+}
+
+bool kb_fieldsel_needs_record(const kb_fieldsel_t *fs) {
+    return fs && fs->own;
+}
+
+/* Field i of a record ("" when the record is short: a record of another kind). */
+static const char *kb_fields_rec_get(const char *rec, size_t rec_len, int i, size_t *len) {
+    size_t off = 0;
+    for (int k = 0; k < i && off < rec_len; k++)
+        off += strnlen(rec + off, rec_len - off) + 1;
+    if (!rec || off >= rec_len) {
+        *len = 0;
+        return "";
+    }
+    *len = strnlen(rec + off, rec_len - off);
+    return rec + off;
+}
+
+bool kb_fieldsel_match(const kb_fieldsel_t *fs, const char *ns, size_t ns_len, const char *name, size_t name_len,
+                       const char *rec, size_t rec_len) {
+    for (size_t i = 0; fs && i < fs->n; i++) {
+        const kb_fieldsel_req_t *r = &fs->req[i];
+        const char *have = r->field == KB_FIELD_NAME ? name : ns;
+        size_t hl = r->field == KB_FIELD_NAME ? name_len : ns_len;
+        if (r->field >= 0)
+            have = kb_fields_rec_get(rec, rec_len, r->field, &hl);
+        bool eq = hl == r->len && (!hl || !memcmp(have, r->value, hl));
+        if (eq == r->neg)
+            return false;
+    }
+    return true;
+}
