@@ -106,6 +106,7 @@ typedef struct kb_kapi_cut {
     char ns[256];               /* "" = all namespaces */
     char rv[64];
     uint64_t sel_hash;          /* FNV-1a of the labelSelector the items were selected by ("" if none) */
+    uint64_t fsel_hash;         /* and of the fieldSelector */
     kb_event_list_t items;      /* sorted by key; only what the labelSelector matches */
 } kb_kapi_cut_t;
 
@@ -1031,9 +1032,9 @@ static bool kb_kapi_unhex(const char *s, char *out, size_t out_size) {
     return strlen(out) == n / 2;
 }
 
-static uint64_t kb_kapi_sel_hash(const kb_kapi_query_t *q) {
-    const char *t = q->sel_text ? q->sel_text : "", *f = q->fsel_text ? q->fsel_text : "";
-    return kb_fnv1a64(t, strlen(t)) ^ (kb_fnv1a64(f, strlen(f)) * 31);
+/* FNV-1a of a selector as sent ("" if none). */
+static uint64_t kb_kapi_sel_hash(const char *text) {
+    return text ? kb_fnv1a64(text, strlen(text)) : kb_fnv1a64("", 0);
 }
 
 /* Who asks: a hash of the client's address (its port left out), so a
@@ -1097,7 +1098,8 @@ static uint64_t kb_kapi_cut_keep(kb_kapi_t *k, uint64_t owner, kb_informer_t *in
     slot->inf = inf;
     snprintf(slot->ns, sizeof(slot->ns), "%s", ns);
     snprintf(slot->rv, sizeof(slot->rv), "%s", rv);
-    slot->sel_hash = kb_kapi_sel_hash(q);
+    slot->sel_hash = kb_kapi_sel_hash(q->sel_text);
+    slot->fsel_hash = kb_kapi_sel_hash(q->fsel_text);
     kb_event_list_init(&slot->items);
     for (size_t i = 0; i < items->n; i++)
         kb_event_list_push(&slot->items, kb_event_ref(items->ev[i]));
@@ -1160,7 +1162,8 @@ static enum MHD_Result kb_kapi_list_continue(kb_kapi_t *k, struct MHD_Connection
         kb_kapi_stream_free(s);
         return kb_kapi_busy(k, c);
     }
-    bool found = false, same_sel = true;
+    bool found = false;
+    const char *differs = NULL;
     pthread_mutex_lock(&k->mtx);
     for (size_t i = 0; i < KB_KAPI_CUTS && !found; i++) {
         kb_kapi_cut_t *cut = &k->cuts[i];
@@ -1168,18 +1171,20 @@ static enum MHD_Result kb_kapi_list_continue(kb_kapi_t *k, struct MHD_Connection
             continue;
         found = true;
         /* The cut keeps only what the first page's selector matched. */
-        same_sel = cut->sel_hash == kb_kapi_sel_hash(q);
+        if (cut->sel_hash != kb_kapi_sel_hash(q->sel_text))
+            differs = "labelSelector";
+        else if (cut->fsel_hash != kb_kapi_sel_hash(q->fsel_text))
+            differs = "fieldSelector";
         snprintf(s->rv, sizeof(s->rv), "%s", cut->rv);
-        if (same_sel)
+        if (!differs)
             kb_kapi_page_to(s, &cut->items, q, after, cut->id);
     }
     pthread_mutex_unlock(&k->mtx);
-    if (!found || !same_sel) {
+    if (!found || differs) {
         kb_kapi_stream_free(s);
-        if (!same_sel)
+        if (differs)
             return kb_kapi_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", NULL,
-                                  "continue: the labelSelector or fieldSelector differs from the one the list began "
-                                  "with");
+                                  "continue: the %s differs from the one the list began with", differs);
         return kb_kapi_expired_continue(c);
     }
     return kb_kapi_stream_send(c, s);

@@ -4,7 +4,8 @@ lists its own node's pods) and `status.phase=Running,spec.nodeName!=node-2`
 print exactly the pods the server's field sets select (computed here from
 kubesim's objects: a missing field is "", spec.hostNetwork "false",
 status.podIP is the first of status.podIPs, status.podIPs is accepted but
-never set); a paged list keeps the selector across continue; events select
+never set); a paged list keeps the selector across continue (another one
+with the token is a 400); events select
 by involvedObject.*, type, reason and source (source.component, else
 reportingComponent), secrets by type, nodes by spec.unschedulable; a label
 the kind does not have is a 400 in the server's words (its conversion's
@@ -130,6 +131,11 @@ def test():
         if not cont:
             break
     check(got == want, "paged status.phase=Running: got %s, want %s" % (sorted(got), sorted(want)))
+    code, first = api(url, "/api/v1/pods?fieldSelector=status.phase%3DRunning&limit=2")
+    code, st = api(url, "/api/v1/pods?fieldSelector=status.phase%3DPending&limit=2&continue=" +
+                   urllib.parse.quote(first["metadata"]["continue"]))
+    check(code == 400 and "fieldSelector differs" in st["message"], "continue, another fieldSelector -> %d %s"
+          % (code, st))
 
     # Events, secrets, nodes.
     for sel, want in (("type=Warning", {("ns1", "e2"), ("ns2", "e3")}),
