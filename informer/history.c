@@ -76,8 +76,8 @@ static kb_history_labels_t *kb_hl_new(const char *s, size_t len, const kb_buf_t 
     return l;
 }
 
-/* The blob of ev (labels and, when the kind has any, its field record). full
- * is ev with its object readable (ev itself for a subscriber's event). */
+/* The blob of full (labels and, when the kind has any, its field record): an
+ * event with its object readable (a subscriber's, or one of a kb_informer_cut). */
 static kb_history_labels_t *kb_hl_of(const kb_history_t *h, const kb_event_t *full) {
     kb_buf_t rec;
     kb_buf_init(&rec);
@@ -176,19 +176,10 @@ kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
     kb_event_list_init(&cut);
     char rv[64];
     uint64_t seq = 0;
-    kb_informer_cut(inf, NULL, &cut, rv, sizeof(rv), &seq);
-    /* A cut's entries may keep identity only (state_dir, compression): a
-     * field record needs the object, read here before the lock is taken. */
-    kb_history_labels_t **blobs = kb_calloc(cut.n ? cut.n : 1, sizeof(*blobs));
-    for (size_t i = 0; i < cut.n; i++) {
-        kb_event_t *full = kb_fields_kind_has_own(h->kind) ? kb_informer_full(inf, cut.ev[i]) : kb_event_ref(cut.ev[i]);
-        blobs[i] = kb_hl_of(h, full);
-        kb_event_unref(full);
-    }
+    kb_informer_cut(inf, NULL, &cut, rv, sizeof(rv), &seq); /* objects readable */
     pthread_mutex_lock(&h->mtx);
     for (size_t i = 0; i < cut.n; i++)
-        kb_hl_unref(kb_history_swap_labels(h, cut.ev[i], blobs[i]));
-    free(blobs);
+        kb_hl_unref(kb_history_swap_labels(h, cut.ev[i], kb_hl_of(h, cut.ev[i])));
     h->floor_rv = kb_rv_parse(rv, strlen(rv));
     kb_history_note_rv(h, rv, h->floor_rv);
     h->ready = true;

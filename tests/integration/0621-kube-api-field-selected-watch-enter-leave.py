@@ -4,7 +4,9 @@ ADDED when a pod is scheduled or moved onto node-1, MODIFIED while it stays,
 DELETED when it moves away or is deleted there, nothing for pods elsewhere;
 a selector on two fields (status.phase=Running,spec.nodeName!=node-2) enters
 and leaves on either; the same holds from resourceVersion 0 (initial ADDED
-for the matching pods only) and from a list's resourceVersion."""
+for the matching pods only) and from a list's resourceVersion, with and without state_dir (where,
+after a restart, the cache keeps identities only and the objects are read
+back to select)."""
 import http.client
 import socket
 import threading
@@ -47,14 +49,18 @@ def move(sim, name, **data):
                "data": data}])
 
 
-def test():
+def scenario(extra):
     sim = Sim()
     sim.bulk([{"op": "create", "resource": "pods", "version": "v1", "namespace": "ns1", "name": n,
                "data": {"spec": {"nodeName": node}, "status": {"phase": "Running"}}}
               for n, node in (("a", "node-0"), ("b", "node-1"), ("c", "node-2"))])
-    b = Bridge(sim, http='listen = "127.0.0.1:0";')
-    url = b.http_url()
+    b = Bridge(sim, http='listen = "127.0.0.1:0";', extra=extra)
     b.wait_converged(sim)
+    if extra:  # restarted, the cache is loaded from state_dir with identities only
+        check(b.stop() == 0, "kbridge exit code")
+        b.start()
+        b.wait_converged(sim)
+    url = b.http_url()
     code, _, body = http_request(url + "/api/v1/pods")
     rv = json.loads(body)["metadata"]["resourceVersion"]
     on1 = Watch(url, "resourceVersion=%s&fieldSelector=%s" % (rv, urllib.parse.quote("spec.nodeName=node-1")))
@@ -80,13 +86,21 @@ def test():
                  and len(init.changes()) >= len(want_init), timeout=60, what="the watches' changes")
     except Failure:
         pass
-    check(on1.changes() == want_on1, "spec.nodeName=node-1 watch: %s, want %s" % (on1.changes(), want_on1))
-    check(two.changes() == want_two, "two-field watch: %s, want %s" % (two.changes(), want_two))
-    check(init.changes() == want_init, "watch from 0: %s, want %s" % (init.changes(), want_init))
+    how = extra or "no state_dir"
+    check(on1.changes() == want_on1, "%s: spec.nodeName=node-1 watch: %s, want %s" % (how, on1.changes(), want_on1))
+    check(two.changes() == want_two, "%s: two-field watch: %s, want %s" % (how, two.changes(), want_two))
+    check(init.changes() == want_init, "%s: watch from 0: %s, want %s" % (how, init.changes(), want_init))
     for w in (on1, two, init):
         w.close()
     b.stop()
     sim.stop()
+
+
+def test():
+    scenario("")
+    # After a restart the cache keeps identities only: the window reads each
+    # object once to remember its fields, the lists read them to select.
+    scenario('state_dir = "%s";' % tempfile.mkdtemp(prefix="kbtest-0621-"))
 
 
 run(test)
