@@ -13,12 +13,14 @@
  * in the field set for it, so it always reads "" — kept as the server has it.
  *
  * Values are read from the object's bytes with the validating scanner
- * (json.h), no tree: the record costs one pass per field over the object.
+ * (json.h), no tree: one pass over each object level that holds a field
+ * (kb_fields_find), so a pod's record costs about two reads of the pod.
  */
 #include "informer/fields.h"
 
 #include "common/alloc.h"
 #include "informer/json.h"
+#include "informer/json_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +38,9 @@ typedef enum {
 
 typedef struct kb_field {
     const char *label; /* as a selector names it */
-    const char *path;  /* dotted JSON path in the v1 object */
+    const char *path;  /* dotted JSON path in the v1 object ("" = none) */
     kb_fv_t how;
+    const char *alt;   /* the path read when path gives nothing (KB_FV_POD_IP, KB_FV_SOURCE) */
 } kb_field_t;
 
 struct kb_fields_kind {
@@ -49,39 +52,39 @@ struct kb_fields_kind {
 };
 
 static const kb_field_t kb_pod_fields[] = {
-    {"spec.nodeName", "spec.nodeName", KB_FV_STR},
-    {"spec.restartPolicy", "spec.restartPolicy", KB_FV_STR},
-    {"spec.schedulerName", "spec.schedulerName", KB_FV_STR},
-    {"spec.serviceAccountName", "spec.serviceAccountName", KB_FV_STR},
-    {"spec.hostNetwork", "spec.hostNetwork", KB_FV_BOOL},
-    {"status.phase", "status.phase", KB_FV_STR},
-    {"status.podIP", "status", KB_FV_POD_IP},
-    {"status.podIPs", "", KB_FV_UNSET},
-    {"status.nominatedNodeName", "status.nominatedNodeName", KB_FV_STR},
+    {"spec.nodeName", "spec.nodeName", KB_FV_STR, NULL},
+    {"spec.restartPolicy", "spec.restartPolicy", KB_FV_STR, NULL},
+    {"spec.schedulerName", "spec.schedulerName", KB_FV_STR, NULL},
+    {"spec.serviceAccountName", "spec.serviceAccountName", KB_FV_STR, NULL},
+    {"spec.hostNetwork", "spec.hostNetwork", KB_FV_BOOL, NULL},
+    {"status.phase", "status.phase", KB_FV_STR, NULL},
+    {"status.podIP", "status.podIPs", KB_FV_POD_IP, "status.podIP"},
+    {"status.podIPs", "", KB_FV_UNSET, NULL},
+    {"status.nominatedNodeName", "status.nominatedNodeName", KB_FV_STR, NULL},
 };
 
 static const kb_field_t kb_event_fields[] = {
-    {"involvedObject.kind", "involvedObject.kind", KB_FV_STR},
-    {"involvedObject.namespace", "involvedObject.namespace", KB_FV_STR},
-    {"involvedObject.name", "involvedObject.name", KB_FV_STR},
-    {"involvedObject.uid", "involvedObject.uid", KB_FV_STR},
-    {"involvedObject.apiVersion", "involvedObject.apiVersion", KB_FV_STR},
-    {"involvedObject.resourceVersion", "involvedObject.resourceVersion", KB_FV_STR},
-    {"involvedObject.fieldPath", "involvedObject.fieldPath", KB_FV_STR},
-    {"reason", "reason", KB_FV_STR},
-    {"reportingComponent", "reportingComponent", KB_FV_STR},
-    {"source", "", KB_FV_SOURCE},
-    {"type", "type", KB_FV_STR},
+    {"involvedObject.kind", "involvedObject.kind", KB_FV_STR, NULL},
+    {"involvedObject.namespace", "involvedObject.namespace", KB_FV_STR, NULL},
+    {"involvedObject.name", "involvedObject.name", KB_FV_STR, NULL},
+    {"involvedObject.uid", "involvedObject.uid", KB_FV_STR, NULL},
+    {"involvedObject.apiVersion", "involvedObject.apiVersion", KB_FV_STR, NULL},
+    {"involvedObject.resourceVersion", "involvedObject.resourceVersion", KB_FV_STR, NULL},
+    {"involvedObject.fieldPath", "involvedObject.fieldPath", KB_FV_STR, NULL},
+    {"reason", "reason", KB_FV_STR, NULL},
+    {"reportingComponent", "reportingComponent", KB_FV_STR, NULL},
+    {"source", "source.component", KB_FV_SOURCE, "reportingComponent"},
+    {"type", "type", KB_FV_STR, NULL},
 };
 
-static const kb_field_t kb_secret_fields[] = {{"type", "type", KB_FV_STR}};
-static const kb_field_t kb_namespace_fields[] = {{"status.phase", "status.phase", KB_FV_STR}};
-static const kb_field_t kb_node_fields[] = {{"spec.unschedulable", "spec.unschedulable", KB_FV_BOOL}};
-static const kb_field_t kb_replicas_fields[] = {{"status.replicas", "status.replicas", KB_FV_COUNT}};
-static const kb_field_t kb_job_fields[] = {{"status.successful", "status.succeeded", KB_FV_COUNT}};
+static const kb_field_t kb_secret_fields[] = {{"type", "type", KB_FV_STR, NULL}};
+static const kb_field_t kb_namespace_fields[] = {{"status.phase", "status.phase", KB_FV_STR, NULL}};
+static const kb_field_t kb_node_fields[] = {{"spec.unschedulable", "spec.unschedulable", KB_FV_BOOL, NULL}};
+static const kb_field_t kb_replicas_fields[] = {{"status.replicas", "status.replicas", KB_FV_COUNT, NULL}};
+static const kb_field_t kb_job_fields[] = {{"status.successful", "status.succeeded", KB_FV_COUNT, NULL}};
 static const kb_field_t kb_service_fields[] = {
-    {"spec.clusterIP", "spec.clusterIP", KB_FV_STR},
-    {"spec.type", "spec.type", KB_FV_STR},
+    {"spec.clusterIP", "spec.clusterIP", KB_FV_STR, NULL},
+    {"spec.type", "spec.type", KB_FV_STR, NULL},
 };
 
 #define KB_OWN(a) a, KB_ARRAY_LEN(a)
@@ -129,31 +132,54 @@ bool kb_fields_kind_has_own(const kb_fields_kind_t *kind) {
 
 /* ---- reading values --------------------------------------------------------- */
 
-/* The value at a dotted path in obj (one JSON object), or false. */
-static bool kb_fields_at(const char *obj, size_t len, const char *path, kb_span_t *out) {
-    kb_span_t cur = {0, len};
-    char seg[64];
-    while (*path) {
-        size_t n = strcspn(path, ".");
-        if (n >= sizeof(seg) || cur.len == 0 || obj[cur.off] != '{')
-            return false;
-        memcpy(seg, path, n);
-        seg[n] = '\0';
-        kb_span_t v;
-        if (!kb_json_object_get(obj + cur.off, cur.len, seg, &v))
-            return false;
-        cur.off += v.off;
-        cur.len = v.len;
-        path += n + (path[n] == '.');
+#define KB_FIELDS_MAX_PATHS 24 /* two per field of the longest row */
+
+/* The spans of several dotted paths in the object at b[in], in one pass per
+ * object level (a pod's nine fields cost about two reads of the pod, not
+ * nine): path idx[p] has its first at[p] bytes matched by the levels above;
+ * out[idx[p]] gets its value's span (left as is when absent). Duplicate
+ * members: the last wins, as when Go decodes the object. */
+static void kb_fields_find(const char *b, kb_span_t in, const char *const *paths, const size_t *at,
+                           const size_t *idx, size_t n, kb_span_t *out) {
+    size_t end = in.off + in.len, i = kb_json__skip_ws(b, end, in.off);
+    bool esc = false;
+    if (i >= end || b[i] != '{')
+        return;
+    i = kb_json__skip_ws(b, end, i + 1);
+    while (i < end && b[i] == '"') {
+        size_t k = i, vs, ve;
+        if (kb_json__string(b, end, &i, NULL, &esc) != KB_JSON_OK)
+            return;
+        size_t klen = i - k - 2;
+        i = kb_json__skip_ws(b, end, i);
+        if (i >= end || b[i] != ':' || kb_json_scan_value(b + i + 1, end - i - 1, &vs, &ve) != KB_JSON_OK)
+            return;
+        kb_span_t v = {i + 1 + vs, ve - vs};
+        size_t sub_at[KB_FIELDS_MAX_PATHS], sub_idx[KB_FIELDS_MAX_PATHS], m = 0;
+        for (size_t p = 0; p < n; p++) {
+            const char *seg = paths[idx[p]] + at[p];
+            size_t sl = strcspn(seg, ".");
+            if (sl != klen || memcmp(seg, b + k + 1, klen))
+                continue;
+            if (!seg[sl]) {
+                out[idx[p]] = v;
+            } else {
+                sub_at[m] = at[p] + sl + 1;
+                sub_idx[m++] = idx[p];
+            }
+        }
+        if (m)
+            kb_fields_find(b, v, paths, sub_at, sub_idx, m, out);
+        i = kb_json__skip_ws(b, end, i + 1 + ve);
+        if (i >= end || b[i] != ',')
+            return;
+        i = kb_json__skip_ws(b, end, i + 1);
     }
-    *out = cur;
-    return true;
 }
 
-/* Append the string at path (decoded); false, nothing appended, when it is not a non-empty string. */
-static bool kb_fields_str(const char *obj, size_t len, const char *path, kb_buf_t *out) {
-    kb_span_t v;
-    if (!kb_fields_at(obj, len, path, &v) || v.len <= 2 || obj[v.off] != '"')
+/* Append the string at v (decoded); false, nothing appended, when it is not a non-empty string. */
+static bool kb_fields_str(const char *obj, kb_span_t v, kb_buf_t *out) {
+    if (v.len <= 2 || obj[v.off] != '"')
         return false;
     kb_buf_reserve(out, v.len);
     long n = kb_json_string_decode(obj, v, out->data + out->len, v.len);
@@ -163,54 +189,47 @@ static bool kb_fields_str(const char *obj, size_t len, const char *path, kb_buf_
     return true;
 }
 
-/* Append the raw token at path when it starts with one of `first`, else dflt. */
-static void kb_fields_token(const char *obj, size_t len, const char *path, const char *first, const char *dflt,
-                            kb_buf_t *out) {
-    kb_span_t v;
-    if (kb_fields_at(obj, len, path, &v) && v.len && strchr(first, obj[v.off]))
+/* Append the raw token at v when it starts with one of `first`, else dflt. */
+static void kb_fields_token(const char *obj, kb_span_t v, const char *first, const char *dflt, kb_buf_t *out) {
+    if (v.len && strchr(first, obj[v.off]))
         kb_buf_append(out, obj + v.off, v.len);
     else
         kb_buf_append_str(out, dflt);
 }
 
-/* status.podIP as the server reads it: the first of status.podIPs, else status.podIP. */
-static void kb_fields_pod_ip(const char *obj, size_t len, kb_buf_t *out) {
-    kb_span_t ips;
-    if (kb_fields_at(obj, len, "status.podIPs", &ips) && ips.len > 2 && obj[ips.off] == '[') {
-        size_t s, e;
-        const char *in = obj + ips.off + 1;
-        if (kb_json_scan_value(in, ips.len - 1, &s, &e) == KB_JSON_OK && in[s] == '{') {
-            kb_span_t ip;
-            if (kb_json_object_get(in + s, e - s, "ip", &ip)) {
-                ip.off += (size_t)(in + s - obj);
-                kb_buf_reserve(out, ip.len);
-                long n = kb_json_string_decode(obj, ip, out->data + out->len, ip.len);
-                if (n > 0)
-                    out->len += (size_t)n;
-            }
-            return;
+/* The first podIPs entry's ip (ips: the array), else the podIP string. */
+static void kb_fields_pod_ip(const char *obj, kb_span_t ips, kb_span_t ip, kb_buf_t *out) {
+    size_t s, e;
+    kb_span_t first;
+    if (ips.len > 2 && obj[ips.off] == '[' &&
+        kb_json_scan_value(obj + ips.off + 1, ips.len - 1, &s, &e) == KB_JSON_OK && obj[ips.off + 1 + s] == '{') {
+        if (kb_json_object_get(obj + ips.off + 1 + s, e - s, "ip", &first)) {
+            first.off += ips.off + 1 + s;
+            kb_fields_str(obj, first, out);
         }
+        return;
     }
-    kb_fields_str(obj, len, "status.podIP", out);
+    kb_fields_str(obj, ip, out);
 }
 
-static void kb_fields_value(const kb_field_t *f, const char *obj, size_t len, kb_buf_t *out) {
+/* Append field f's value; v and alt are the spans of its path and alt path. */
+static void kb_fields_value(const kb_field_t *f, const char *obj, kb_span_t v, kb_span_t alt, kb_buf_t *out) {
     switch (f->how) {
     case KB_FV_STR:
-        kb_fields_str(obj, len, f->path, out);
+        kb_fields_str(obj, v, out);
         break;
     case KB_FV_BOOL:
-        kb_fields_token(obj, len, f->path, "tf", "false", out);
+        kb_fields_token(obj, v, "tf", "false", out);
         break;
     case KB_FV_COUNT:
-        kb_fields_token(obj, len, f->path, "-0123456789", "0", out);
+        kb_fields_token(obj, v, "-0123456789", "0", out);
         break;
     case KB_FV_POD_IP:
-        kb_fields_pod_ip(obj, len, out);
+        kb_fields_pod_ip(obj, v, alt, out);
         break;
     case KB_FV_SOURCE:
-        if (!kb_fields_str(obj, len, "source.component", out))
-            kb_fields_str(obj, len, "reportingComponent", out);
+        if (!kb_fields_str(obj, v, out))
+            kb_fields_str(obj, alt, out);
         break;
     case KB_FV_UNSET:
         break;
@@ -218,8 +237,22 @@ static void kb_fields_value(const kb_field_t *f, const char *obj, size_t len, kb
 }
 
 void kb_fields_extract(const kb_fields_kind_t *kind, const char *obj, size_t len, kb_buf_t *out) {
+    const char *paths[KB_FIELDS_MAX_PATHS];
+    size_t at[KB_FIELDS_MAX_PATHS] = {0}, idx[KB_FIELDS_MAX_PATHS], n = 0;
+    kb_span_t spans[KB_FIELDS_MAX_PATHS];
+    KB_ASSERT(2 * kind->n_own <= KB_FIELDS_MAX_PATHS);
     for (size_t i = 0; i < kind->n_own; i++) {
-        kb_fields_value(&kind->own[i], obj, len, out);
+        paths[2 * i] = kind->own[i].path;
+        paths[2 * i + 1] = kind->own[i].alt ? kind->own[i].alt : "";
+    }
+    memset(spans, 0, sizeof(spans));
+    for (size_t p = 0; p < 2 * kind->n_own; p++)
+        if (*paths[p])
+            idx[n++] = p;
+    if (n)
+        kb_fields_find(obj, (kb_span_t){0, len}, paths, at, idx, n, spans);
+    for (size_t i = 0; i < kind->n_own; i++) {
+        kb_fields_value(&kind->own[i], obj, spans[2 * i], spans[2 * i + 1], out);
         kb_buf_append_char(out, '\0');
     }
 }
