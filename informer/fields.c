@@ -289,14 +289,22 @@ static bool kb_fieldsel_label(const kb_fields_kind_t *kind, const char *label, i
     return false;
 }
 
-/* Unescape value[0..n) into a new string; false on an escape the grammar has not. */
-static bool kb_fieldsel_unescape(const char *v, size_t n, kb_fieldsel_req_t *r) {
+/* Unescape value[0..n) into a new string (\\, \, and \= only; '=' must be
+ * escaped); false with the server's message otherwise. */
+static bool kb_fieldsel_unescape(const char *v, size_t n, kb_fieldsel_req_t *r, char *err, size_t err_size) {
     r->value = kb_malloc(n + 1);
     r->len = 0;
     for (size_t i = 0; i < n; i++) {
+        if (v[i] == '=') {
+            snprintf(err, err_size, "invalid field selector: unescaped character in value: %d", '=');
+            return false;
+        }
         if (v[i] == '\\') {
-            if (i + 1 == n || !strchr("\\,=!", v[i + 1]))
+            if (i + 1 == n || !strchr("\\,=", v[i + 1])) {
+                snprintf(err, err_size, "invalid field selector: invalid escape sequence: \\%.*s",
+                         i + 1 == n ? 0 : 1, v + i + 1);
                 return false;
+            }
             i++;
         }
         r->value[r->len++] = v[i];
@@ -331,12 +339,7 @@ static bool kb_fieldsel_term(const kb_fields_kind_t *kind, const char *term, siz
     r->neg = term[i] == '!';
     if (!kb_fieldsel_label(kind, label, &r->field, err, err_size))
         return false;
-    if (!kb_fieldsel_unescape(term + i + op, n - i - op, r)) {
-        snprintf(err, err_size, "invalid field selector: '%.*s': invalid escape sequence", (int)(n > 200 ? 200 : n),
-                 term);
-        return false;
-    }
-    return true;
+    return kb_fieldsel_unescape(term + i + op, n - i - op, r, err, err_size);
 }
 
 bool kb_fieldsel_parse(const kb_fields_kind_t *kind, const char *text, kb_fieldsel_t **out, char *err,

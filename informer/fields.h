@@ -11,9 +11,10 @@
  * keeping the object.
  *
  * Grammar (k8s.io/apimachinery fields): requirements joined by ',', each
- * label=value, label==value or label!=value; '\' escapes ',', '=', '!' and
- * '\' in a value. A field the object lacks reads as "" (a bool as "false",
- * a count as "0"), as in the server's field sets.
+ * label=value, label==value or label!=value; '\' escapes ',', '=' and '\'
+ * in a value (an unescaped '=' there, or another escape, is refused). A
+ * field the object lacks reads as "" (a bool as "false", a count as "0"),
+ * as in the server's field sets.
  *
  * Everything here is immutable once made; any thread may match concurrently.
  */

@@ -37,7 +37,7 @@ static const kb_fields_kind_t *kb_fz_kind(char c) {
 
 static bool kb_fz_says_why(const char *err) {
     static const char *const starts[] = {"field label not supported: ", "\"", "invalid selector: '",
-                                         "invalid field selector: '", "fieldSelector: more than"};
+                                         "invalid field selector: ", "fieldSelector: more than"};
     for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++)
         if (!strncmp(err, starts[i], strlen(starts[i])))
             return true;

@@ -105,7 +105,12 @@ static void test_refused(void **state) {
                         "\"metadata.namespace\"");
     assert_string_equal(sel_error("", "pods", "spec.nodeName"),
                         "invalid selector: 'spec.nodeName'; can't understand 'spec.nodeName'");
-    assert_string_not_equal(sel_error("", "pods", "spec.nodeName=a\\b"), "");
+    assert_string_equal(sel_error("", "pods", "spec.nodeName=a\\qb"),
+                        "invalid field selector: invalid escape sequence: \\q");
+    assert_string_equal(sel_error("", "pods", "spec.nodeName=a\\"), "invalid field selector: invalid escape sequence: \\");
+    assert_string_equal(sel_error("", "pods", "spec.nodeName=a=b"),
+                        "invalid field selector: unescaped character in value: 61");
+    assert_string_equal(sel_error("", "pods", "spec.nodeName!=a!b"), "");
     assert_string_equal(sel_error("", "pods", "spec.nodeName=a,,status.phase=b,"), "");
 }
 
