@@ -51,6 +51,7 @@
 #include "common/selector.h"
 #include "common/time.h"
 #include "informer/apiclient.h"
+#include "informer/fields.h"
 #include "informer/history.h"
 #include "informer/informer.h"
 
@@ -105,6 +106,7 @@ typedef struct kb_kapi_cut {
     char ns[256];               /* "" = all namespaces */
     char rv[64];
     uint64_t sel_hash;          /* FNV-1a of the labelSelector the items were selected by ("" if none) */
+    uint64_t fsel_hash;         /* and of the fieldSelector */
     kb_event_list_t items;      /* sorted by key; only what the labelSelector matches */
 } kb_kapi_cut_t;
 
@@ -619,68 +621,16 @@ static bool kb_kapi_parse(const char *url, kb_kapi_path_t *p) {
     return true;
 }
 
-/* fieldSelector: metadata.name / metadata.namespace with =, ==, != (all must hold). */
-typedef struct kb_kapi_fsel {
-    struct { bool on_ns, neg; char value[254]; } req[8];
-    size_t n;
-} kb_kapi_fsel_t;
-
-static bool kb_kapi_fsel_parse(const char *text, kb_kapi_fsel_t *fs, char *err, size_t err_size) {
-    memset(fs, 0, sizeof(*fs));
-    while (text && *text) {
-        size_t n = strcspn(text, ",");
-        char term[600];
-        if (n >= sizeof(term) || fs->n == KB_ARRAY_LEN(fs->req)) {
-            snprintf(err, err_size, "fieldSelector too long");
-            return false;
-        }
-        memcpy(term, text, n);
-        term[n] = '\0';
-        text += n + (text[n] == ',');
-        char *op = strpbrk(term, "!=");
-        if (!op) {
-            snprintf(err, err_size, "invalid selector: '%.200s'; can't understand '%.200s'", term, term);
-            return false;
-        }
-        bool neg = *op == '!';
-        if (neg && op[1] != '=') {
-            snprintf(err, err_size, "invalid selector: '%.200s'", term);
-            return false;
-        }
-        char *value = op + (neg ? 2 : (op[1] == '=' ? 2 : 1));
-        *op = '\0';
-        if (strcmp(term, "metadata.name") && strcmp(term, "metadata.namespace")) {
-            snprintf(err, err_size, "field label not supported: %.200s", term);
-            return false;
-        }
-        fs->req[fs->n].on_ns = !strcmp(term, "metadata.namespace");
-        fs->req[fs->n].neg = neg;
-        snprintf(fs->req[fs->n].value, sizeof(fs->req[fs->n].value), "%s", value);
-        fs->n++;
-    }
-    return true;
-}
-
-static bool kb_kapi_fsel_match(const kb_kapi_fsel_t *fs, const kb_event_t *ev) {
-    for (size_t i = 0; i < fs->n; i++) {
-        const char *have = fs->req[i].on_ns ? ev->ns : ev->name;
-        size_t hl = fs->req[i].on_ns ? ev->ns_len : ev->name_len;
-        bool eq = strlen(fs->req[i].value) == hl && !memcmp(fs->req[i].value, have, hl);
-        if (eq == fs->req[i].neg)
-            return false;
-    }
-    return true;
-}
-
 /* What one list or watch request asks for. */
 typedef struct kb_kapi_query {
     const char *rv, *rvm, *cont;
     const char *sel_text;   /* labelSelector as sent, NULL if none */
+    const char *fsel_text;  /* fieldSelector as sent, NULL if none */
     long limit;
     bool watch, bookmarks, initial_set, initial;
     long timeout_s;
     kb_selector_t *sel;
-    kb_kapi_fsel_t fsel;
+    kb_fieldsel_t *fsel;    /* NULL: none (or an empty one) */
 } kb_kapi_query_t;
 
 static bool kb_kapi_bool(const char *v, bool *out) {
@@ -713,8 +663,10 @@ static bool kb_kapi_rv_valid(const char *rv, char *err, size_t err_size) {
     return false;
 }
 
-/* Parse and check the query like the API server (400 / 422 on error). */
-static unsigned kb_kapi_query_parse(struct MHD_Connection *c, kb_kapi_query_t *q, char *err, size_t err_size) {
+/* Parse and check the query like the API server (400 / 422 on error); the
+ * field selector as the server has it for kind. */
+static unsigned kb_kapi_query_parse(struct MHD_Connection *c, const kb_fields_kind_t *kind, kb_kapi_query_t *q,
+                                    char *err, size_t err_size) {
     memset(q, 0, sizeof(*q));
     q->rv = kb_kapi_arg(c, "resourceVersion");
     q->rvm = kb_kapi_arg(c, "resourceVersionMatch");
@@ -773,38 +725,70 @@ static unsigned kb_kapi_query_parse(struct MHD_Connection *c, kb_kapi_query_t *q
     q->sel_text = ls;
     if (ls && !(q->sel = kb_selector_parse(ls, err, err_size)))
         return MHD_HTTP_BAD_REQUEST;
-    if (!kb_kapi_fsel_parse(kb_kapi_arg(c, "fieldSelector"), &q->fsel, err, err_size))
+    q->fsel_text = kb_kapi_arg(c, "fieldSelector");
+    if (!kb_fieldsel_parse(kind, q->fsel_text, &q->fsel, err, err_size))
         return MHD_HTTP_BAD_REQUEST;
     return 0;
 }
 
-static bool kb_kapi_matches(const kb_kapi_query_t *q, const kb_event_t *ev) {
-    return kb_kapi_fsel_match(&q->fsel, ev) &&
+/* Does ev (its object readable) match q's field selector? rec is ev's field
+ * record when known (the history's), else NULL: read here when needed. */
+static bool kb_kapi_fields_match(const kb_kapi_query_t *q, const kb_fields_kind_t *kind, const kb_event_t *ev,
+                                 const char *rec, size_t rec_len) {
+    if (!q->fsel)
+        return true;
+    kb_buf_t own;
+    kb_buf_init(&own);
+    if (!rec && kb_fieldsel_needs_record(q->fsel)) {
+        kb_fields_extract(kind, ev->obj, ev->obj_len, &own);
+        rec = own.data;
+        rec_len = own.len;
+    }
+    bool ok = kb_fieldsel_match(q->fsel, ev->ns, ev->ns_len, ev->name, ev->name_len, rec, rec_len);
+    kb_buf_fini(&own);
+    return ok;
+}
+
+/* Does ev (its object readable) match both of q's selectors? */
+static bool kb_kapi_matches(const kb_kapi_query_t *q, const kb_fields_kind_t *kind, const kb_event_t *ev) {
+    return kb_kapi_fields_match(q, kind, ev, NULL, 0) &&
            (!q->sel || kb_selector_match_json(q->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL,
                                               ev->labels_len));
 }
 
+static const kb_fields_kind_t *kb_kapi_kind(kb_informer_t *inf) {
+    return kb_fields_kind(kb_informer_conf(inf)->group, kb_informer_conf(inf)->resource);
+}
+
 /* The cut a list or a watch's initial events are served from: the candidates
- * the informer's indexes give for sel (only the matching objects when sel has
- * an equality term on an indexed label key). When the index did not answer
- * sel, each candidate is read after the ingest lock is released and those
- * sel does not match are dropped. Either way the cut holds the cache's
+ * the informer's indexes give for q's label selector (only the matching
+ * objects when it has an equality term on an indexed label key). When the
+ * index did not answer it, or the field selector reads the object's own
+ * fields, each candidate is read after the ingest lock is released and those
+ * q does not match are dropped (a field selector on metadata only is checked
+ * on the entry). Either way the cut holds the cache's
  * entries (references: identities only with state_dir, packed with the
  * compressed cache), never the objects read to match them — a client that
  * does not read, or a kept cut, would otherwise pin a full copy of every
  * object — so each is read again as it is written (kb_kapi_item). */
-static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_selector_t *sel, kb_event_list_t *all,
+static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_kapi_query_t *q, kb_event_list_t *all,
                         char *rv, size_t rv_size, uint64_t *seq) {
     bool exact = false;
-    kb_informer_select(inf, ns, sel, all, &exact, rv, rv_size, seq);
-    if (!sel || exact)
+    kb_informer_select(inf, ns, q->sel, all, &exact, rv, rv_size, seq);
+    bool read = (q->sel && !exact) || kb_fieldsel_needs_record(q->fsel);
+    if (!read && !q->fsel)
         return;
+    const kb_fields_kind_t *kind = kb_kapi_kind(inf);
     size_t keep = 0;
     for (size_t i = 0; i < all->n; i++) {
-        kb_event_t *full = kb_informer_full(inf, all->ev[i]);
-        bool match =
-            kb_selector_match_json(sel, full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len);
-        kb_event_unref(full);
+        bool match;
+        if (read) {
+            kb_event_t *full = kb_informer_full(inf, all->ev[i]);
+            match = kb_kapi_matches(q, kind, full);
+            kb_event_unref(full);
+        } else {
+            match = kb_kapi_fields_match(q, kind, all->ev[i], NULL, 0);
+        }
         if (match)
             all->ev[keep++] = all->ev[i];
         else
@@ -947,6 +931,7 @@ static void kb_kapi_stream_free(void *cls) {
         atomic_fetch_sub(&s->k->watches, 1);
     }
     kb_selector_free(s->q.sel);
+    kb_fieldsel_free(s->q.fsel);
     kb_event_list_fini(&s->j_page);
     kb_event_list_fini(&s->items);
     kb_buf_fini(&s->out);
@@ -1047,9 +1032,9 @@ static bool kb_kapi_unhex(const char *s, char *out, size_t out_size) {
     return strlen(out) == n / 2;
 }
 
-static uint64_t kb_kapi_sel_hash(const kb_kapi_query_t *q) {
-    const char *t = q->sel_text ? q->sel_text : "";
-    return kb_fnv1a64(t, strlen(t));
+/* FNV-1a of a selector as sent ("" if none). */
+static uint64_t kb_kapi_sel_hash(const char *text) {
+    return text ? kb_fnv1a64(text, strlen(text)) : kb_fnv1a64("", 0);
 }
 
 /* Who asks: a hash of the client's address (its port left out), so a
@@ -1113,20 +1098,21 @@ static uint64_t kb_kapi_cut_keep(kb_kapi_t *k, uint64_t owner, kb_informer_t *in
     slot->inf = inf;
     snprintf(slot->ns, sizeof(slot->ns), "%s", ns);
     snprintf(slot->rv, sizeof(slot->rv), "%s", rv);
-    slot->sel_hash = kb_kapi_sel_hash(q);
+    slot->sel_hash = kb_kapi_sel_hash(q->sel_text);
+    slot->fsel_hash = kb_kapi_sel_hash(q->fsel_text);
     kb_event_list_init(&slot->items);
     for (size_t i = 0; i < items->n; i++)
         kb_event_list_push(&slot->items, kb_event_ref(items->ev[i]));
     return slot->id;
 }
 
-/* Select the page: items matching q's field selector after key `after` ("" =
- * from the start), at most limit (0 = all); the items are what its label
- * selector matched already (kb_kapi_cut), and may carry no readable labels.
+/* Select the page: items after key `after` ("" = from the start), at most
+ * limit (0 = all); the items are what q's selectors matched already
+ * (kb_kapi_cut), and may carry no readable object.
  * The selected references are added to out. Returns the index after the last
  * one taken. */
-static size_t kb_kapi_page(const kb_event_list_t *all, const kb_kapi_query_t *q, const char *after, long limit,
-                           kb_event_list_t *out, const char **last_key) {
+static size_t kb_kapi_page(const kb_event_list_t *all, const char *after, long limit, kb_event_list_t *out,
+                           const char **last_key) {
     size_t lo = 0, hi = all->n;
     while (*after && lo < hi) { /* first key > after */
         size_t mid = (lo + hi) / 2;
@@ -1137,8 +1123,6 @@ static size_t kb_kapi_page(const kb_event_list_t *all, const kb_kapi_query_t *q,
     }
     size_t i = *after ? lo : 0;
     for (; i < all->n && (limit == 0 || (long)out->n < limit); i++) {
-        if (!kb_kapi_fsel_match(&q->fsel, all->ev[i]))
-            continue;
         kb_event_list_push(out, kb_event_ref(all->ev[i]));
         *last_key = all->ev[i]->key;
     }
@@ -1151,25 +1135,17 @@ static enum MHD_Result kb_kapi_expired_continue(struct MHD_Connection *c) {
                           "start a new list without the continue parameter.");
 }
 
-/* Is there any match after index i? (for continue without a count) */
-static long kb_kapi_count_rest(const kb_event_list_t *all, const kb_kapi_query_t *q, size_t i) {
-    long n = 0;
-    for (; i < all->n; i++)
-        n += kb_kapi_fsel_match(&q->fsel, all->ev[i]);
-    return n;
-}
-
 static void kb_kapi_page_to(kb_kapi_stream_t *s, const kb_event_list_t *all, const kb_kapi_query_t *q,
                             const char *after, uint64_t cut_id) {
     const char *last = NULL;
-    size_t end = kb_kapi_page(all, q, after, q->limit, &s->items, &last);
-    long rest = q->limit ? kb_kapi_count_rest(all, q, end) : 0;
+    size_t end = kb_kapi_page(all, after, q->limit, &s->items, &last);
+    long rest = q->limit ? (long)(all->n - end) : 0;
     if (rest > 0 && last) {
         char token[600];
         int n = snprintf(token, sizeof(token), "%llu:", (unsigned long long)cut_id);
         kb_kapi_hex(last, token + n, sizeof(token) - (size_t)n);
         snprintf(s->cont, sizeof(s->cont), "%s", token);
-        if (!q->sel && !q->fsel.n)
+        if (!q->sel && !q->fsel)
             s->remaining = rest;
     }
 }
@@ -1186,7 +1162,8 @@ static enum MHD_Result kb_kapi_list_continue(kb_kapi_t *k, struct MHD_Connection
         kb_kapi_stream_free(s);
         return kb_kapi_busy(k, c);
     }
-    bool found = false, same_sel = true;
+    bool found = false;
+    const char *differs = NULL;
     pthread_mutex_lock(&k->mtx);
     for (size_t i = 0; i < KB_KAPI_CUTS && !found; i++) {
         kb_kapi_cut_t *cut = &k->cuts[i];
@@ -1194,17 +1171,20 @@ static enum MHD_Result kb_kapi_list_continue(kb_kapi_t *k, struct MHD_Connection
             continue;
         found = true;
         /* The cut keeps only what the first page's selector matched. */
-        same_sel = cut->sel_hash == kb_kapi_sel_hash(q);
+        if (cut->sel_hash != kb_kapi_sel_hash(q->sel_text))
+            differs = "labelSelector";
+        else if (cut->fsel_hash != kb_kapi_sel_hash(q->fsel_text))
+            differs = "fieldSelector";
         snprintf(s->rv, sizeof(s->rv), "%s", cut->rv);
-        if (same_sel)
+        if (!differs)
             kb_kapi_page_to(s, &cut->items, q, after, cut->id);
     }
     pthread_mutex_unlock(&k->mtx);
-    if (!found || !same_sel) {
+    if (!found || differs) {
         kb_kapi_stream_free(s);
-        if (!same_sel)
+        if (differs)
             return kb_kapi_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", NULL,
-                                  "continue: the labelSelector differs from the one the list began with");
+                                  "continue: the %s differs from the one the list began with", differs);
         return kb_kapi_expired_continue(c);
     }
     return kb_kapi_stream_send(c, s);
@@ -1246,7 +1226,7 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     }
     kb_event_list_t all;
     kb_event_list_init(&all);
-    kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q->sel, &all, s->rv, sizeof(s->rv), NULL);
+    kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q, &all, s->rv, sizeof(s->rv), NULL);
     if (all.n > 1)
         qsort(all.ev, all.n, sizeof(all.ev[0]), kb_kapi_by_key);
     if (q->rv && !strcmp(q->rv, "0"))
@@ -1329,20 +1309,26 @@ static void kb_kapi_bookmark(kb_kapi_stream_t *s, const char *rv, bool initial_e
     s->next_bookmark_ms = kb_now_mono_ns() / KB_NS_PER_MS + s->k->bookmark_ms;
 }
 
-/* The type this watcher sees for a change, or -1 to skip it (enter/leave rule). */
+/* The type this watcher sees for a change, or -1 to skip it: the enter/leave
+ * rule, for both selectors — a change that makes the object match is an
+ * ADDED, one that makes it stop matching a DELETED (with the labels and the
+ * field record the history remembers from before the change). */
 static int kb_kapi_watch_type(const kb_kapi_stream_t *s, const kb_history_entry_t *e) {
     const kb_kapi_query_t *q = &s->q;
     const kb_event_t *ev = e->ev;
     if (s->ns[0] && (strlen(s->ns) != ev->ns_len || memcmp(s->ns, ev->ns, ev->ns_len)))
         return -1;
-    if (!kb_kapi_fsel_match(&q->fsel, ev))
-        return -1;
-    if (!q->sel)
+    if (!q->sel && !q->fsel)
         return (int)ev->type;
-    bool now = ev->type != KB_EV_DELETED &&
-               kb_selector_match_json(q->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len);
-    bool before = e->prev_exists ? kb_selector_match_json(q->sel, e->prev_labels, e->prev_labels_len)
-                                 : (ev->type == KB_EV_DELETED && kb_kapi_matches(q, ev));
+    const kb_fields_kind_t *kind = kb_kapi_kind(s->hist->inf);
+    bool now = ev->type != KB_EV_DELETED && kb_kapi_fields_match(q, kind, ev, e->fields, e->fields_len) &&
+               (!q->sel || kb_selector_match_json(q->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL,
+                                                  ev->labels_len));
+    bool before = ev->type == KB_EV_DELETED && kb_kapi_matches(q, kind, ev);
+    if (e->prev_exists)
+        before = kb_fieldsel_match(q->fsel, ev->ns, ev->ns_len, ev->name, ev->name_len, e->prev_fields,
+                                   e->prev_fields_len) &&
+                 (!q->sel || kb_selector_match_json(q->sel, e->prev_labels, e->prev_labels_len));
     if (now)
         return before ? KB_EV_MODIFIED : KB_EV_ADDED;
     return before ? KB_EV_DELETED : -1;
@@ -1508,11 +1494,11 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         kb_event_list_t all;
         kb_event_list_init(&all);
         uint64_t seq = 0;
-        kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q->sel, &all, s->rv, sizeof(s->rv), &seq);
+        kb_kapi_cut(r->inf, p->has_ns ? p->ns : NULL, q, &all, s->rv, sizeof(s->rv), &seq);
         if (all.n > 1)
             qsort(all.ev, all.n, sizeof(all.ev[0]), kb_kapi_by_key);
         const char *last = NULL;
-        kb_kapi_page(&all, q, "", 0, &s->items, &last);
+        kb_kapi_page(&all, "", 0, &s->items, &last);
         kb_event_list_fini(&all);
         s->pos = kb_history_after_seq(s->hist->h, seq);
         s->end_bookmark = q->initial;
@@ -1525,7 +1511,8 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
         want = kb_rv_parse(now_rv, strlen(now_rv));
     }
     s->from_n = want;
-    if (kb_history_after_rv(s->hist->h, want, &s->pos) == KB_HISTORY_GONE && !q->sel) {
+    if (kb_history_after_rv(s->hist->h, want, &s->pos) == KB_HISTORY_GONE && !q->sel &&
+        !kb_fieldsel_needs_record(q->fsel)) {
         /* Before the window: state_dir's journal may still have it. */
         if (!kb_kapi_slot_take(s)) {
             *ret = kb_kapi_busy(k, c);
@@ -1576,7 +1563,8 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     s->hist = hist;
     snprintf(s->ns, sizeof(s->ns), "%s", p->has_ns ? p->ns : "");
     s->q = *q;
-    q->sel = NULL; /* the stream owns it now */
+    q->sel = NULL; /* the stream owns them now */
+    q->fsel = NULL;
     int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
     /* Without timeoutSeconds (or with 0) the API server picks 30-60 min. */
     long timeout_s = s->q.timeout_s > 0 ? s->q.timeout_s : 1800 + (long)(kb_fnv1a64(p->resource, strlen(p->resource)) ^
@@ -1690,7 +1678,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
     }
     kb_kapi_query_t q;
     char err[512];
-    unsigned bad = kb_kapi_query_parse(c, &q, err, sizeof(err));
+    unsigned bad = kb_kapi_query_parse(c, kb_kapi_kind(r.inf), &q, err, sizeof(err));
     *verb = p.has_name ? "get" : q.watch ? "watch" : "list";
     enum MHD_Result ret;
     if (bad) {
@@ -1708,6 +1696,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
                                                               : kb_kapi_list(k, c, &r, &p, &q);
     }
     kb_selector_free(q.sel);
+    kb_fieldsel_free(q.fsel);
     return ret;
 }
 

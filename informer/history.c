@@ -11,7 +11,10 @@
  * needs the labels before the change. The informer's cache has already moved
  * on when the subscriber runs, and with state_dir it keeps no labels at all,
  * so the history keeps key → labels itself (small, refcounted blobs that the
- * ring entries share).
+ * ring entries share). The same holds for a field-selected watch (a pod that
+ * moves off a node leaves a spec.nodeName selector), so for a kind with
+ * selectable fields of its own (fields.h) each blob also holds the object's
+ * field record, read once per change here rather than once per watcher.
  *
  * Building: subscribe first, then take a cut; events that arrive in between
  * are parked and applied after the cut's labels if their seq is above the
@@ -23,6 +26,7 @@
 #include "common/hash.h"
 #include "common/strmap.h"
 #include "common/time.h"
+#include "informer/fields.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,17 +35,20 @@
 
 struct kb_history_labels {
     _Atomic unsigned refcnt;
-    size_t len;
+    size_t len;   /* labels: s[0..len) */
+    size_t flen;  /* the field record: s[len + 1 .. len + 1 + flen) */
     char s[];
 };
 
 typedef struct kb_hslot {
     kb_event_t *ev;
     kb_history_labels_t *prev; /* NULL: the key did not exist before */
+    kb_history_labels_t *now;  /* ev's own labels and fields */
 } kb_hslot_t;
 
 struct kb_history {
     kb_informer_t *inf;
+    const kb_fields_kind_t *kind; /* the informer's resource: which fields a record holds */
     pthread_mutex_t mtx;
     pthread_cond_t cond;
     bool ready;               /* the first cut is applied */
@@ -56,13 +63,28 @@ struct kb_history {
     char rv[64];
 };
 
-static kb_history_labels_t *kb_hl_new(const char *s, size_t len) {
-    kb_history_labels_t *l = kb_malloc(sizeof(*l) + len + 1);
+static kb_history_labels_t *kb_hl_new(const char *s, size_t len, const kb_buf_t *rec) {
+    kb_history_labels_t *l = kb_malloc(sizeof(*l) + len + 1 + rec->len);
     atomic_init(&l->refcnt, 1);
     l->len = len;
+    l->flen = rec->len;
     if (len)
         memcpy(l->s, s, len);
     l->s[len] = '\0';
+    if (rec->len)
+        memcpy(l->s + len + 1, rec->data, rec->len);
+    return l;
+}
+
+/* The blob of full (labels and, when the kind has any, its field record): an
+ * event with its object readable (a subscriber's, or one of a kb_informer_cut). */
+static kb_history_labels_t *kb_hl_of(const kb_history_t *h, const kb_event_t *full) {
+    kb_buf_t rec;
+    kb_buf_init(&rec);
+    if (kb_fields_kind_has_own(h->kind) && full->obj_len)
+        kb_fields_extract(h->kind, full->obj, full->obj_len, &rec);
+    kb_history_labels_t *l = kb_hl_new(full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len, &rec);
+    kb_buf_fini(&rec);
     return l;
 }
 
@@ -77,11 +99,13 @@ static void kb_hl_unref(kb_history_labels_t *l) {
         free(l);
 }
 
-/* The key's labels before ev, and ev's afterwards in the map. Caller holds mtx. */
-static kb_history_labels_t *kb_history_swap_labels(kb_history_t *h, const kb_event_t *ev) {
-    if (ev->type == KB_EV_DELETED)
+/* The key's blob before ev; now (consumed: ev's own blob) is the key's
+ * afterwards unless ev deletes it. Caller holds mtx. */
+static kb_history_labels_t *kb_history_swap_labels(kb_history_t *h, const kb_event_t *ev, kb_history_labels_t *now) {
+    if (ev->type == KB_EV_DELETED) {
+        kb_hl_unref(now);
         return kb_strmap_del(h->labels, ev->key, ev->key_len, ev->key_hash);
-    kb_history_labels_t *now = kb_hl_new(ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len);
+    }
     return kb_strmap_put(h->labels, ev->key, ev->key_len, ev->key_hash, now);
 }
 
@@ -103,6 +127,7 @@ static void kb_history_push(kb_history_t *h, kb_event_t *ev) {
         h->evicted_seq = old->ev->seq;
         kb_event_unref(old->ev);
         kb_hl_unref(old->prev);
+        kb_hl_unref(old->now);
         h->first++;
     }
     /* A change that does not move past the progress so far comes from the
@@ -113,7 +138,8 @@ static void kb_history_push(kb_history_t *h, kb_event_t *ev) {
         h->floor_rv = h->rv_num + 1;
     kb_hslot_t *s = &h->ring[h->next % h->cap];
     s->ev = kb_event_ref(ev);
-    s->prev = kb_history_swap_labels(h, ev);
+    s->now = kb_hl_of(h, ev);
+    s->prev = kb_history_swap_labels(h, ev, kb_hl_ref(s->now));
     h->next++;
     kb_history_note_rv(h, ev->rv, ev->rv_num);
     pthread_cond_broadcast(&h->cond);
@@ -135,6 +161,7 @@ kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
     KB_ASSERT(capacity >= 1);
     kb_history_t *h = kb_calloc(1, sizeof(*h));
     h->inf = inf;
+    h->kind = kb_fields_kind(kb_informer_conf(inf)->group, kb_informer_conf(inf)->resource);
     h->cap = capacity;
     h->ring = kb_calloc(capacity, sizeof(*h->ring));
     h->labels = kb_strmap_new(1024);
@@ -149,10 +176,10 @@ kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
     kb_event_list_init(&cut);
     char rv[64];
     uint64_t seq = 0;
-    kb_informer_cut(inf, NULL, &cut, rv, sizeof(rv), &seq);
+    kb_informer_cut(inf, NULL, &cut, rv, sizeof(rv), &seq); /* objects readable */
     pthread_mutex_lock(&h->mtx);
     for (size_t i = 0; i < cut.n; i++)
-        kb_hl_unref(kb_history_swap_labels(h, cut.ev[i]));
+        kb_hl_unref(kb_history_swap_labels(h, cut.ev[i], kb_hl_of(h, cut.ev[i])));
     h->floor_rv = kb_rv_parse(rv, strlen(rv));
     kb_history_note_rv(h, rv, h->floor_rv);
     h->ready = true;
@@ -171,6 +198,7 @@ static void kb_history_free(kb_history_t *h) {
     for (uint64_t p = h->first; p < h->next; p++) {
         kb_event_unref(h->ring[p % h->cap].ev);
         kb_hl_unref(h->ring[p % h->cap].prev);
+        kb_hl_unref(h->ring[p % h->cap].now);
     }
     size_t it = 0;
     const char *k;
@@ -200,6 +228,7 @@ kb_informer_t *kb_history_informer(const kb_history_t *h) {
 void kb_history_entry_fini(kb_history_entry_t *e) {
     kb_event_unref(e->ev);
     kb_hl_unref(e->prev_ref);
+    kb_hl_unref(e->now_ref);
     memset(e, 0, sizeof(*e));
 }
 
@@ -247,6 +276,11 @@ int kb_history_next(kb_history_t *h, uint64_t *pos, int wait_ms, kb_history_entr
         out->prev_exists = s->prev != NULL;
         out->prev_labels = s->prev ? s->prev->s : NULL;
         out->prev_labels_len = s->prev ? s->prev->len : 0;
+        out->prev_fields = s->prev ? s->prev->s + s->prev->len + 1 : NULL;
+        out->prev_fields_len = s->prev ? s->prev->flen : 0;
+        out->now_ref = kb_hl_ref(s->now);
+        out->fields = s->now->s + s->now->len + 1;
+        out->fields_len = s->now->flen;
         (*pos)++;
         r = 1;
     }

@@ -45,14 +45,22 @@ kb_informer_t *kb_history_informer(const kb_history_t *h);
 
 /* One change as a reader sees it: references it must release with
  * kb_history_entry_fini. prev_labels is the key's labels object before the
- * change (len 0: no labels); prev_exists false when the key was absent. */
+ * change (len 0: no labels); prev_exists false when the key was absent.
+ * fields is ev's field record (informer/fields.h, for the informer's kind;
+ * empty when the kind has no fields of its own), prev_fields the key's
+ * before the change. */
 typedef struct kb_history_labels kb_history_labels_t; /* refcounted, immutable */
 typedef struct kb_history_entry {
     kb_event_t *ev;
     const char *prev_labels;   /* inside prev_ref */
     size_t prev_labels_len;
     bool prev_exists;
+    const char *fields;        /* inside now_ref; NULL for an entry not from the ring */
+    size_t fields_len;
+    const char *prev_fields;   /* inside prev_ref */
+    size_t prev_fields_len;
     kb_history_labels_t *prev_ref;
+    kb_history_labels_t *now_ref;
 } kb_history_entry_t;
 void kb_history_entry_fini(kb_history_entry_t *e);
 

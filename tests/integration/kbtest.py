@@ -403,6 +403,24 @@ def read_jsonl(path):
         return []
 
 
+class Kubectl:
+    """kubectl pointed at url (kbridge's Kubernetes API), default namespace ns1."""
+
+    def __init__(self, url, workdir):
+        self.kc = os.path.join(workdir, "kubeconfig")
+        with open(self.kc, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\nclusters: [{name: kb, cluster: {server: \"%s\"}}]\n"
+                    "contexts: [{name: kb, context: {cluster: kb, namespace: ns1}}]\ncurrent-context: kb\n"
+                    "users: []\n" % url)
+
+    def run(self, *args, ok=True):
+        r = subprocess.run(["kubectl", "--kubeconfig", self.kc, "--cache-dir", os.path.dirname(self.kc) + "/cache"]
+                           + list(args), capture_output=True, text=True, timeout=120)
+        if ok:
+            check(r.returncode == 0, "kubectl %s -> %d: %s" % (" ".join(args), r.returncode, r.stderr[-1500:]))
+        return r
+
+
 def write_kubeconfig(path, server, user):
     """A kubeconfig with one context: the cluster at server, the user a YAML flow mapping ('{token: x}')."""
     with open(path, "w") as f:
