@@ -199,7 +199,9 @@ static const char *kb_http_arg(struct MHD_Connection *c, const char *name) {
 
 /* ---- authentication ------------------------------------------------------ */
 
-static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
+/* Whether the request's bearer token reads this endpoint: the main token
+ * reads all, the metrics-only token what metrics_ok says. */
+static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c, bool metrics_ok) {
     if (!kb_httpcred_has_token(h->cred))
         return true;
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -208,7 +210,8 @@ static bool kb_http_authorized(const kb_http_t *h, struct MHD_Connection *c) {
     v += 7;
     while (*v == ' ')
         v++;
-    return kb_httpcred_token_equal(h->cred, v, strlen(v));
+    kb_http_access_t a = kb_httpcred_access(h->cred, v, strlen(v));
+    return a == KB_HTTP_ACCESS_ALL || (a == KB_HTTP_ACCESS_METRICS && metrics_ok);
 }
 
 kb_err_t kb_http_token_check(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
@@ -993,17 +996,18 @@ typedef struct kb_http_endpoint {
     const char *path;   /* exact, or the prefix before {informer} */
     bool named;         /* path + informer name */
     bool open;          /* no token needed: probes cannot send one */
+    bool metrics;       /* http.metrics_token_file's token reads it too */
     enum MHD_Result (*fn)(kb_http_t *h, struct MHD_Connection *c, kb_informer_t *inf);
 } kb_http_endpoint_t;
 
 static const kb_http_endpoint_t kb_http_endpoints[] = {
-    {"GET", "/healthz", false, true, kb_http_healthz},
-    {"GET", "/readyz", false, true, kb_http_readyz},
-    {"GET", "/metrics", false, false, kb_http_metrics},
-    {"GET", "/v1/informers", false, false, kb_http_informers},
-    {"GET", "/v1/snapshot/", true, false, kb_http_get_snapshot},
-    {"POST", "/v1/snapshot/", true, false, kb_http_post_snapshot},
-    {"GET", "/v1/replay/", true, false, kb_http_get_replay},
+    {"GET", "/healthz", false, true, true, kb_http_healthz},
+    {"GET", "/readyz", false, true, true, kb_http_readyz},
+    {"GET", "/metrics", false, false, true, kb_http_metrics},
+    {"GET", "/v1/informers", false, false, false, kb_http_informers},
+    {"GET", "/v1/snapshot/", true, false, false, kb_http_get_snapshot},
+    {"POST", "/v1/snapshot/", true, false, false, kb_http_post_snapshot},
+    {"GET", "/v1/replay/", true, false, false, kb_http_get_replay},
 };
 
 static bool kb_http_path_is(const kb_http_endpoint_t *ep, const char *url) {
@@ -1015,7 +1019,7 @@ static bool kb_http_path_is(const kb_http_endpoint_t *ep, const char *url) {
 
 static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, const char *url, const char *method) {
     if (h->kapi && kb_kapi_owns(url))
-        return kb_http_authorized(h, c) ? kb_kapi_handle(h->kapi, c, url, method)
+        return kb_http_authorized(h, c, false) ? kb_kapi_handle(h->kapi, c, url, method)
                                         : kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized",
                                                          "a valid bearer token is required");
     const kb_http_endpoint_t *ep = NULL;
@@ -1030,11 +1034,11 @@ static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, 
     if (!ep && path_known)
         return kb_http_status(c, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", "%.16s is not allowed on %.300s",
                               method, url);
-    if (!ep && !kb_http_authorized(h, c))
+    if (!ep && !kb_http_authorized(h, c, false))
         return kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized", "a valid bearer token is required");
     if (!ep)
         return kb_http_status(c, MHD_HTTP_NOT_FOUND, "NotFound", "no endpoint %.300s (see docs/http.md)", url);
-    if (!ep->open && !kb_http_authorized(h, c))
+    if (!ep->open && !kb_http_authorized(h, c, ep->metrics))
         return kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized", "a valid bearer token is required");
     kb_informer_t *inf = NULL;
     if (ep->named) {

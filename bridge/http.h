@@ -8,7 +8,8 @@
  * libmicrohttpd's threads, one per connection, at most KB_HTTP_MAX_CONNECTIONS
  * at a time (a few more for addresses with none open: probes), over HTTPS
  * when http.tls_cert_file is set. With http.token_file set, every endpoint
- * except /healthz and /readyz needs "Authorization: Bearer <token>".
+ * except /healthz and /readyz needs "Authorization: Bearer <token>"; the
+ * token of http.metrics_token_file (if set) reads /metrics only.
  *
  * Threads: start and stop from the main thread, start after kb_bridge_start
  * and stop before kb_bridge_stop (the introspection calls need a running

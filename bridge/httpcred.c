@@ -10,8 +10,11 @@
  * on a symlink's target is lost at the swap, and two seconds is short next
  * to the hours a renewal leaves before expiry.
  *
- * The token is swapped under cred->mtx, so the old one is refused from the
- * next request on. A new file that cannot be read, or is empty or not one
+ * Two tokens can be set: http.token_file's reads everything,
+ * http.metrics_token_file's only /metrics (the scraper's, so that a leaked
+ * scrape credential reads no object). Each is a kb_tokenslot_t, polled and
+ * swapped alike. A token is swapped under cred->mtx, so the old one is
+ * refused from the next request on. A new file that cannot be read, or is empty or not one
  * line, keeps the last good token (the API must never open because a
  * rotation went wrong) and says so once per change of the file.
  *
@@ -65,12 +68,20 @@ typedef struct {
     struct timespec mtime, ctime;
 } kb_filesig_t;
 
+/* One bearer token and the file it comes from. */
+typedef struct {
+    const char *key;       /* the config key, for messages: "http.token_file" */
+    char *file;            /* copy; NULL when unset */
+    kb_filesig_t sig;      /* as last read (poll thread only) */
+    char *token;           /* under cred->mtx; NULL when unset */
+    size_t len;
+} kb_tokenslot_t;
+
 struct kb_httpcred {
-    char *token_file, *cert_file, *key_file; /* copies; NULL when unset */
-    kb_filesig_t token_sig, cert_sig, key_sig; /* as last read (poll thread only) */
-    pthread_mutex_t mtx;   /* guards token, token_len, pair (leaf) */
-    char *token;           /* NULL: no authentication */
-    size_t token_len;
+    kb_tokenslot_t tokens[2]; /* [KB_HTTP_ACCESS_ALL - 1]: everything; [KB_HTTP_ACCESS_METRICS - 1]: /metrics */
+    char *cert_file, *key_file; /* copies; NULL when unset */
+    kb_filesig_t cert_sig, key_sig; /* as last read (poll thread only) */
+    pthread_mutex_t mtx;   /* guards tokens[].token and .len, pair (leaf) */
     kb_tlspair_t *pair;    /* NULL: plain HTTP */
     pthread_t thread;
     bool started;
@@ -109,21 +120,45 @@ static char *kb_httpcred_read_token(const char *path, size_t *len, char *why, si
     return tok;
 }
 
-/* The start-up and --check verdict on http.token_file, as FILE:LINE: the
- * same reader as a rotation, so what one refuses the other does. */
-kb_err_t kb_httpcred_check_token(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
-    if (!*cfg->http_token_file)
-        return KB_OK;
+/* Both tokens of cfg (NULL when unset), or KB_ERR_CONFIG with "key: why" in
+ * errstr: one non-empty line each, and not the same token twice (the
+ * metrics-only one would then read everything). */
+static kb_err_t kb_httpcred_read_tokens(const char *const files[2], char *toks[2], size_t lens[2], char *errstr,
+                                        size_t errstr_size) {
+    static const char *const keys[2] = {"http.token_file", "http.metrics_token_file"};
     char why[512];
-    size_t n = 0;
-    char *tok = kb_httpcred_read_token(cfg->http_token_file, &n, why, sizeof(why));
-    if (!tok) {
-        snprintf(errstr, errstr_size, "%s:%d: http.token_file: %s (it must hold the bearer token, one line)",
-                 cfg->path, cfg->http_line, why);
+    for (int i = 0; i < 2; i++) {
+        toks[i] = NULL;
+        lens[i] = 0;
+        if (!files[i] || !*files[i])
+            continue;
+        toks[i] = kb_httpcred_read_token(files[i], &lens[i], why, sizeof(why));
+        if (!toks[i]) {
+            snprintf(errstr, errstr_size, "%s: %s (it must hold the bearer token, one line)", keys[i], why);
+            return KB_ERR_CONFIG;
+        }
+    }
+    if (toks[0] && toks[1] && kb_secret_equal(toks[0], lens[0], toks[1], lens[1])) {
+        snprintf(errstr, errstr_size, "http.metrics_token_file: %s holds the same token as %s; make a token of "
+                 "its own", files[1], files[0]);
         return KB_ERR_CONFIG;
     }
-    kb_secret_free(tok);
     return KB_OK;
+}
+
+/* The start-up and --check verdict on the token files, as FILE:LINE: the
+ * same reader as a rotation, so what one refuses the other does. */
+kb_err_t kb_httpcred_check_token(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
+    const char *files[2] = {cfg->http_token_file, cfg->http_metrics_token_file};
+    char *toks[2];
+    size_t lens[2];
+    char why[768];
+    kb_err_t err = kb_httpcred_read_tokens(files, toks, lens, why, sizeof(why));
+    kb_secret_free(toks[0]);
+    kb_secret_free(toks[1]);
+    if (err != KB_OK)
+        snprintf(errstr, errstr_size, "%s:%d: %s", cfg->path, cfg->http_line, why);
+    return err;
 }
 
 /* A private key that other users may read is said, not refused: a
@@ -202,27 +237,27 @@ static kb_tlspair_t *kb_tlspair_load(const kb_httpcred_t *cred, char *why, size_
 
 /* ---- rotation (the poll thread) ------------------------------------------ */
 
-static void kb_httpcred_reload_token(kb_httpcred_t *cred) {
+static void kb_httpcred_reload_token(kb_httpcred_t *cred, kb_tokenslot_t *slot) {
     char why[512];
     size_t n = 0;
-    char *tok = kb_httpcred_read_token(cred->token_file, &n, why, sizeof(why));
+    char *tok = kb_httpcred_read_token(slot->file, &n, why, sizeof(why));
     if (!tok) {
-        KB_WARN("http", "http.token_file %s changed but cannot be used (%s): the previous token stays in force",
-                cred->token_file, why);
+        KB_WARN("http", "%s %s changed but cannot be used (%s): the previous token stays in force", slot->key,
+                slot->file, why);
         return;
     }
     pthread_mutex_lock(&cred->mtx);
-    bool same = kb_secret_equal(tok, n, cred->token, cred->token_len);
-    char *old = same ? tok : cred->token;
+    bool same = kb_secret_equal(tok, n, slot->token, slot->len);
+    char *old = same ? tok : slot->token;
     if (!same) {
-        cred->token = tok;
-        cred->token_len = n;
+        slot->token = tok;
+        slot->len = n;
     }
     pthread_mutex_unlock(&cred->mtx);
     kb_secret_free(old);
     if (!same)
-        KB_INFO("http", "http.token_file %s changed: the new token is in force, the previous one is refused",
-                cred->token_file);
+        KB_INFO("http", "%s %s changed: the new token is in force, the previous one is refused", slot->key,
+                slot->file);
 }
 
 static void kb_httpcred_reload_pair(kb_httpcred_t *cred) {
@@ -249,11 +284,14 @@ static void kb_httpcred_reload_pair(kb_httpcred_t *cred) {
 
 /* One look at the files; a changed one is read again (both of the pair). */
 static void kb_httpcred_poll(kb_httpcred_t *cred) {
-    if (cred->token_file) {
-        kb_filesig_t s = kb_filesig(cred->token_file);
-        if (!kb_filesig_eq(&s, &cred->token_sig)) {
-            cred->token_sig = s;
-            kb_httpcred_reload_token(cred);
+    for (size_t i = 0; i < KB_ARRAY_LEN(cred->tokens); i++) {
+        kb_tokenslot_t *slot = &cred->tokens[i];
+        if (!slot->file)
+            continue;
+        kb_filesig_t s = kb_filesig(slot->file);
+        if (!kb_filesig_eq(&s, &slot->sig)) {
+            slot->sig = s;
+            kb_httpcred_reload_token(cred, slot);
         }
     }
     if (cred->cert_file) {
@@ -284,7 +322,7 @@ static void *kb_httpcred_main(void *arg) {
 }
 
 void kb_httpcred_start(kb_httpcred_t *cred) {
-    if (cred->token_file || cred->cert_file)
+    if (cred->tokens[0].file || cred->cert_file)
         cred->started = pthread_create(&cred->thread, NULL, kb_httpcred_main, cred) == 0;
 }
 
@@ -302,18 +340,21 @@ void kb_httpcred_stop(kb_httpcred_t *cred) {
 /* ---- use ------------------------------------------------------------------ */
 
 bool kb_httpcred_has_token(const kb_httpcred_t *cred) {
-    return cred->token_file != NULL;
+    return cred->tokens[0].file != NULL;
 }
 
 bool kb_httpcred_has_tls(const kb_httpcred_t *cred) {
     return cred->cert_file != NULL;
 }
 
-bool kb_httpcred_token_equal(kb_httpcred_t *cred, const char *v, size_t n) {
+kb_http_access_t kb_httpcred_access(kb_httpcred_t *cred, const char *v, size_t n) {
     pthread_mutex_lock(&cred->mtx);
-    bool eq = cred->token && kb_secret_equal(v, n, cred->token, cred->token_len);
+    const kb_tokenslot_t *all = &cred->tokens[KB_HTTP_ACCESS_ALL - 1];
+    const kb_tokenslot_t *metrics = &cred->tokens[KB_HTTP_ACCESS_METRICS - 1];
+    bool is_all = all->token && kb_secret_equal(v, n, all->token, all->len);
+    bool is_metrics = metrics->token && kb_secret_equal(v, n, metrics->token, metrics->len);
     pthread_mutex_unlock(&cred->mtx);
-    return eq;
+    return is_all ? KB_HTTP_ACCESS_ALL : is_metrics ? KB_HTTP_ACCESS_METRICS : KB_HTTP_ACCESS_NONE;
 }
 
 /* Copy the current pair into a chain and key of this handshake's own. */
@@ -367,14 +408,20 @@ static char *kb_httpcred_path(const char *v) {
 
 static kb_err_t kb_httpcred_load(kb_httpcred_t *cred, char *errstr, size_t errstr_size) {
     char why[512];
-    if (cred->token_file) {
-        cred->token_sig = kb_filesig(cred->token_file);
-        cred->token = kb_httpcred_read_token(cred->token_file, &cred->token_len, why, sizeof(why));
-        if (!cred->token) {
-            snprintf(errstr, errstr_size, "http.token_file: %s", why);
-            return KB_ERR_CONFIG;
-        }
+    const char *files[2];
+    char *toks[2];
+    size_t lens[2];
+    for (int i = 0; i < 2; i++) {
+        files[i] = cred->tokens[i].file;
+        cred->tokens[i].sig = files[i] ? kb_filesig(files[i]) : (kb_filesig_t){0};
     }
+    kb_err_t err = kb_httpcred_read_tokens(files, toks, lens, errstr, errstr_size);
+    for (int i = 0; i < 2; i++) {
+        cred->tokens[i].token = toks[i];
+        cred->tokens[i].len = lens[i];
+    }
+    if (err != KB_OK)
+        return err;
     if (!cred->cert_file)
         return KB_OK;
     kb_httpcred_t *none = NULL;
@@ -398,7 +445,9 @@ kb_err_t kb_httpcred_new(const kb_config_t *cfg, kb_httpcred_t **out, char *errs
     pthread_mutex_init(&cred->mtx, NULL);
     pthread_mutex_init(&cred->stop_mtx, NULL);
     kb_cond_init_mono(&cred->stop_cond);
-    cred->token_file = kb_httpcred_path(cfg->http_token_file);
+    cred->tokens[0] = (kb_tokenslot_t){.key = "http.token_file", .file = kb_httpcred_path(cfg->http_token_file)};
+    cred->tokens[1] = (kb_tokenslot_t){.key = "http.metrics_token_file",
+                                       .file = kb_httpcred_path(cfg->http_metrics_token_file)};
     cred->cert_file = kb_httpcred_path(cfg->http_tls_cert_file);
     cred->key_file = cred->cert_file ? kb_httpcred_path(cfg->http_tls_key_file) : NULL;
     kb_err_t err = kb_httpcred_load(cred, errstr, errstr_size);
@@ -416,9 +465,11 @@ void kb_httpcred_destroy(kb_httpcred_t *cred) {
     kb_httpcred_stop(cred);
     kb_httpcred_t *self = cred;
     atomic_compare_exchange_strong(&kb_httpcred_serving, &self, NULL);
-    kb_secret_free(cred->token);
+    for (size_t i = 0; i < KB_ARRAY_LEN(cred->tokens); i++) {
+        kb_secret_free(cred->tokens[i].token);
+        free(cred->tokens[i].file);
+    }
     kb_tlspair_free(cred->pair);
-    free(cred->token_file);
     free(cred->cert_file);
     free(cred->key_file);
     pthread_cond_destroy(&cred->stop_cond);

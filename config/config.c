@@ -129,9 +129,10 @@ static void kb_summary_cluster(const kb_config_t *cfg, FILE *out) {
                 field[cfg->sharding_server_field]);
     fputc('\n', out);
     if (*cfg->http_listen)
-        fprintf(out, "http: %s, %s, max_streams %d, max_per_address %d\n",
+        fprintf(out, "http: %s, %s%s, max_streams %d, max_per_address %d\n",
                 *cfg->http_tls_cert_file ? "HTTPS" : "plain HTTP",
                 *cfg->http_token_file ? "bearer token required" : "unauthenticated (no token_file)",
+                *cfg->http_metrics_token_file ? " (a metrics-only token too)" : "",
                 cfg->http_max_streams, cfg->http_max_per_address);
 }
 

@@ -157,6 +157,7 @@ typedef struct kb_config {
     char *log_format;              /* "text" | "json" */
     char *http_listen;             /* "127.0.0.1:9464"; "" = off */
     char *http_token_file;
+    char *http_metrics_token_file; /* "" = none; else a token that reads /metrics only */
     int http_line;                 /* where the http group starts (0: not in the file) */
     bool http_allow_unauthenticated; /* false: listening beyond loopback needs http_token_file */
     char *http_tls_cert_file;      /* "" = plain HTTP; with http_tls_key_file: HTTPS */

@@ -636,6 +636,9 @@ static bool kb_finish_http(kb_loader_t *ld, const kb_config_t *cfg, const config
                                "http.token_file (recommended), or http.allow_unauthenticated = true to serve "
                                "snapshots and replays to anyone who can connect",
                                cfg->http_listen);
+    if (*cfg->http_metrics_token_file && !*cfg->http_token_file)
+        return kb_config__fail(ld, http, "http.metrics_token_file needs http.token_file: without a token every "
+                                         "endpoint is open, and a metrics-only token would limit nothing");
     if (!*cfg->http_tls_cert_file != !*cfg->http_tls_key_file)
         return kb_config__fail(ld, http, "http.tls_cert_file and http.tls_key_file: set both (HTTPS) or neither");
     return true;

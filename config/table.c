@@ -128,6 +128,12 @@ static const kb_ckey_t kb_keys_http[] = {
      .doc = "When set, requests must carry `Authorization: Bearer <the file's content>` (all but /healthz "
             "and /readyz). Read again when the file changes. The file must hold one non-empty line: an empty "
             "one (a placeholder Secret) is refused at start and by --check, exit 2."},
+    {.name = "metrics_token_file", .type = KB_CT_STRING, .off = TOP(http_metrics_token_file), .flags = KB_CF_FILE,
+     .def = "",
+     .doc = "A second bearer token that reads only /metrics (and the open /healthz and /readyz): give it to "
+            "the Prometheus scraper, so that its credential cannot read snapshots, replays or the Kubernetes "
+            "API (401 there). token_file's token still reads everything. Needs token_file; one non-empty "
+            "line, different from token_file's; read again when the file changes."},
     {.name = "allow_unauthenticated", .type = KB_CT_BOOL, .off = TOP(http_allow_unauthenticated),
      .def = "false",
      .doc = "Serve the API without a token on an address beyond loopback. Without it (and without "

@@ -160,7 +160,8 @@ static int kb_kafka_line(const kb_config_sink_t *conf, const kb_kv_t *kv) {
     return kv && kv->line > 0 ? kv->line : conf->line;
 }
 
-/* Read a secret from a file: whole content, trailing newlines trimmed. Never logged. */
+/* Read a secret from a file: whole content, trailing newlines trimmed; an
+ * empty one is refused. Never logged. */
 static char *kb_kafka_read_secret(const char *path, char *why, size_t why_size) {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -181,6 +182,11 @@ static char *kb_kafka_read_secret(const char *path, char *why, size_t why_size) 
     }
     while (b.len > 0 && (b.data[b.len - 1] == '\n' || b.data[b.len - 1] == '\r'))
         b.len--;
+    if (b.len == 0) { /* a placeholder Secret nobody filled: say so, never connect with "" */
+        snprintf(why, why_size, "\"%s\" is empty (fill the Secret it comes from)", path);
+        kb_buf_fini(&b);
+        return NULL;
+    }
     kb_buf_reserve(&b, 0); /* allocated even when empty */
     b.data[b.len] = '\0';
     return kb_buf_steal(&b, NULL);

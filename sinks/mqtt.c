@@ -213,6 +213,11 @@ static char *kb_mqtt_read_secret(const char *path, char *why, size_t why_size) {
     char *buf = kb_secret_read(path, KB_MQTT_PASSWORD_MAX, NULL, why, why_size);
     if (buf)
         buf[strcspn(buf, "\r\n")] = '\0'; /* the first line is the password */
+    if (buf && !*buf) { /* a placeholder Secret nobody filled: say so, never connect with "" */
+        snprintf(why, why_size, "%s is empty (fill the Secret it comes from)", path);
+        kb_secret_free(buf);
+        return NULL;
+    }
     return buf;
 }
 

@@ -3,9 +3,10 @@
 API server accepts them: every namespaced object (the Deployment, the StatefulSet and its headless
 Service included) is in namespace kbridge; every selector (workload, Services, PDB, NetworkPolicy) is a
 subset of the pod labels; every ServiceAccount, ConfigMap and Secret the pods use is among the objects;
-every file the shipped config names (the HTTP token, the TLS pair, the broker password) is mounted from
-a Secret that has that key; the HTTP port takes a token and TLS, the probes use HTTPS, and a
-NetworkPolicy admits only the scraper and named consumers. Then `kubectl apply --dry-run=server -k`
+every file the shipped config names (the HTTP token, the scraper's metrics-only token, the TLS pair, the
+broker password) is mounted from a Secret that has that key, and no Secret ships a default password
+(`change-me`); the HTTP port takes a token and TLS, the probes use HTTPS, and a NetworkPolicy admits
+only the scraper and named consumers, each from named namespaces only (consumers: kbridge's own). Then `kubectl apply --dry-run=server -k`
 on the real API server, with no warnings. `rbac-rules.sh --help` prints its usage."""
 import json
 import os
@@ -72,6 +73,16 @@ def check_network_policy(objs, overlay):
           "%s: every admitted peer must be named by pod labels: %s" % (overlay, peers))
     check(any(f["podSelector"]["matchLabels"].get("app.kubernetes.io/name") == "prometheus" for f in peers),
           "%s: the scraper is not admitted: %s" % (overlay, peers))
+    # A pod label anyone who creates a pod can set: every peer must also be bounded by named namespaces.
+    for f in peers:
+        ns = f.get("namespaceSelector")
+        named = ns and (ns.get("matchLabels", {}).get("kubernetes.io/metadata.name") or
+                        any(e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "In" and e["values"]
+                            for e in ns.get("matchExpressions", [])))
+        check(named, "%s: peer %s is admitted from any namespace" % (overlay, f))
+    consumers = [f for f in peers if f["podSelector"]["matchLabels"].get("kbridge.io/consumer")]
+    check(consumers and all(e["values"] == [NS] for f in consumers for e in f["namespaceSelector"]["matchExpressions"]),
+          "%s: consumers must default to kbridge's own namespace: %s" % (overlay, consumers))
 
 
 def test():
@@ -93,6 +104,9 @@ def test():
         bad = cross_check(objs, NS) + pod_security(objs)
         check(not bad, "%s does not work together:\n  %s" % (overlay, "\n  ".join(bad)))
         check_files_mounted(objs, overlay)
+        check("change-me" not in json.dumps(objs), "%s: a default credential (change-me) is shipped" % overlay)
+        _, text = config_files(objs)
+        check(re.search(r"\bmetrics_token_file\s*=", text), "%s: no http.metrics_token_file for the scraper" % overlay)
         check_network_policy(objs, overlay)
 
     cp.kubectl("apply", "-f", os.path.join(DEPLOY, "base", "namespace.yaml"))

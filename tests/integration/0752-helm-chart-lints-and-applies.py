@@ -81,7 +81,15 @@ def test():
             check(json.loads(dash["data"]["kbridge-dashboard.json"]) == json.load(f), "dashboard ConfigMap differs")
         secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
         check(secrets["rel-kbridge-http"]["data"]["token"], "%s: empty HTTP token" % mode)
+        check(secrets["rel-kbridge-metrics"]["data"]["token"] not in ("", secrets["rel-kbridge-http"]["data"]["token"]),
+              "%s: the scraper's metrics token is empty or the main one" % mode)
         check(secrets["rel-kbridge-tls"]["type"] == "kubernetes.io/tls", "%s: no TLS Secret" % mode)
+        # Consumers: the pod label AND a named namespace (by default the release's only).
+        peers = next(o for o in objs if o["kind"] == "NetworkPolicy")["spec"]["ingress"][0]["from"]
+        consumers = [p for p in peers if p["podSelector"]["matchLabels"].get("kbridge.io/consumer")]
+        check(consumers and all(p["namespaceSelector"].get("matchExpressions") == [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [NS]}] for p in consumers),
+            "%s: consumers are admitted beyond the release's namespace: %s" % (mode, consumers))
         # The certificate names what clients dial: the ServiceMonitor's serverName, and each shard.
         crt = base64.b64decode(secrets["rel-kbridge-tls"]["data"]["tls.crt"])
         sans = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName"], input=crt,

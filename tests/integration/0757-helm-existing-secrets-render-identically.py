@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """GitOps (Argo CD renders with `helm template`, where `lookup` finds nothing): with the HTTP token,
-the TLS pair and the broker credentials named as existing Secrets (http.existingTokenSecret,
-http.tls.existingSecret, brokerSecret.existingSecret), two renders of the chart are byte-identical, in
+the scraper's metrics-only token, the TLS pair and the broker credentials named as existing Secrets
+(http.existingTokenSecret, http.existingMetricsTokenSecret, http.tls.existingSecret,
+brokerSecret.existingSecret), two renders of the chart are byte-identical, in
 both modes, create no Secret and reference the given names (the pod's volumes, the ServiceMonitor's
 bearer token and CA). Without them every render makes a new token and certificate (checked too: that
 is the drift the values avoid). Only `helm template`: no cluster needed."""
@@ -15,7 +16,8 @@ from kbtest import SOURCE, check, run
 CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
 HELM = os.path.join(SOURCE, "tests", "infra", "helm.sh")
 EXISTING = ["--set", "http.existingTokenSecret=gitops-token", "--set", "http.tls.existingSecret=gitops-tls",
-            "--set", "brokerSecret.existingSecret=gitops-broker"]
+            "--set", "brokerSecret.existingSecret=gitops-broker",
+            "--set", "http.existingMetricsTokenSecret=gitops-metrics"]
 
 
 def render(*args):
@@ -35,10 +37,12 @@ def test():
         check(not secrets, "%s: the chart still creates Secrets %s" % (mode, secrets))
         w = next(o for o in objs if o["kind"] in ("Deployment", "StatefulSet"))
         vols = {v["name"]: v.get("secret", {}).get("secretName") for v in w["spec"]["template"]["spec"]["volumes"]}
-        check(vols["http-token"] == "gitops-token" and vols["tls"] == "gitops-tls" and vols["broker"] == "gitops-broker",
+        check(vols["http-token"] == "gitops-token" and vols["tls"] == "gitops-tls" and vols["broker"] == "gitops-broker"
+              and vols["metrics-token"] == "gitops-metrics",
               "%s: the pod mounts %s" % (mode, vols))
         ep = next(o for o in objs if o["kind"] == "ServiceMonitor")["spec"]["endpoints"][0]
-        check(ep["authorization"]["credentials"]["name"] == "gitops-token" and
+        # Prometheus holds the metrics-only token, never the one that reads every object.
+        check(ep["authorization"]["credentials"]["name"] == "gitops-metrics" and
               ep["tlsConfig"]["ca"]["secret"]["name"] == "gitops-tls", "%s: the ServiceMonitor reads %s" % (mode, ep))
         print("%s: %d objects, identical, Secrets referenced: %s" % (mode, len(objs), vols))
     # Without them (and without a cluster to look up), each render generates anew.

@@ -152,13 +152,14 @@ def json_docs(text):
 def config_with_standins(kbridge, cfg):
     """A directory holding kbridge.cfg = cfg with /etc/kbridge/ and /var/lib/kbridge pointing into it, and
     stand-ins for the
-    files the shipped configs name (broker password, HTTP token, a self-signed TLS pair). A kbridge
+    files the shipped configs name (broker password, HTTP and metrics tokens, a self-signed TLS pair). A kbridge
     without the http.tls_* keys (older than HTTPS) gets the config without them, said on stdout."""
     import os
     import subprocess
     import tempfile
     d = tempfile.mkdtemp(prefix="kbtest-deploy-")
-    for sub, name, text in (("secrets", "kafka-password", "pw\n"), ("http", "token", "t0ken\n")):
+    for sub, name, text in (("secrets", "kafka-password", "pw\n"), ("http", "token", "t0ken\n"),
+                            ("metrics", "token", "metrics-t0ken\n")):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
         with open(os.path.join(d, sub, name), "w") as f:
             f.write(text)

@@ -41,6 +41,11 @@ kbridge.io/metrics: "true"
 {{- default (printf "%s-http" (include "kbridge.fullname" .)) (include "kbridge.existingTokenSecret" .) -}}
 {{- end -}}
 
+{{/* The scraper's metrics-only token (http.metrics_token_file): the named Secret, else <fullname>-metrics. */}}
+{{- define "kbridge.metricsSecret" -}}
+{{- default (printf "%s-metrics" (include "kbridge.fullname" .)) .Values.http.existingMetricsTokenSecret -}}
+{{- end -}}
+
 {{- define "kbridge.tlsSecret" -}}
 {{- default (printf "%s-tls" (include "kbridge.fullname" .)) .Values.http.tls.existingSecret -}}
 {{- end -}}
