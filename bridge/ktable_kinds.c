@@ -75,8 +75,13 @@ static char *kb_tk_expr(json_t *e) {
     return kb_buf_steal(&b, NULL);
 }
 
-/* A LabelSelector as the server prints it: requirements sorted by key. */
+/* A LabelSelector as the server prints it: requirements sorted by key;
+ * none at all is "<none>", an empty one (everything) "". */
 static void kb_tk_selector(kb_ktable_cells_t *c, json_t *sel) {
+    if (!json_is_object(sel)) {
+        kb_ktable__str(c, "<none>");
+        return;
+    }
     json_t *ml = AT(sel, "matchLabels"), *me = AT(sel, "matchExpressions");
     size_t n = json_object_size(ml) + json_array_size(me), i = 0;
     kb_tk_req_t *r = kb_calloc(n ? n : 1, sizeof(*r));
@@ -456,6 +461,14 @@ static void kb_tk_or(kb_ktable_cells_t *c, const char *s, const char *if_empty) 
     kb_ktable__str(c, *s ? s : if_empty);
 }
 
+/* The kernel version and, when the node reports it, its architecture: "6.12.0 (amd64)". */
+static void kb_tk_node_kernel(kb_ktable_cells_t *c, json_t *o) {
+    const char *kernel = S(o, "status.nodeInfo.kernelVersion"), *arch = S(o, "status.nodeInfo.architecture");
+    char v[512];
+    snprintf(v, sizeof(v), *arch ? "%s (%s)" : "%s", *kernel ? kernel : "<unknown>", arch);
+    kb_ktable__str(c, v);
+}
+
 static void kb_tk_node(kb_ktable_cells_t *c, json_t *o) {
     kb_buf_t st = KB_BUF_INIT;
     json_t *conds = AT(o, "status.conditions");
@@ -476,7 +489,7 @@ static void kb_tk_node(kb_ktable_cells_t *c, json_t *o) {
     kb_tk_node_addr(c, o, "InternalIP");
     kb_tk_node_addr(c, o, "ExternalIP");
     kb_tk_or(c, S(o, "status.nodeInfo.osImage"), "<unknown>");
-    kb_tk_or(c, S(o, "status.nodeInfo.kernelVersion"), "<unknown>");
+    kb_tk_node_kernel(c, o);
     kb_tk_or(c, S(o, "status.nodeInfo.containerRuntimeVersion"), "<unknown>");
 }
 
@@ -744,7 +757,7 @@ static void kb_tk_cron(kb_ktable_cells_t *c, json_t *o) {
     kb_tk_name(c, o);
     kb_ktable__str(c, S(o, "spec.schedule"));
     kb_tk_or(c, S(o, "spec.timeZone"), "<none>");
-    kb_ktable__str(c, !susp ? "<unset>" : json_is_true(susp) ? "true" : "false");
+    kb_ktable__str(c, !susp ? "<unset>" : json_is_true(susp) ? "True" : "False");
     kb_ktable__int(c, (long long)json_array_size(AT(o, "status.active")));
     kb_ktable__str(c, last);
     kb_tk_age(c, o);
@@ -921,9 +934,33 @@ static const kb_ktable_kind_t kb_tk_kinds[] = {
 
 static const kb_ktable_kind_t kb_tk_default_kind = KB_KIND("", "", kb_tk_default_cols, kb_tk_default);
 
+/* A custom resource without additionalPrinterColumns: Name and Age (a
+ * "date" column whose cell is already the duration). */
+static const kb_ktable_col_t kb_tk_crd_cols[] = {KB_COL_NAME, KB_COL("Age", "date", 0, "Time since metadata.creationTimestamp.")};
+
+static void kb_tk_crd(kb_ktable_cells_t *c, json_t *o) {
+    kb_tk_name(c, o);
+    kb_tk_age(c, o);
+}
+
+static const kb_ktable_kind_t kb_tk_crd_kind = KB_KIND("", "", kb_tk_crd_cols, kb_tk_crd);
+
+/* The API groups kube-apiserver serves itself; any other group is a CRD's
+ * (an aggregated API server's kinds would print their own columns). */
+static const char *const kb_tk_builtin_groups[] = {
+    "", "apps", "batch", "autoscaling", "policy", "extensions", "networking.k8s.io", "rbac.authorization.k8s.io",
+    "storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io", "certificates.k8s.io",
+    "scheduling.k8s.io", "node.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io",
+    "admissionregistration.k8s.io", "flowcontrol.apiserver.k8s.io", "authentication.k8s.io",
+    "authorization.k8s.io", "resource.k8s.io", "internal.apiserver.k8s.io", "storagemigration.k8s.io",
+};
+
 const kb_ktable_kind_t *kb_ktable__kind(const char *group, const char *resource) {
     for (size_t i = 0; i < KB_N(kb_tk_kinds); i++)
         if (!strcmp(kb_tk_kinds[i].group, group) && !strcmp(kb_tk_kinds[i].resource, resource))
             return &kb_tk_kinds[i];
-    return &kb_tk_default_kind;
+    for (size_t i = 0; i < KB_N(kb_tk_builtin_groups); i++)
+        if (!strcmp(kb_tk_builtin_groups[i], group))
+            return &kb_tk_default_kind;
+    return &kb_tk_crd_kind;
 }

@@ -16,7 +16,8 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;
 INFORMERS = ['{ name = "%s"; group = "%s"; version = "v1"; resource = "%s"; }' % (r, g, r)
              for g, r in (("", "pods"), ("", "events"), ("", "nodes"), ("apps", "deployments"), ("", "configmaps"),
                           ("", "secrets"), ("", "namespaces"))] + [
-    '{ name = "widgets"; group = "example.com"; version = "v1alpha1"; resource = "widgets"; }']
+    '{ name = "widgets"; group = "example.com"; version = "v1alpha1"; resource = "widgets"; }',
+    '{ name = "clusterroles"; group = "rbac.authorization.k8s.io"; version = "v1"; resource = "clusterroles"; }']
 NOW = datetime.datetime.now(datetime.timezone.utc)
 TEN_DAYS = (NOW - datetime.timedelta(days=10, hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 TEN_DAYS_US = (NOW - datetime.timedelta(days=10, hours=1)).strftime("%Y-%m-%dT%H:%M:%S.123456Z")
@@ -128,6 +129,8 @@ def ops():
                         {"key": "tier", "operator": "In", "values": ["b", "a"]}, {"key": "canary", "operator": "DoesNotExist"}]},
                         "template": {"spec": spec("c1", "c2")}},
                     "status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}})
+    out.append({"op": "create", "resource": "clusterroles", "group": "rbac.authorization.k8s.io", "version": "v1",
+                "name": "view"})
     out.append({"op": "create", "resource": "widgets", "group": "example.com", "version": "v1alpha1", "name": "w1"})
     out.append({"op": "create", "resource": "configmaps", "version": "v1", "namespace": "ns1", "name": "cm",
                 "data": {"data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}}})
@@ -174,6 +177,8 @@ def get(url, path, accept=TABLE):
 
 def test():
     sim = Sim()
+    sim.ctl("resources", {"group": "rbac.authorization.k8s.io", "version": "v1", "resource": "clusterroles",
+                          "kind": "ClusterRole", "namespaced": False})
     sim.ctl("resources", {"group": "example.com", "version": "v1alpha1", "resource": "widgets", "kind": "Widget",
                           "namespaced": False})
     sim.bulk(ops())
@@ -204,10 +209,13 @@ def test():
             4, [["web", "2/3", "3", "2", "c1,c2", "img-c1,img-c2", "app=web,!canary,tier in (a,b)"]], "-o", "wide")
     compare(kc, "configmaps", ["NAME", "DATA", "AGE"], 2, [["cm", "3"]])
     compare(kc, "secrets", ["NAME", "TYPE", "DATA", "AGE"], 3, [["tls", "kubernetes.io/tls", "2"]])
-    # A kind without a printer (a CRD here): the API server's default columns, the creation time as RFC 3339.
-    created = get(url, "/apis/example.com/v1alpha1/widgets/w1", accept="application/json")["metadata"]["creationTimestamp"]
-    out = table(kubectl(kc, "get", "widgets"), ["NAME", "CREATED AT"])
-    check(out == [["w1", created]], "widgets: %s" % out)
+    # A CRD (no additionalPrinterColumns): Name and Age.
+    check(drop(table(kubectl(kc, "get", "widgets"), ["NAME", "AGE"]), 1) == [["w1"]], "widgets")
+    # A built-in kind without a printer: the API server's default columns, the creation time as RFC 3339.
+    created = get(url, "/apis/rbac.authorization.k8s.io/v1/clusterroles/view", accept="application/json")[
+        "metadata"]["creationTimestamp"]
+    out = table(kubectl(kc, "get", "clusterroles"), ["NAME", "CREATED AT"])
+    check(out == [["view", created]], "clusterroles: %s" % out)
 
     # includeObject: Metadata (the default), None, Object — per row, as the API server shapes it.
     plain = get(url, "/api/v1/namespaces/ns1/pods", accept="application/json")["items"]
