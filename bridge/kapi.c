@@ -1351,13 +1351,21 @@ static void kb_kapi_frame(kb_kapi_stream_t *s, kb_event_type_t type, const kb_ev
 }
 
 static void kb_kapi_bookmark(kb_kapi_stream_t *s, const char *rv, bool initial_end) {
-    kb_buf_appendf(&s->out, "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"%s\",\"apiVersion\":", s->kind);
-    kb_buf_append_json_str(&s->out, s->api_version, strlen(s->api_version));
-    kb_buf_append_str(&s->out, ",\"metadata\":{\"resourceVersion\":");
-    kb_buf_append_json_str(&s->out, rv, strlen(rv));
+    kb_buf_t obj = KB_BUF_INIT;
+    kb_buf_appendf(&obj, "{\"kind\":\"%s\",\"apiVersion\":", s->kind);
+    kb_buf_append_json_str(&obj, s->api_version, strlen(s->api_version));
+    kb_buf_append_str(&obj, ",\"metadata\":{\"resourceVersion\":");
+    kb_buf_append_json_str(&obj, rv, strlen(rv));
     if (initial_end)
-        kb_buf_append_str(&s->out, ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}");
-    kb_buf_append_str(&s->out, "}}}\n");
+        kb_buf_append_str(&obj, ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}");
+    kb_buf_append_str(&obj, "}}");
+    kb_buf_append_str(&s->out, "{\"type\":\"BOOKMARK\",\"object\":");
+    if (s->q.as_table)
+        kb_ktable_one(&s->q.table, &s->out, obj.data, obj.len);
+    else
+        kb_buf_append(&s->out, obj.data, obj.len);
+    kb_buf_append_str(&s->out, "}\n");
+    kb_buf_fini(&obj);
     s->next_bookmark_ms = kb_now_mono_ns() / KB_NS_PER_MS + s->k->bookmark_ms;
 }
 

@@ -83,7 +83,14 @@ bool kb_ktable_wanted(const char *accept, const char *include, const char *group
 
 /* ---- the Table ----------------------------------------------------------------- */
 
-static void kb_ktable_columns(const kb_ktable_t *t, kb_buf_t *o) {
+/* The first Table of a request has the columns; the next ones (a watch's
+ * later events) have null, as the API server sends them. */
+static void kb_ktable_columns(kb_ktable_t *t, kb_buf_t *o) {
+    if (t->columns_sent) {
+        kb_buf_append_str(o, ",\"columnDefinitions\":null");
+        return;
+    }
+    t->columns_sent = true;
     kb_buf_append_str(o, ",\"columnDefinitions\":[");
     for (size_t i = 0; i < t->kind->n_cols; i++) {
         const kb_ktable_col_t *col = &t->kind->cols[i];

@@ -32,6 +32,7 @@ typedef struct kb_ktable {
     const char *api_version;      /* "meta.k8s.io/v1" or "meta.k8s.io/v1beta1" */
     int64_t now_s;                /* wall clock, seconds since the epoch: AGE is counted to it */
     bool any_row;                 /* a row was written (comma before the next) */
+    bool columns_sent;            /* a Table with the columns was written (a watch's next ones carry null) */
 } kb_ktable_t;
 
 /* Does this Accept header ask for a Table before plain JSON? If so, set up t
@@ -47,8 +48,8 @@ void kb_ktable_head(kb_ktable_t *t, kb_buf_t *o, const char *rv, const char *con
 void kb_ktable_row(kb_ktable_t *t, kb_buf_t *o, const char *obj, size_t obj_len);
 /* ]} (no newline). */
 void kb_ktable_tail(kb_buf_t *o);
-/* A whole Table of one object (a get, or one watch event's object); its
- * resourceVersion is the object's. */
+/* A whole Table of one object (a get, or one watch event's object, a
+ * bookmark's too); its resourceVersion is the object's. */
 void kb_ktable_one(kb_ktable_t *t, kb_buf_t *o, const char *obj, size_t obj_len);
 
 /* The API server's HumanDuration of d_s seconds ("45s", "5m10s", "3h20m", "2d4h", "3y12d"). */

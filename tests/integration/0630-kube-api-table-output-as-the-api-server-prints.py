@@ -247,13 +247,23 @@ def test():
     # Plain JSON still when Table is not asked for first.
     check(get(url, "/api/v1/nodes", accept="application/json, application/json;as=Table;v=v1;g=meta.k8s.io")["kind"]
           == "NodeList", "JSON first")
-    # A watch sends one-row Tables.
-    req = urllib.request.Request(url + "/api/v1/namespaces/ns1/configmaps?watch=1&timeoutSeconds=2",
-                                 headers={"Accept": TABLE})
+    # A watch sends one-row Tables, the columns in the first only (null after, as the API server does),
+    # bookmarks too.
+    req = urllib.request.Request(url + "/api/v1/namespaces/ns1/configmaps?watch=1&timeoutSeconds=3&"
+                                 "allowWatchBookmarks=true", headers={"Accept": TABLE})
     with urllib.request.urlopen(req, timeout=30) as r:
-        ev = json.loads(r.readline())
-    check(ev["type"] == "ADDED" and ev["object"]["kind"] == "Table" and ev["object"]["rows"][0]["cells"][:2] ==
-          ["cm", 3], "watch event: %s" % str(ev)[:400])
+        first = json.loads(r.readline())
+        sim.bulk([{"op": "create", "resource": "configmaps", "version": "v1", "namespace": "ns1", "name": "cm2"}])
+        events = [first] + [json.loads(l) for l in r]
+    check(first["type"] == "ADDED" and first["object"]["kind"] == "Table" and
+          first["object"]["rows"][0]["cells"][:2] == ["cm", 3] and len(first["object"]["columnDefinitions"]) == 3,
+          "first watch event: %s" % str(first)[:400])
+    second, last = events[1], events[-1]
+    check(second["type"] == "ADDED" and second["object"]["columnDefinitions"] is None and
+          second["object"]["rows"][0]["cells"][:2] == ["cm2", 0], "second watch event: %s" % str(second)[:400])
+    check(last["type"] == "BOOKMARK" and last["object"]["kind"] == "Table" and
+          last["object"]["metadata"]["resourceVersion"] and last["object"]["rows"][0]["cells"] == ["", 0, "<unknown>"],
+          "bookmark: %s" % str(last)[:400])
     # limit + continue pages are Tables too.
     t = get(url, "/api/v1/namespaces/ns1/pods?limit=3")
     check(len(t["rows"]) == 3 and t["metadata"].get("continue") and t["metadata"].get("remainingItemCount") == 6,
