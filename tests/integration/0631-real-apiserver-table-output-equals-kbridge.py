@@ -387,15 +387,16 @@ informers = (
         path = "/%s/%s%s/%s" % ("api" if not g else "apis/" + g, VERSION[g], "/namespaces/e2e" if namespaced else "", r)
         want = comparable(table_of(cp.server, path, token, cp.ca))
 
-        def same():
+        def served():  # 429 until the informer's first list is done; every object was made before
             try:
-                return comparable(table_of(url, path)) == want
-            except (urllib.error.HTTPError, KeyError):  # not served yet, or not a Table
-                return False
-        try:
-            wait_for(same, 60, 0.3, "the Table of %s through kbridge to equal the server's" % r)
-        except Failure:
-            diffs.append("%s:\n  server %s\n  kbridge %s" % (r, want, str(table_of(url, path))[:300]))
+                return table_of(url, path)
+            except urllib.error.HTTPError as e:
+                check(e.code == 429, "%s through kbridge -> %d" % (path, e.code))
+                return None
+        t = wait_for(served, 60, 0.3, "kbridge to serve %s" % r)
+        check(t.get("kind") == "Table", "%s through kbridge is a %s, not a Table" % (path, t.get("kind")))
+        if comparable(t) != want:
+            diffs.append("%s:\n  server %s\n  kbridge %s" % (r, want, comparable(t)))
             continue
         name = SHORT.get(r, r) + ("." + g if g else "")
         for wide in ((), ("-o", "wide")):
