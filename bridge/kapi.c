@@ -44,6 +44,7 @@
  * kapi.h for locks).
  */
 #include "bridge/kapi.h"
+#include "bridge/ktable.h"
 
 #include "common/alloc.h"
 #include "common/hash.h"
@@ -631,6 +632,8 @@ typedef struct kb_kapi_query {
     long timeout_s;
     kb_selector_t *sel;
     kb_fieldsel_t *fsel;    /* NULL: none (or an empty one) */
+    bool as_table;          /* Accept asked for a meta.k8s.io Table (bridge/ktable.h) */
+    kb_ktable_t table;
 } kb_kapi_query_t;
 
 static bool kb_kapi_bool(const char *v, bool *out) {
@@ -978,7 +981,25 @@ static kb_event_t *kb_kapi_item(kb_kapi_stream_t *s) {
     return ev;
 }
 
+static bool kb_kapi_table_fill(kb_kapi_stream_t *s) {
+    if (!s->head_done)
+        kb_ktable_head(&s->q.table, &s->out, s->rv, s->cont, s->remaining);
+    s->head_done = true;
+    while (s->next < s->items.n && s->out.len < KB_KAPI_BLOCK) {
+        kb_event_t *ev = kb_kapi_item(s);
+        kb_ktable_row(&s->q.table, &s->out, ev->obj, ev->obj_len);
+        kb_event_unref(ev);
+    }
+    if (s->next < s->items.n)
+        return true;
+    kb_ktable_tail(&s->out);
+    kb_buf_append_char(&s->out, '\n');
+    return false;
+}
+
 static bool kb_kapi_list_fill(kb_kapi_stream_t *s) {
+    if (s->q.as_table)
+        return kb_kapi_table_fill(s);
     if (!s->head_done) {
         kb_buf_appendf(&s->out, "{\"kind\":\"%sList\",\"apiVersion\":", s->kind);
         kb_buf_append_json_str(&s->out, s->api_version, strlen(s->api_version));
@@ -1158,6 +1179,8 @@ static enum MHD_Result kb_kapi_list_continue(kb_kapi_t *k, struct MHD_Connection
     if (!colon || sscanf(q->cont, "%llu:", &id) != 1 || !kb_kapi_unhex(colon + 1, after, sizeof(after)))
         return kb_kapi_status(c, MHD_HTTP_BAD_REQUEST, "BadRequest", NULL, "continue key is not valid");
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_list_fill);
+    s->q.as_table = q->as_table;
+    s->q.table = q->table;
     if (!kb_kapi_slot_take(s)) {
         kb_kapi_stream_free(s);
         return kb_kapi_busy(k, c);
@@ -1220,6 +1243,8 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     if (answered)
         return ret;
     kb_kapi_stream_t *s = kb_kapi_stream_new(k, r, kb_kapi_list_fill);
+    s->q.as_table = q->as_table;
+    s->q.table = q->table;
     if (!kb_kapi_slot_take(s)) {
         kb_kapi_stream_free(s);
         return kb_kapi_busy(k, c);
@@ -1244,7 +1269,8 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     return kb_kapi_stream_send(c, s);
 }
 
-static enum MHD_Result kb_kapi_get(struct MHD_Connection *c, const kb_kapi_res_t *r, const kb_kapi_path_t *p) {
+static enum MHD_Result kb_kapi_get(struct MHD_Connection *c, const kb_kapi_res_t *r, const kb_kapi_path_t *p,
+                                   kb_kapi_query_t *q) {
     char key[520];
     snprintf(key, sizeof(key), "%s%s%s", p->has_ns ? p->ns : "", p->has_ns ? "/" : "", p->name);
     kb_event_t *ev = kb_informer_get(r->inf, key, strlen(key));
@@ -1253,7 +1279,10 @@ static enum MHD_Result kb_kapi_get(struct MHD_Connection *c, const kb_kapi_res_t
         return kb_kapi_status(c, MHD_HTTP_NOT_FOUND, "NotFound", &d, "%s \"%s\" not found", r->label, p->name);
     }
     kb_buf_t o = KB_BUF_INIT;
-    kb_buf_append(&o, ev->obj, ev->obj_len);
+    if (q->as_table)
+        kb_ktable_one(&q->table, &o, ev->obj, ev->obj_len);
+    else
+        kb_buf_append(&o, ev->obj, ev->obj_len);
     kb_buf_append_char(&o, '\n');
     kb_event_unref(ev);
     return kb_kapi_send(c, MHD_HTTP_OK, &o, 0);
@@ -1293,19 +1322,30 @@ static void kb_kapi_expire(kb_kapi_stream_t *s, uint64_t oldest) {
 
 static void kb_kapi_frame(kb_kapi_stream_t *s, kb_event_type_t type, const kb_event_t *ev) {
     kb_buf_appendf(&s->out, "{\"type\":\"%s\",\"object\":", kb_event_type_name(type));
-    kb_buf_append(&s->out, ev->obj, ev->obj_len);
+    if (s->q.as_table)
+        kb_ktable_one(&s->q.table, &s->out, ev->obj, ev->obj_len);
+    else
+        kb_buf_append(&s->out, ev->obj, ev->obj_len);
     kb_buf_append_str(&s->out, "}\n");
     atomic_fetch_add(&s->k->events_sent, 1);
 }
 
 static void kb_kapi_bookmark(kb_kapi_stream_t *s, const char *rv, bool initial_end) {
-    kb_buf_appendf(&s->out, "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"%s\",\"apiVersion\":", s->kind);
-    kb_buf_append_json_str(&s->out, s->api_version, strlen(s->api_version));
-    kb_buf_append_str(&s->out, ",\"metadata\":{\"resourceVersion\":");
-    kb_buf_append_json_str(&s->out, rv, strlen(rv));
+    kb_buf_t obj = KB_BUF_INIT;
+    kb_buf_appendf(&obj, "{\"kind\":\"%s\",\"apiVersion\":", s->kind);
+    kb_buf_append_json_str(&obj, s->api_version, strlen(s->api_version));
+    kb_buf_append_str(&obj, ",\"metadata\":{\"resourceVersion\":");
+    kb_buf_append_json_str(&obj, rv, strlen(rv));
     if (initial_end)
-        kb_buf_append_str(&s->out, ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}");
-    kb_buf_append_str(&s->out, "}}}\n");
+        kb_buf_append_str(&obj, ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}");
+    kb_buf_append_str(&obj, "}}");
+    kb_buf_append_str(&s->out, "{\"type\":\"BOOKMARK\",\"object\":");
+    if (s->q.as_table)
+        kb_ktable_one(&s->q.table, &s->out, obj.data, obj.len);
+    else
+        kb_buf_append(&s->out, obj.data, obj.len);
+    kb_buf_append_str(&s->out, "}\n");
+    kb_buf_fini(&obj);
     s->next_bookmark_ms = kb_now_mono_ns() / KB_NS_PER_MS + s->k->bookmark_ms;
 }
 
@@ -1679,6 +1719,13 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
     kb_kapi_query_t q;
     char err[512];
     unsigned bad = kb_kapi_query_parse(c, kb_kapi_kind(r.inf), &q, err, sizeof(err));
+    bool bad_include = false;
+    q.as_table = kb_ktable_wanted(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT),
+                                  kb_kapi_arg(c, "includeObject"), p.group, p.resource, &q.table, &bad_include);
+    if (!bad && bad_include) {
+        bad = MHD_HTTP_BAD_REQUEST;
+        snprintf(err, sizeof(err), "includeObject: must be None, Metadata or Object");
+    }
     *verb = p.has_name ? "get" : q.watch ? "watch" : "list";
     enum MHD_Result ret;
     if (bad) {
@@ -1692,7 +1739,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
          * first list, so a client's list is inside it. */
         if (!p.has_name)
             kb_kapi_history(k, r.inf);
-        ret = p.has_name ? kb_kapi_get(c, &r, &p) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
+        ret = p.has_name ? kb_kapi_get(c, &r, &p, &q) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
                                                               : kb_kapi_list(k, c, &r, &p, &q);
     }
     kb_selector_free(q.sel);

@@ -1,0 +1,48 @@
+/* bridge/ktable_int.h — between the Table writer (ktable.c) and the kinds'
+ * printers (ktable_kinds.c). Not for other modules. */
+#ifndef KB_BRIDGE_KTABLE_INT_H
+#define KB_BRIDGE_KTABLE_INT_H
+
+#include "bridge/ktable.h"
+
+#include <jansson.h>
+
+/* One column as the API server defines it (priority 1: shown by -o wide only). */
+typedef struct kb_ktable_col {
+    const char *name, *type, *format; /* format NULL: none */
+    int priority;
+    const char *description;
+} kb_ktable_col_t;
+
+/* The cells of one row being written. */
+typedef struct kb_ktable_cells {
+    kb_buf_t *o;
+    int64_t now_s;
+    bool first;                /* no cell written yet */
+    const char *completed;     /* set by a printer: the row's Completed condition reason (a pod's phase) */
+    const char *completed_msg;
+} kb_ktable_cells_t;
+
+typedef void (*kb_ktable_print_fn)(kb_ktable_cells_t *c, json_t *obj);
+
+struct kb_ktable_kind {
+    const char *group, *resource;  /* resource NULL ends the table */
+    const kb_ktable_col_t *cols;
+    size_t n_cols;
+    kb_ktable_print_fn print;
+};
+
+/* The printer of group/resource, or the default (Name, Created At). */
+const kb_ktable_kind_t *kb_ktable__kind(const char *group, const char *resource);
+
+/* Cells and field reads (ktable.c). A missing field reads as "" or 0. */
+void kb_ktable__str(kb_ktable_cells_t *c, const char *s);
+void kb_ktable__int(kb_ktable_cells_t *c, long long v);
+void kb_ktable__age(kb_ktable_cells_t *c, const char *timestamp); /* "<unknown>" when unset */
+void kb_ktable__since(const kb_ktable_cells_t *c, const char *timestamp, char *out, size_t size);
+json_t *kb_ktable__at(json_t *o, const char *path); /* "spec.nodeName"; NULL when absent */
+const char *kb_ktable__s(json_t *o, const char *path);
+long long kb_ktable__i(json_t *o, const char *path);
+int64_t kb_ktable__time(const char *timestamp);     /* RFC 3339 → seconds since the epoch; 0 if unset */
+
+#endif
