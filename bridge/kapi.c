@@ -47,12 +47,12 @@
 #include "bridge/ktable.h"
 
 #include "common/alloc.h"
+#include "common/fieldsel.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/selector.h"
 #include "common/time.h"
 #include "informer/apiclient.h"
-#include "informer/fields.h"
 #include "informer/history.h"
 #include "informer/informer.h"
 

@@ -138,7 +138,7 @@ typedef struct kb_config_route {
     bool types_set;      /* types was written in the file (SYNC listed explicitly is never suppressed) */
     kb_strlist_t namespaces;
     char *label_selector;
-    char *field_selector; /* checked at load against the informer's resource (common/fields.h) */
+    char *field_selector; /* checked at load against the informer's resource (common/fieldsel.h) */
     kb_format_t format;
     kb_mode_t mode;
     bool suppress_noop;  /* true: skip MODIFIED (and implicit SYNC) identical to the last delivery (sinks/noop.h) */

@@ -13,7 +13,7 @@
 
 #include "common/alloc.h"
 #include "common/buf.h"
-#include "common/fields.h"
+#include "common/fieldsel.h"
 #include "common/selector.h"
 
 #include <stdint.h>
@@ -541,13 +541,14 @@ static const kb_ckey_t kb_keys_route[] = {
 };
 #undef RT
 
-/* grp's field_selector names only fields the informer's resource has. */
+/* grp's field_selector parses as the kube API would parse it for the
+ * informer's resource (common/fieldsel.h: same labels, same errors). */
 static bool kb_field_selector_valid(kb_loader_t *ld, const config_setting_t *grp, const char *prefix,
                                     const kb_config_route_t *route) {
     const kb_config_informer_t *inf = kb_config_find_informer(ld->cfg, route->informer);
     char err[1024];
-    kb_fieldsel_t *sel = kb_fieldsel_parse(route->field_selector, inf->group, inf->resource, err, sizeof(err));
-    if (!sel)
+    kb_fieldsel_t *sel = NULL;
+    if (!kb_fieldsel_parse(kb_fields_kind(inf->group, inf->resource), route->field_selector, &sel, err, sizeof(err)))
         return kb_config__fail(ld, config_setting_get_member(grp, "field_selector"), "%s.field_selector: %s",
                                prefix, err);
     kb_fieldsel_free(sel);

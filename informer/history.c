@@ -13,7 +13,7 @@
  * so the history keeps key → labels itself (small, refcounted blobs that the
  * ring entries share). The same holds for a field-selected watch (a pod that
  * moves off a node leaves a spec.nodeName selector), so for a kind with
- * selectable fields of its own (fields.h) each blob also holds the object's
+ * selectable fields of its own (common/fieldsel.h) each blob also holds the object's
  * field record, read once per change here rather than once per watcher.
  *
  * Building: subscribe first, then take a cut; events that arrive in between
@@ -23,10 +23,10 @@
 #include "informer/history.h"
 
 #include "common/alloc.h"
+#include "common/fieldsel.h"
 #include "common/hash.h"
 #include "common/strmap.h"
 #include "common/time.h"
-#include "informer/fields.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

@@ -46,7 +46,7 @@ kb_informer_t *kb_history_informer(const kb_history_t *h);
 /* One change as a reader sees it: references it must release with
  * kb_history_entry_fini. prev_labels is the key's labels object before the
  * change (len 0: no labels); prev_exists false when the key was absent.
- * fields is ev's field record (informer/fields.h, for the informer's kind;
+ * fields is ev's field record (common/fieldsel.h, for the informer's kind;
  * empty when the kind has no fields of its own), prev_fields the key's
  * before the change. */
 typedef struct kb_history_labels kb_history_labels_t; /* refcounted, immutable */

@@ -2,7 +2,9 @@
  *
  * Templates and selectors are compiled once here; per event the router only
  * tests a bit mask, a namespace list and (if set) a label selector and a
- * field selector (read from the object bytes, common/fields.h), and renders
+ * field selector (the kube API's, common/fieldsel.h: the object's field
+ * record is read from its bytes only when a route's selector names a field
+ * of the object's own, not metadata.name/namespace), and renders
  * two short strings. Routes keep config order, so fan-out is deterministic.
  */
 #include "sinks/router.h"
@@ -68,8 +70,8 @@ kb_router_t *kb_router_new(const kb_config_t *cfg, const char *informer, kb_sink
         if (rc->field_selector && rc->field_selector[0]) {
             const kb_config_informer_t *inf = kb_config_find_informer(cfg, informer);
             char why[1024];
-            route->fields = kb_fieldsel_parse(rc->field_selector, inf->group, inf->resource, why, sizeof(why));
-            if (!route->fields) {
+            route->kind = kb_fields_kind(inf->group, inf->resource);
+            if (!kb_fieldsel_parse(route->kind, rc->field_selector, &route->fields, why, sizeof(why))) {
                 snprintf(errstr, errstr_size, "%s:%d: routes.%s.field_selector: %s", cfg->path, rc->line, rc->name,
                          why);
                 goto fail;
@@ -95,6 +97,19 @@ void kb_router_destroy(kb_router_t *router) {
     free(router);
 }
 
+/* The route's field selector on ev; the record only when the selector reads one. */
+static bool kb_route_fields_match(const kb_route_t *route, const kb_event_t *ev) {
+    if (!route->fields)
+        return true;
+    if (!kb_fieldsel_needs_record(route->fields))
+        return kb_fieldsel_match(route->fields, ev->ns, ev->ns_len, ev->name, ev->name_len, NULL, 0);
+    kb_buf_t rec = KB_BUF_INIT;
+    kb_fields_extract(route->kind, ev->obj, ev->obj_len, &rec);
+    bool ok = kb_fieldsel_match(route->fields, ev->ns, ev->ns_len, ev->name, ev->name_len, rec.data, rec.len);
+    kb_buf_fini(&rec);
+    return ok;
+}
+
 bool kb_route_match(const kb_route_t *route, const kb_event_t *ev) {
     const kb_config_route_t *rc = route->conf;
     if (!(rc->types & (1u << ev->type)))
@@ -109,9 +124,7 @@ bool kb_route_match(const kb_route_t *route, const kb_event_t *ev) {
     if (route->selector &&
         !kb_selector_match_json(route->selector, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len))
         return false;
-    if (route->fields && !kb_fieldsel_match(route->fields, ev->obj, ev->obj_len))
-        return false;
-    return true;
+    return kb_route_fields_match(route, ev);
 }
 
 void kb_route_render(const kb_route_t *route, const kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key) {

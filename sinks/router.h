@@ -15,7 +15,7 @@
 
 #include "common/buf.h"
 #include "common/event.h"
-#include "common/fields.h"
+#include "common/fieldsel.h"
 #include "common/template.h"
 #include "config/config.h"
 #include "common/selector.h"
@@ -33,6 +33,7 @@ typedef struct kb_route {
     unsigned render_flags;         /* KB_TEMPLATE_ESCAPE_MQTT for MQTT topics */
     kb_selector_t *selector;       /* NULL = every object */
     kb_fieldsel_t *fields;         /* field_selector; NULL = every object */
+    const kb_fields_kind_t *kind;  /* the informer's resource: how its field record is read */
 } kb_route_t;
 
 typedef struct kb_router {

@@ -11,7 +11,7 @@
  *    fields, never past its end.
  * Seeds: tests/fuzz/corpus/fieldsel/.
  */
-#include "informer/fields.h"
+#include "common/fieldsel.h"
 #include "informer/json.h"
 
 #include <stdbool.h>

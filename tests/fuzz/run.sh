@@ -13,7 +13,7 @@ case $target in
   config)      srcs=("$src"/config/*.c); libs=(-lconfig) ;;
   watch_frame|list|object)
                srcs=("$src"/informer/json.c "$src"/informer/decode.c); libs=(-ljansson) ;;
-  fieldsel)    srcs=("$src"/informer/json.c "$src"/informer/fields.c); libs=() ;;
+  fieldsel)    srcs=("$src"/informer/json.c); libs=() ;;  # common/fieldsel.c is in common
   selector|template) srcs=(); libs=() ;;
   *) echo "unknown fuzz target $target" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
-/* tests/unit/common/test_fields.c — field paths read from object bytes, and
- * field selectors: the names each kind knows, parsing, matching. */
+/* tests/unit/common/test_fields.c — members and field paths read from
+ * object bytes (the JSON helpers templates and field records use). */
 #include "common/buf.h"
 #include "common/fields.h"
 
@@ -42,60 +42,39 @@ static void test_get(void **state) {
     expect_field("{ \"a\" : { \"b\" : \"c\\\"d\" } }", "a.b", true, "c\"d");
 }
 
-static void expect_match(const char *sel_text, const char *group, const char *resource, const char *obj, bool want) {
-    char err[256] = "";
-    kb_fieldsel_t *sel = kb_fieldsel_parse(sel_text, group, resource, err, sizeof(err));
-    if (!sel)
-        fail_msg("\"%s\": %s", sel_text, err);
-    if (kb_fieldsel_match(sel, obj, strlen(obj)) != want)
-        fail_msg("\"%s\" on %s: want %d", sel_text, obj, want);
-    kb_fieldsel_free(sel);
-}
-
-static void test_match(void **state) {
+static void test_iter(void **state) {
     (void)state;
-    expect_match("", "", "pods", POD, true);
-    expect_match("status.phase=Running", "", "pods", POD, true);
-    expect_match("status.phase==Running", "", "pods", POD, true);
-    expect_match("status.phase!=Running", "", "pods", POD, false);
-    expect_match("status.phase=Pending", "", "pods", POD, false);
-    expect_match("status.phase=Running, metadata.namespace=ns1", "", "pods", POD, true);
-    expect_match("status.phase=Running,spec.nodeName=other", "", "pods", POD, false);
-    expect_match("spec.hostNetwork=true", "", "pods", POD, true);
-    expect_match("status.podIP=", "", "pods", POD, true); /* missing or null equals "" */
-    expect_match("metadata.name=p1", "apps", "deployments", POD, true);
-    const char *ev = "{\"kind\":\"Event\",\"reason\":\"BackOff\",\"type\":\"Warning\","
-                     "\"involvedObject\":{\"kind\":\"Pod\",\"name\":\"p1\"},\"source\":{\"component\":\"kubelet\"}}";
-    expect_match("reason=BackOff,type=Warning", "", "events", ev, true);
-    expect_match("involvedObject.kind=Pod,source=kubelet", "", "events", ev, true);
-    expect_match("type!=Warning", "", "events", ev, false);
-    expect_match("reason=a\\,b", "", "events", "{\"reason\":\"a,b\"}", true);
-}
-
-static void expect_parse_error(const char *text, const char *group, const char *resource, const char *reason) {
-    char err[512] = "";
-    kb_fieldsel_t *sel = kb_fieldsel_parse(text, group, resource, err, sizeof(err));
-    assert_null(sel);
-    if (!strstr(err, reason))
-        fail_msg("\"%s\": error \"%s\" does not say \"%s\"", text, err, reason);
-}
-
-static void test_parse_errors(void **state) {
-    (void)state;
-    expect_parse_error("status.phase=Running", "apps", "deployments",
-                       "unknown field \"status.phase\" for deployments.apps");
-    expect_parse_error("spec.nodename=a", "", "pods", "unknown field \"spec.nodename\" for pods (known: metadata.name");
-    expect_parse_error("reason", "", "events", "expected '=', '==' or '!='");
-    expect_parse_error("=x", "", "events", "a field name");
-    expect_parse_error("reason=a,", "", "events", "a field name");
-    expect_parse_error("reason in (a)", "", "events", "expected '=', '==' or '!='");
+    const char *obj = " { \"a\" : 1 , \"b\":{\"c\":[\"]\"]},\"a\":\"x\" } ";
+    kb_fields_iter_t it;
+    const char *k, *v;
+    size_t kl, vl;
+    assert_true(kb_fields_iter_init(&it, obj, strlen(obj)));
+    const char *want[][2] = {{"a", "1"}, {"b", "{\"c\":[\"]\"]}"}, {"a", "\"x\""}};
+    for (size_t i = 0; i < 3; i++) {
+        assert_true(kb_fields_iter_next(&it, &k, &kl, &v, &vl));
+        assert_int_equal(kl, strlen(want[i][0]));
+        assert_memory_equal(k, want[i][0], kl);
+        assert_int_equal(vl, strlen(want[i][1]));
+        assert_memory_equal(v, want[i][1], vl);
+    }
+    assert_false(kb_fields_iter_next(&it, &k, &kl, &v, &vl));
+    assert_false(kb_fields_iter_next(&it, &k, &kl, &v, &vl));
+    assert_true(kb_fields_iter_init(&it, "{}", 2));
+    assert_false(kb_fields_iter_next(&it, &k, &kl, &v, &vl));
+    assert_false(kb_fields_iter_init(&it, "[1]", 3));
+    assert_false(kb_fields_iter_next(&it, &k, &kl, &v, &vl));
+    assert_true(kb_fields_iter_init(&it, "{\"a\":1 \"b\":2}", 14));
+    assert_true(kb_fields_iter_next(&it, &k, &kl, &v, &vl)); /* a, then bytes that do not parse: the end */
+    assert_false(kb_fields_iter_next(&it, &k, &kl, &v, &vl));
+    /* the first of duplicate members */
+    assert_true(kb_fields_member(obj, strlen(obj), "a", 1, &v, &vl));
+    assert_int_equal(vl, 1);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get),
-        cmocka_unit_test(test_match),
-        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_iter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -398,9 +398,9 @@ static void test_error_templates_paths(void **state) {
                  "version resource kind namespace name uid type labels.KEY annotations.KEY, each with an optional "
                  "|default)");
     expect_error(INF1 SINK1 "routes = ( { informer = \"pods\"; sink = \"out\";\n  field_selector = \"spec.node=a\"; } );\n",
-                 "t.cfg:4: routes[0].field_selector: field selector \"spec.node=a\": unknown field \"spec.node\" for "
-                 "pods (known: metadata.name, metadata.namespace, spec.nodeName, spec.restartPolicy, spec.schedulerName, "
-                 "spec.serviceAccountName, spec.hostNetwork, status.phase, status.podIP, status.nominatedNodeName)");
+                 "t.cfg:4: routes[0].field_selector: field label not supported: spec.node"); /* the API server's words */
+    expect_error(INF1 SINK1 "routes = ( { informer = \"pods\"; sink = \"out\";\n  field_selector = \"spec.nodeName=a=b\"; } );\n",
+                 "t.cfg:4: routes[0].field_selector: invalid field selector: unescaped character in value: 61");
     char err[512];
     kb_config_t *cfg = kb_config_load_string(INF1 SINK1 "routes = ( { informer = \"pods\"; sink = \"out\"; key = \"{name\"; } );\n",
                                              "t.cfg", err, sizeof(err));

@@ -1,8 +1,10 @@
-/* tests/unit/informer/test_fields.c — field selectors per kind: which labels
+/* tests/unit/common/test_fieldsel.c — field selectors per kind: which labels
  * each kind accepts (and the server's wording when not), how values are
  * read (missing "", bools, counts, the first pod IP, an event's source),
- * escapes, and matching on identity and record. */
-#include "informer/fields.h"
+ * escapes, and matching on identity and record; and the cases routes'
+ * field_selector relied on before it became this module (unicode escapes,
+ * null, nested values that hold brackets). */
+#include "common/fieldsel.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,6 +124,38 @@ static void test_escapes(void **state) {
     assert_true(sel_matches("", "events", "reason!=a\\,b,type=", "ns", "e", ev));
 }
 
+/* Routes filter on the objects as the sinks see them; these came from the
+ * route filter's own tests and hold for the kube API's selectors too. */
+static const char *const RPOD =
+    "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p1\",\"namespace\":\"ns1\",\"labels\":{\"a\":\"b\"}},"
+    "\"spec\":{\"containers\":[{\"name\":\"c\",\"x\":{\"y\":[1,2,\"}\"]}}],\"nodeName\":\"n\\u00e9\","
+    "\"hostNetwork\":true},\"status\":{\"phase\":\"Running\",\"podIP\":null}}";
+
+static void test_route_cases(void **state) {
+    (void)state;
+    assert_true(sel_matches("", "pods", "status.phase==Running", "ns1", "p1", RPOD));
+    assert_false(sel_matches("", "pods", "status.phase=Pending", "ns1", "p1", RPOD));
+    assert_true(sel_matches("", "pods", "status.phase=Running,metadata.namespace=ns1", "ns1", "p1", RPOD));
+    assert_false(sel_matches("", "pods", "status.phase=Running,spec.nodeName=other", "ns1", "p1", RPOD));
+    assert_true(sel_matches("", "pods", "spec.nodeName=n\xc3\xa9", "ns1", "p1", RPOD)); /* \u escapes decoded */
+    assert_true(sel_matches("", "pods", "spec.hostNetwork=true", "ns1", "p1", RPOD));
+    assert_true(sel_matches("", "pods", "status.podIP=", "ns1", "p1", RPOD)); /* null reads as "" */
+    assert_true(sel_matches("apps", "deployments", "metadata.name=p1", "ns1", "p1", RPOD));
+    const char *ev = "{\"kind\":\"Event\",\"reason\":\"BackOff\",\"type\":\"Warning\","
+                     "\"involvedObject\":{\"kind\":\"Pod\",\"name\":\"p1\"},\"source\":{\"component\":\"kubelet\"}}";
+    assert_true(sel_matches("", "events", "involvedObject.kind=Pod,source=kubelet", "ns1", "e", ev));
+    assert_false(sel_matches("", "events", "type!=Warning", "ns1", "e", ev));
+    assert_true(sel_matches("", "events", "reason=a\\,b", "ns1", "e", "{\"reason\":\"a,b\"}"));
+    /* bytes that do not parse read as missing fields, never past their end */
+    assert_true(sel_matches("", "pods", "status.phase=", "ns1", "p1", "{\"status\":{\"phase\":\"Run"));
+    assert_true(sel_matches("", "pods", "spec.nodeName=", "ns1", "p1", "not json"));
+    assert_string_equal(sel_error("", "pods", "reason in (a)"),
+                        "invalid selector: 'reason in (a)'; can't understand 'reason in (a)'");
+    assert_string_equal(sel_error("apps", "deployments", "status.phase=Running"),
+                        "\"status.phase\" is not a known field selector: only \"metadata.name\", "
+                        "\"metadata.namespace\"");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pod_fields),
@@ -129,6 +163,7 @@ int main(void) {
         cmocka_unit_test(test_other_kinds),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_escapes),
+        cmocka_unit_test(test_route_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

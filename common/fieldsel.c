@@ -1,4 +1,4 @@
-/* informer/fields.c — field selectors per kind (fields.h).
+/* common/fieldsel.c — field selectors per kind (fieldsel.h).
  *
  * DESIGN. Why a table and a record: a drop-in replica must accept exactly
  * the labels the API server accepts for a kind (its field label conversion:
@@ -12,15 +12,14 @@
  * apart. status.podIPs is accepted for pods but the server puts no value
  * in the field set for it, so it always reads "" — kept as the server has it.
  *
- * Values are read from the object's bytes with the validating scanner
- * (json.h), no tree: one pass over each object level that holds a field
- * (kb_fields_find), so a pod's record costs about two reads of the pod.
+ * Values are read from the object's bytes with the member walker of
+ * common/fields.h, no tree: one pass over each object level that holds a
+ * field (kb_fields_find), so a pod's record costs about two reads of the pod.
  */
-#include "informer/fields.h"
+#include "common/fieldsel.h"
 
 #include "common/alloc.h"
-#include "informer/json.h"
-#include "informer/json_int.h"
+#include "common/fields.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,102 +133,91 @@ bool kb_fields_kind_has_own(const kb_fields_kind_t *kind) {
 
 #define KB_FIELDS_MAX_PATHS 24 /* two per field of the longest row */
 
-/* The spans of several dotted paths in the object at b[in], in one pass per
- * object level (a pod's nine fields cost about two reads of the pod, not
+/* A value's bytes as written in the object; {NULL, 0} when absent. */
+typedef struct kb_fv_span {
+    const char *p;
+    size_t len;
+} kb_fv_span_t;
+
+/* The values of several dotted paths in the object obj[0..len), in one pass
+ * per object level (a pod's nine fields cost about two reads of the pod, not
  * nine): path idx[p] has its first at[p] bytes matched by the levels above;
- * out[idx[p]] gets its value's span (left as is when absent). Duplicate
- * members: the last wins, as when Go decodes the object. */
-static void kb_fields_find(const char *b, kb_span_t in, const char *const *paths, const size_t *at,
-                           const size_t *idx, size_t n, kb_span_t *out) {
-    size_t end = in.off + in.len, i = kb_json__skip_ws(b, end, in.off);
-    bool esc = false;
-    if (i >= end || b[i] != '{')
-        return;
-    i = kb_json__skip_ws(b, end, i + 1);
-    while (i < end && b[i] == '"') {
-        size_t k = i, vs, ve;
-        if (kb_json__string(b, end, &i, NULL, &esc) != KB_JSON_OK)
-            return;
-        size_t klen = i - k - 2;
-        i = kb_json__skip_ws(b, end, i);
-        if (i >= end || b[i] != ':' || kb_json_scan_value(b + i + 1, end - i - 1, &vs, &ve) != KB_JSON_OK)
-            return;
-        kb_span_t v = {i + 1 + vs, ve - vs};
+ * out[idx[p]] gets its value (left as is when absent). Duplicate members:
+ * the last wins, as when Go decodes the object. */
+static void kb_fields_find(const char *obj, size_t len, const char *const *paths, const size_t *at,
+                           const size_t *idx, size_t n, kb_fv_span_t *out) {
+    kb_fields_iter_t it;
+    const char *k, *v;
+    size_t klen, vlen;
+    kb_fields_iter_init(&it, obj, len);
+    while (kb_fields_iter_next(&it, &k, &klen, &v, &vlen)) {
         size_t sub_at[KB_FIELDS_MAX_PATHS], sub_idx[KB_FIELDS_MAX_PATHS], m = 0;
         for (size_t p = 0; p < n; p++) {
             const char *seg = paths[idx[p]] + at[p];
             size_t sl = strcspn(seg, ".");
-            if (sl != klen || memcmp(seg, b + k + 1, klen))
+            if (sl != klen || memcmp(seg, k, klen))
                 continue;
             if (!seg[sl]) {
-                out[idx[p]] = v;
+                out[idx[p]] = (kb_fv_span_t){v, vlen};
             } else {
                 sub_at[m] = at[p] + sl + 1;
                 sub_idx[m++] = idx[p];
             }
         }
         if (m)
-            kb_fields_find(b, v, paths, sub_at, sub_idx, m, out);
-        i = kb_json__skip_ws(b, end, i + 1 + ve);
-        if (i >= end || b[i] != ',')
-            return;
-        i = kb_json__skip_ws(b, end, i + 1);
+            kb_fields_find(v, vlen, paths, sub_at, sub_idx, m, out);
     }
 }
 
-/* Append the string at v (decoded); false, nothing appended, when it is not a non-empty string. */
-static bool kb_fields_str(const char *obj, kb_span_t v, kb_buf_t *out) {
-    if (v.len <= 2 || obj[v.off] != '"')
+/* Append the string v (decoded); false, nothing appended, when it is not a non-empty string. */
+static bool kb_fields_str(kb_fv_span_t v, kb_buf_t *out) {
+    size_t before = out->len;
+    if (v.len <= 2 || v.p[0] != '"')
         return false;
-    kb_buf_reserve(out, v.len);
-    long n = kb_json_string_decode(obj, v, out->data + out->len, v.len);
-    if (n <= 0)
-        return false;
-    out->len += (size_t)n;
-    return true;
+    kb_fields_text(v.p, v.len, out);
+    return out->len > before;
 }
 
-/* Append the raw token at v when it starts with one of `first`, else dflt. */
-static void kb_fields_token(const char *obj, kb_span_t v, const char *first, const char *dflt, kb_buf_t *out) {
-    if (v.len && strchr(first, obj[v.off]))
-        kb_buf_append(out, obj + v.off, v.len);
+/* Append the raw token v when it starts with one of `first`, else dflt. */
+static void kb_fields_token(kb_fv_span_t v, const char *first, const char *dflt, kb_buf_t *out) {
+    if (v.len && v.p[0] && strchr(first, v.p[0]))
+        kb_buf_append(out, v.p, v.len);
     else
         kb_buf_append_str(out, dflt);
 }
 
 /* The first podIPs entry's ip (ips: the array), else the podIP string. */
-static void kb_fields_pod_ip(const char *obj, kb_span_t ips, kb_span_t ip, kb_buf_t *out) {
-    size_t s, e;
-    kb_span_t first;
-    if (ips.len > 2 && obj[ips.off] == '[' &&
-        kb_json_scan_value(obj + ips.off + 1, ips.len - 1, &s, &e) == KB_JSON_OK && obj[ips.off + 1 + s] == '{') {
-        if (kb_json_object_get(obj + ips.off + 1 + s, e - s, "ip", &first)) {
-            first.off += ips.off + 1 + s;
-            kb_fields_str(obj, first, out);
-        }
+static void kb_fields_pod_ip(kb_fv_span_t ips, kb_fv_span_t ip, kb_buf_t *out) {
+    size_t i = 1;
+    while (i < ips.len && ips.p[i] && strchr(" \t\r\n", ips.p[i]))
+        i++;
+    if (ips.len > 2 && ips.p[0] == '[' && i < ips.len && ips.p[i] == '{') {
+        kb_fv_span_t first;
+        if (kb_fields_member(ips.p + i, ips.len - i, "ip", 2, &first.p, &first.len))
+            kb_fields_str(first, out);
         return;
     }
-    kb_fields_str(obj, ip, out);
+    kb_fields_str(ip, out);
 }
 
-/* Append field f's value; v and alt are the spans of its path and alt path. */
-static void kb_fields_value(const kb_field_t *f, const char *obj, kb_span_t v, kb_span_t alt, kb_buf_t *out) {
+/* Append field f's value; v and alt are the values of its path and alt path. */
+static void kb_fields_value(const kb_field_t *f, kb_fv_span_t v, kb_fv_span_t alt, kb_buf_t *out) {
     switch (f->how) {
     case KB_FV_STR:
-        kb_fields_str(obj, v, out);
+        kb_fields_str(v, out);
         break;
     case KB_FV_BOOL:
-        kb_fields_token(obj, v, "tf", "false", out);
+        kb_fields_token(v, "tf", "false", out);
         break;
     case KB_FV_COUNT:
-        kb_fields_token(obj, v, "-0123456789", "0", out);
+        kb_fields_token(v, "-0123456789", "0", out);
         break;
     case KB_FV_POD_IP:
-        kb_fields_pod_ip(obj, v, alt, out);
+        kb_fields_pod_ip(v, alt, out);
         break;
     case KB_FV_SOURCE:
-        if (!kb_fields_str(obj, v, out))
-            kb_fields_str(obj, alt, out);
+        if (!kb_fields_str(v, out))
+            kb_fields_str(alt, out);
         break;
     case KB_FV_UNSET:
         break;
@@ -239,7 +227,7 @@ static void kb_fields_value(const kb_field_t *f, const char *obj, kb_span_t v, k
 void kb_fields_extract(const kb_fields_kind_t *kind, const char *obj, size_t len, kb_buf_t *out) {
     const char *paths[KB_FIELDS_MAX_PATHS];
     size_t at[KB_FIELDS_MAX_PATHS] = {0}, idx[KB_FIELDS_MAX_PATHS], n = 0;
-    kb_span_t spans[KB_FIELDS_MAX_PATHS];
+    kb_fv_span_t spans[KB_FIELDS_MAX_PATHS];
     KB_ASSERT(2 * kind->n_own <= KB_FIELDS_MAX_PATHS);
     for (size_t i = 0; i < kind->n_own; i++) {
         paths[2 * i] = kind->own[i].path;
@@ -250,9 +238,9 @@ void kb_fields_extract(const kb_fields_kind_t *kind, const char *obj, size_t len
         if (*paths[p])
             idx[n++] = p;
     if (n)
-        kb_fields_find(obj, (kb_span_t){0, len}, paths, at, idx, n, spans);
+        kb_fields_find(obj, len, paths, at, idx, n, spans);
     for (size_t i = 0; i < kind->n_own; i++) {
-        kb_fields_value(&kind->own[i], obj, spans[2 * i], spans[2 * i + 1], out);
+        kb_fields_value(&kind->own[i], spans[2 * i], spans[2 * i + 1], out);
         kb_buf_append_char(out, '\0');
     }
 }

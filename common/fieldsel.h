@@ -1,4 +1,4 @@
-/* informer/fields.h — field selectors, per kind, as the API server has them.
+/* common/fieldsel.h — field selectors, per kind, as the API server has them.
  *
  * Every resource can be selected by metadata.name and metadata.namespace;
  * a few core kinds also by fields of their own (a pod's spec.nodeName, an
@@ -8,7 +8,10 @@
  * the values, NUL-separated, in the table's order — and a selector is
  * matched against the identity and that record, so the history can keep the
  * record from before a change (the enter/leave rule of a watch) without
- * keeping the object.
+ * keeping the object. The kube API (bridge/kapi.c), the watch history
+ * (informer/history.c) and routes' field_selector (sinks/router.c, checked
+ * at load by config/table.c) all use this one module, so a selector means
+ * the same, and is refused with the same words, everywhere.
  *
  * Grammar (k8s.io/apimachinery fields): requirements joined by ',', each
  * label=value, label==value or label!=value; '\' escapes ',', '=' and '\'
@@ -18,8 +21,8 @@
  *
  * Everything here is immutable once made; any thread may match concurrently.
  */
-#ifndef KB_INFORMER_FIELDS_H
-#define KB_INFORMER_FIELDS_H
+#ifndef KB_COMMON_FIELDSEL_H
+#define KB_COMMON_FIELDSEL_H
 
 #include "common/buf.h"
 
@@ -36,7 +39,8 @@ const kb_fields_kind_t *kb_fields_kind(const char *group, const char *resource);
 bool kb_fields_kind_has_own(const kb_fields_kind_t *kind);
 
 /* Append obj's record for kind to out (nothing when the kind has no fields
- * of its own). obj is one JSON object (the informer's bytes). */
+ * of its own). obj is one JSON object (the informer's bytes; bytes that do
+ * not parse read as missing fields). */
 void kb_fields_extract(const kb_fields_kind_t *kind, const char *obj, size_t len, kb_buf_t *out);
 
 /* Parse text (NULL or "" = no selector: *out NULL) for kind. false with the
