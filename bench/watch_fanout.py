@@ -91,6 +91,7 @@ class Watchers:
         self.events = 0
         self.deleted = 0
         self.lat = []
+        self.slow = []
         self.since_ns = 0
         self.last_event = time.monotonic()
         self.gate = asyncio.Semaphore(100)  # connections being opened at once
@@ -125,21 +126,24 @@ class Watchers:
         return r, w, 200
 
     async def watch(self, key, node):
-        for attempt in range(40):
+        for attempt in range(5):
             try:
                 async with self.gate:
-                    r, w, code = await self.open(node)
+                    r, w, code = await asyncio.wait_for(self.open(node), 60)
             except OSError as e:
                 code = "%s" % (e.strerror or type(e).__name__)
                 r = None
+            except asyncio.TimeoutError:
+                code, r = "no answer in 60 s", None
             if r is not None:
                 break
             self.retries += 1
-            if attempt == 39:
+            if attempt == 4:
                 self.failed[str(code)] = self.failed.get(str(code), 0) + 1
                 return
             await asyncio.sleep(0.5 + random.random())
         view = self.views[key] = {}
+        opened_ns = time.time_ns()
         self.connected += 1
         buf = b""
         try:
@@ -152,12 +156,12 @@ class Watchers:
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     if line.strip():
-                        self.event(view, line)
+                        self.event(view, line, opened_ns)
         except (OSError, ValueError, asyncio.IncompleteReadError) as e:
             self.failed["ended: " + type(e).__name__] = self.failed.get("ended: " + type(e).__name__, 0) + 1
         self.connected -= 1
 
-    def event(self, view, line):
+    def event(self, view, line, opened_ns):
         now = time.time_ns()
         ev = json.loads(line)
         t, obj = ev["type"], ev["object"]
@@ -174,19 +178,22 @@ class Watchers:
             return
         view[md["name"]] = [md.get("uid"), md.get("resourceVersion")]
         stamp = int((md.get("annotations") or {}).get(STAMP, "0"))
-        if stamp > self.since_ns:
+        if stamp > max(self.since_ns, opened_ns):  # not the initial state of a watch opened late
             self.lat.append((now - stamp) / 1e6)
+            if self.lat[-1] > 1000 and len(self.slow) < 5:
+                self.slow.append([round(self.lat[-1]), t, md["name"], stamp])
 
     def command(self, cmd):
         if cmd == "reset":
             self.events = self.deleted = 0
             self.lat = []
+            self.slow = []
             self.since_ns = time.time_ns()
             return {}
         if cmd == "views":
             return {"views": [[k[0], k[1], v] for k, v in self.views.items()]}
         return {"connected": self.connected, "failed": self.failed, "retries": self.retries,
-                "events": self.events, "deleted": self.deleted, "timed": len(self.lat),
+                "events": self.events, "deleted": self.deleted, "timed": len(self.lat), "over_1s": sum(1 for x in self.lat if x > 1000), "slow": self.slow,
                 "p50_ms": percentile(self.lat, 50), "p99_ms": percentile(self.lat, 99),
                 "quiet_s": time.monotonic() - self.last_event}
 
@@ -254,7 +261,7 @@ class Api:
         self.conn = None
 
     def call(self, method, path, body=None, ctype="application/json"):
-        for attempt in range(3):
+        for attempt in range(5):
             if self.conn is None:
                 self.conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=60)
             try:
@@ -265,7 +272,7 @@ class Api:
             except (OSError, http.client.HTTPException):
                 self.conn.close()
                 self.conn = None
-                if attempt == 2:
+                if attempt == 4:
                     raise
         return 0, {}
 
@@ -450,11 +457,11 @@ def run_setup(args, cp, label, n, cfg, server_pids, port, nodes, work):
         changes = sum(churn.ops.values())
         row = {"setup": label, "n": n, "open": opened, "changes": changes, "ops": churn.ops, "took_s": took,
                "errors": len(churn.errors), "dropped_stamps": churn.dropped_stamps,
-               "events": st["events"], "deleted": st["deleted"], "timed": st["timed"],
+               "events": st["events"], "deleted": st["deleted"], "timed": st["timed"], "over_1s": st["over_1s"], "slow": st["slow"],
                "cpu_s": cpu, "cpu_per_1k_events": cpu / max(st["events"], 1) * 1000,
                "cpu_per_1k_changes": cpu / max(changes, 1) * 1000, "rss_mib": rss, "conns": conns,
                "p50_ms": st["p50_ms"], "p99_ms": st["p99_ms"], "client_cpu_s": ccpu,
-               "views_checked": checked, "views_wrong": bad, "wrong_examples": examples}
+               "open_at_end": st["connected"], "failed": st["failed"], "views_checked": checked, "views_wrong": bad, "wrong_examples": examples}
         if churn.errors:
             row["error_examples"] = churn.errors[:3]
         print(json.dumps(row), flush=True)
