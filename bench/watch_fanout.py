@@ -150,6 +150,7 @@ class Watchers:
             while True:
                 size = int((await r.readline()).split(b";")[0], 16)
                 if size == 0:
+                    self.failed["ended by the server"] = self.failed.get("ended by the server", 0) + 1
                     break
                 buf += await r.readexactly(size)
                 await r.readexactly(2)
@@ -175,9 +176,12 @@ class Watchers:
             self.deleted += 1
             return
         if t not in ("ADDED", "MODIFIED"):
+            msg = "event %s: %s" % (t, obj.get("message", ""))
+            self.failed[msg] = self.failed.get(msg, 0) + 1
             return
         view[md["name"]] = [md.get("uid"), md.get("resourceVersion")]
-        stamp = int((md.get("annotations") or {}).get(STAMP, "0"))
+        # A delete first marks the pod (deletionTimestamp, a MODIFIED with the previous stamp): not timed.
+        stamp = 0 if md.get("deletionTimestamp") else int((md.get("annotations") or {}).get(STAMP, "0"))
         if stamp > max(self.since_ns, opened_ns):  # not the initial state of a watch opened late
             self.lat.append((now - stamp) / 1e6)
             if self.lat[-1] > 1000 and len(self.slow) < 5:
