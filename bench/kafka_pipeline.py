@@ -38,6 +38,14 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / HZ
 
 
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for l in f:
+            if l.startswith("VmRSS:"):
+                return int(l.split()[1]) / 1024.0
+    return 0.0
+
+
 def metrics(url):
     with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
         return r.read().decode()

@@ -29,14 +29,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 os.environ.setdefault("KB_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 import kbtest  # noqa: E402
-from kafka_pipeline import cpu_seconds  # noqa: E402
-
-def rss_mib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for l in f:
-            if l.startswith("VmRSS:"):
-                return int(l.split()[1]) / 1024.0
-    return 0.0
+from kafka_pipeline import cpu_seconds, rss_mib  # noqa: E402
 
 
 def pid_of(cp, name):
