@@ -91,6 +91,7 @@ probe fuzzer clang -fsanitize=fuzzer,address,undefined "$tmp/f.c"
 
 # Python modules the tests import that are not in the standard library.
 python3 -c 'import prometheus_client' 2>/dev/null || bad "python module prometheus_client missing: run tests/deps.sh"
+python3 -c 'import yaml' 2>/dev/null || bad "python module yaml (PyYAML) missing: run tests/deps.sh"
 
 [ $fail -eq 0 ] && echo "deps-check: ${#pkgs[@]} packages, every tool, library and runtime the suite uses comes from tests/deps.list" >&2
 exit $fail

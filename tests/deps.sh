@@ -21,3 +21,6 @@ fi
 # The metrics test reads /metrics with the Prometheus project's own parser.
 python3 -c 'import prometheus_client' 2>/dev/null ||
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore prometheus-client
+# The Helm chart tests (0756, 0757) read helm template's YAML with PyYAML.
+python3 -c 'import yaml' 2>/dev/null ||
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore pyyaml
