@@ -918,7 +918,7 @@ static void kb_kapi_slot_give(kb_kapi_stream_t *s) {
 static enum MHD_Result kb_kapi_busy(kb_kapi_t *k, struct MHD_Connection *c) {
     kb_kapi_details_t d = {.retry_after = 1};
     return kb_kapi_status(c, MHD_HTTP_TOO_MANY_REQUESTS, "TooManyRequests", &d,
-                          "%d snapshot/replay/list streams are being sent already (http.max_streams); retry later",
+                          KB_SLOTS_BUSY_FMT,
                           k->slots->max);
 }
 
@@ -1322,10 +1322,14 @@ static void kb_kapi_expire(kb_kapi_stream_t *s, uint64_t oldest) {
 
 static void kb_kapi_frame(kb_kapi_stream_t *s, kb_event_type_t type, const kb_event_t *ev) {
     kb_buf_appendf(&s->out, "{\"type\":\"%s\",\"object\":", kb_event_type_name(type));
-    if (s->q.as_table)
+    if (s->q.as_table) {
+        /* A watch lasts long: each event's AGE counts to its own moment, or an
+         * object created after the watch began would print "<invalid>". */
+        s->q.table.now_s = kb_now_real_ns() / 1000000000;
         kb_ktable_one(&s->q.table, &s->out, ev->obj, ev->obj_len);
-    else
+    } else {
         kb_buf_append(&s->out, ev->obj, ev->obj_len);
+    }
     kb_buf_append_str(&s->out, "}\n");
     atomic_fetch_add(&s->k->events_sent, 1);
 }

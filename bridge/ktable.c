@@ -60,8 +60,9 @@ bool kb_ktable_wanted(const char *accept, const char *include, const char *group
             r++;
         size_t n = strcspn(r, ",");
         found = kb_ktable_range(r, n, &beta);
-        if (!found && n && strchr("a*", r[0]) && !strncmp(r, "application/json", n < 16 ? n : 16))
-            return false; /* plain JSON comes first */
+        bool plain = (n >= 16 && !strncmp(r, "application/json", 16)) || (n >= 3 && !strncmp(r, "*/*", 3));
+        if (!found && plain)
+            return false; /* plain JSON (or anything) comes first: the API server answers JSON */
         r += n + (r[n] == ',');
     }
     if (!found)
@@ -150,8 +151,9 @@ static void kb_ktable_object(const kb_ktable_t *t, kb_buf_t *o, json_t *obj, con
     }
 }
 
-void kb_ktable_row(kb_ktable_t *t, kb_buf_t *o, const char *obj, size_t obj_len) {
-    json_t *root = json_loadb(obj, obj_len, 0, NULL);
+/* One row of the object obj[0..obj_len), already parsed as root (NULL when it
+ * does not parse). */
+static void kb_ktable_row_tree(kb_ktable_t *t, kb_buf_t *o, json_t *root, const char *obj, size_t obj_len) {
     if (t->any_row)
         kb_buf_append_char(o, ',');
     t->any_row = true;
@@ -165,15 +167,19 @@ void kb_ktable_row(kb_ktable_t *t, kb_buf_t *o, const char *obj, size_t obj_len)
     }
     kb_ktable_object(t, o, root, obj, obj_len);
     kb_buf_append_char(o, '}');
+}
+
+void kb_ktable_row(kb_ktable_t *t, kb_buf_t *o, const char *obj, size_t obj_len) {
+    json_t *root = json_loadb(obj, obj_len, 0, NULL);
+    kb_ktable_row_tree(t, o, root, obj, obj_len);
     json_decref(root);
 }
 
 void kb_ktable_one(kb_ktable_t *t, kb_buf_t *o, const char *obj, size_t obj_len) {
     json_t *root = json_loadb(obj, obj_len, 0, NULL);
-    const char *rv = kb_ktable__s(root, "metadata.resourceVersion");
-    kb_ktable_head(t, o, rv, NULL, -1);
+    kb_ktable_head(t, o, kb_ktable__s(root, "metadata.resourceVersion"), NULL, -1);
+    kb_ktable_row_tree(t, o, root, obj, obj_len);
     json_decref(root);
-    kb_ktable_row(t, o, obj, obj_len);
     kb_ktable_tail(o);
 }
 
