@@ -246,8 +246,12 @@ static void kb_httpcred_reload_token(kb_httpcred_t *cred, kb_tokenslot_t *slot) 
                 slot->file, why);
         return;
     }
+    /* The two tokens never equal each other, as at start: a metrics token
+     * rotated to the main one's value would read everything. */
+    const kb_tokenslot_t *other = &cred->tokens[slot == &cred->tokens[0] ? 1 : 0];
     pthread_mutex_lock(&cred->mtx);
-    bool same = kb_secret_equal(tok, n, slot->token, slot->len);
+    bool clash = other->token && kb_secret_equal(tok, n, other->token, other->len);
+    bool same = clash || kb_secret_equal(tok, n, slot->token, slot->len);
     char *old = same ? tok : slot->token;
     if (!same) {
         slot->token = tok;
@@ -255,7 +259,10 @@ static void kb_httpcred_reload_token(kb_httpcred_t *cred, kb_tokenslot_t *slot) 
     }
     pthread_mutex_unlock(&cred->mtx);
     kb_secret_free(old);
-    if (!same)
+    if (clash)
+        KB_WARN("http", "%s %s changed to the same token as %s: refused, the previous token stays in force",
+                slot->key, slot->file, other->key);
+    else if (!same)
         KB_INFO("http", "%s %s changed: the new token is in force, the previous one is refused", slot->key,
                 slot->file);
 }
