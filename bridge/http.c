@@ -189,7 +189,7 @@ static enum MHD_Result kb_http_status(struct MHD_Connection *c, unsigned code, c
 /* 429 when every stream slot is taken. */
 static enum MHD_Result kb_http_busy(kb_http_t *h, struct MHD_Connection *c) {
     return kb_http_status(c, MHD_HTTP_TOO_MANY_REQUESTS, "TooManyRequests",
-                          "%d snapshot/replay/list streams are being sent already (http.max_streams); retry later",
+                          KB_SLOTS_BUSY_FMT,
                           h->slots.max);
 }
 

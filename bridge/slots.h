@@ -21,6 +21,10 @@ typedef struct kb_slots {
     atomic_ullong refused;   /* answered 429 for want of a slot */
 } kb_slots_t;
 
+/* The 429's message when every slot is taken (a printf format of max), the
+ * same from /v1 and from the kube API. */
+#define KB_SLOTS_BUSY_FMT "%d snapshot/replay/list streams are being sent already (http.max_streams); retry later"
+
 /* Take a slot; false (counted as refused) when all max are taken. */
 static inline bool kb_slots_take(kb_slots_t *sl) {
     if (atomic_fetch_add(&sl->in_use, 1) < sl->max)
