@@ -410,11 +410,13 @@ static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err) {
         kb_bsink_stop(bs, d->ev, d->seq, kb_err_str(err), false, d->p->bridge->journal);
 }
 
-/* A retiring instance gave ma's message back (KB_ERR_STOPPED) while a
- * successor waits for it: park it (still in flight) for kb_hand_over. */
-static bool kb_park(kb_msg_ack_t *ma, kb_err_t err) {
+/* A retiring instance gave ma's message up without a verdict (stopped, or
+ * timed out while it flushed; the caller has settled acks and refusals)
+ * while a successor waits for it: park it (still in flight) for
+ * kb_hand_over, which gives it to the successor. */
+static bool kb_park(kb_msg_ack_t *ma) {
     kb_bsink_t *bs = ma->d->s[ma->slot].bs;
-    if (err != KB_ERR_STOPPED || ma->dead_letter || !atomic_load(&bs->collect))
+    if (ma->dead_letter || !atomic_load(&bs->collect))
         return false;
     pthread_mutex_lock(&bs->back_mtx);
     bs->back = kb_realloc(bs->back, (bs->n_back + 1) * sizeof(*bs->back));
@@ -439,7 +441,7 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
         /* The topic and key are not known here any more: a dead letter after a
          * failed delivery report goes with the object's key and no topic. */
         kb_refused(d, ma->slot, err, ma->dead_letter, NULL, d->ev->key);
-    } else if (kb_park(ma, err)) {
+    } else if (kb_park(ma)) {
         return;
     } else {
         kb_not_delivered(d, ma->slot, err);
@@ -936,7 +938,8 @@ static size_t kb_bridge_ha_prepare(void *opaque, kb_ha_mark_t *out, size_t max) 
 
 static void kb_redeliver_ack(void *opaque, kb_err_t err) {
     KB_UNUSED(opaque);
-    if (err != KB_OK)
+    static kb_ratelimit_t rl;
+    if (err != KB_OK && kb_ratelimit_allow(&rl, 10000, NULL))
         KB_WARN("bridge", "a change delivered again at a takeover was not delivered: %s", kb_err_str(err));
 }
 

@@ -638,7 +638,7 @@ static void kb_file_stats(void *state, kb_sink_stats_t *st) {
     pthread_mutex_unlock(&fs->mtx);
 }
 
-/* SIGHUP: reopen the path before the next batch. Thread: main. */
+/* SIGHUP: reopen the path before the next batch. Thread: the reload thread. */
 static void kb_file_reopen(void *state) {
     kb_file_sink_t *fs = state;
     atomic_store(&fs->reopen, true);

@@ -767,7 +767,8 @@ static kb_err_t kb_kafka_create(const kb_config_sink_t *conf, const kb_config_t 
     ks->name = kb_strdup(conf->name);
     ks->transactional = conf->transactional;
     const char *txn_env = getenv("KB_TEST_KAFKA_TXN_MS");
-    ks->txn_ms = txn_env && *txn_env ? strtoll(txn_env, NULL, 10) : KB_KAFKA_TXN_MS;
+    long long txn_test = txn_env && *txn_env ? strtoll(txn_env, NULL, 10) : 0;
+    ks->txn_ms = txn_test > 0 && txn_test <= 60000 ? txn_test : KB_KAFKA_TXN_MS; /* out of range: the default */
     atomic_store(&ks->held, conf->transactional && cfg->ha_enabled);
     ks->ckpt_topic = kb_strdup(conf->checkpoint_topic && conf->checkpoint_topic[0] ? conf->checkpoint_topic
                                                                                    : KB_KAFKA_CKPT_TOPIC_DEFAULT);
