@@ -69,9 +69,9 @@ char *kb_definition_text(const kb_config_informer_t *conf) {
     kb_def_list(&b, "namespaces", &conf->namespaces, true);
     kb_def_str(&b, "label_selector", conf->label_selector);
     kb_def_str(&b, "field_selector", conf->field_selector);
-    kb_def_list(&b, "drop_fields", &conf->drop_fields, false);
-    kb_def_list(&b, "redact_fields", &conf->redact_fields, false);
-    kb_def_list(&b, "keep_fields", &conf->keep_fields, false);
+    kb_def_list(&b, "drop_fields", &conf->drop_fields, true);
+    kb_def_list(&b, "redact_fields", &conf->redact_fields, true);
+    kb_def_list(&b, "keep_fields", &conf->keep_fields, true);
     kb_def_redact_base64(&b, conf);
     kb_def_str(&b, "compaction", conf->compaction == KB_COMPACTION_LATEST ? "latest" : "none");
     return kb_buf_steal(&b, NULL);
