@@ -49,8 +49,13 @@ def second_sighup_is_coalesced(sim):
     b, reader = stalled_bridge(sim)
     b.add_file_sink("extra")
     sighup(b, 0)
+    # The first reload has read the file (2 routes) and waits for the full sink's route lock: only then
+    # is the second sink written, so only a second reload can apply it.
+    wait_for(lambda: "waits: informer=" in b.logtext(), 60, what="the first reload to wait for the route lock")
     b.add_file_sink("extra2")
     sighup(b, 1)
+    check("SIGHUP received during a reload: coalesced" in b.logtext(), "the second SIGHUP is coalesced:\n%s"
+          % b.logtext()[-2000:])
     # The reader reads again: the sink drains, the reload can swap, and the last config must be applied.
     reading = threading.Event()
     reading.set()

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -185,6 +186,18 @@ static void test_fifo_without_reader_acknowledges_nothing(void **state) {
  * and the next run's first line was glued onto it. Lines larger than a page,
  * many more than the pipe holds: what the pipe holds at the stop is whole
  * lines, and exactly those were acknowledged. */
+/* Wait (up to 60 s) until the pipe holds bytes: the writer thread has run,
+ * however busy the machine. */
+static void wait_pipe_holds_bytes(int fd) {
+    for (int i = 0; i < 6000; i++) {
+        int n = 0;
+        if (ioctl(fd, FIONREAD, &n) == 0 && n > 0)
+            return;
+        usleep(10000);
+    }
+    fail_msg("the writer put nothing into the pipe in 60 s");
+}
+
 static void test_fifo_stop_while_stalled_leaves_whole_lines(void **state) {
     (void)state;
     char path[300];
@@ -197,6 +210,7 @@ static void test_fifo_stop_while_stalled_leaves_whole_lines(void **state) {
     enum { LINES = 60 };
     for (int i = 0; i < LINES; i++)
         produce(sink, i, 5000 + (size_t)i * 37, &a); /* 300 KB: the pipe holds 64 KB */
+    wait_pipe_holds_bytes(reader);
     assert_int_equal(kb_sink_stop(sink, 300), KB_ERR_TIMEDOUT);
     kb_sink_destroy(sink);
     assert_int_equal(atomic_load(&a.ok) + atomic_load(&a.failed), LINES);
