@@ -2,7 +2,8 @@
  *
  * Compiled once at config load (an unknown variable or an unbalanced brace is
  * a load error naming it), rendered per message without allocation beyond the
- * output buffer. Variables: cluster group version resource kind namespace
+ * output buffer — except labels.KEY and annotations.KEY, whose decoded value
+ * takes one small scratch buffer per render. Variables: cluster group version resource kind namespace
  * name uid type, labels.KEY and annotations.KEY (the object's label or
  * annotation KEY, "" when it has none). Any variable may carry a default,
  * "{labels.app|unknown}", rendered instead of an empty value (a default is

@@ -760,8 +760,10 @@ void kb_ledger_checkpoint(kb_ledger_t *l) {
         if (kb_state_set_checkpoint(l->state, seq, rvs.data ? rvs.data : "", wms, n) == KB_OK) {
             l->saved = seq;
             pthread_mutex_lock(&l->mtx);
+            /* By name, not by position: a sink may have gone (or come) while
+             * the lock was let go; the table keeps its order. */
             for (size_t i = 0, j = 0; i < l->n_sinks && j < n; i++)
-                if (!l->sinks[i].gone)
+                if (l->sinks[i].name == wms[j].sink)
                     l->sinks[i].saved_wm = wms[j++].seq;
             pthread_mutex_unlock(&l->mtx);
         } else {
