@@ -88,7 +88,6 @@ typedef struct kb_config_informer {
     kb_strlist_t drop_fields;     /* default [ "metadata.managedFields",
                                      "metadata.annotations[kubectl.kubernetes.io/last-applied-configuration]" ] */
     kb_strlist_t redact_fields;   /* default []; core secrets: "data", "stringData" added */
-    bool redact_fields_set;       /* the key was present in the file */
     kb_strlist_t keep_fields;     /* allow-list (informer/decode.h); default [] = keep everything */
     kb_strlist_t index_labels;    /* label keys indexed for snapshot / list queries; default [] */
     bool emit_secret_values;      /* core secrets only; false: data/stringData redacted and the

@@ -296,9 +296,9 @@ static const kb_ckey_t kb_keys_informer[] = {
             "an array it applies to each element. On core secrets the last-applied-configuration annotation "
             "(it holds the whole Secret as applied, values in clear) is removed in addition to these, "
             "unless emit_secret_values = true."},
-    {.name = "redact_fields", .type = KB_CT_STRLIST, .off = INF(redact_fields), .off2 = INF(redact_fields_set),
+    {.name = "redact_fields", .type = KB_CT_STRLIST, .off = INF(redact_fields),
      .def = "", .defdoc = "[] (core secrets: data and stringData added)",
-     .flags = KB_CF_PATH | KB_CF_SEEN,
+     .flags = KB_CF_PATH,
      .doc = "Field paths whose values are replaced by a fixed value that stays valid for the field (an object "
             "keeps its keys): `\"<redacted>\"` in a string field, `\"PHJlZGFjdGVkPg==\"` (the base64 of "
             "`<redacted>`) in a base64 field — a Secret's data, a ConfigMap's binaryData — so kubectl and "

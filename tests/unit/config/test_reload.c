@@ -56,6 +56,9 @@ static void test_unchanged(void **state) {
     /* where a group starts is not a key */
     expect("shutdown_timeout = 10;\n", "\n\nshutdown_timeout = 10;\n", KB_RELOAD_SAME, KB_RELOAD_SAME, KB_RELOAD_SAME,
            NULL);
+    /* a list written as its default is the default: nothing to rebuild */
+    expect("keep_fields = [];", "keep_fields = []; redact_fields = [];", KB_RELOAD_SAME, KB_RELOAD_SAME,
+           KB_RELOAD_SAME, NULL);
 }
 
 static void test_informer_and_sink_keys_rebuild(void **state) {
