@@ -61,6 +61,7 @@
 #define KB_REC_ZSTD 0x01 /* flags: the object is a zstd frame */
 #define KB_REC_ZDICT 0x02 /* flags: dictionary id (4, LE), object length (4, LE), frame made with it */
 #define KB_ZSTD_MIN 512  /* objects shorter than this are stored as they are */
+#define KB_RESUME_MAX (KB_RV_MAX + 320) /* a resume point's text, "namespace/rv", and its '\0' */
 
 typedef struct kb_rec_hdr {
     uint8_t format;
@@ -504,6 +505,31 @@ static kb_event_t *kb_rec_decode(kb_state_t *st, MDB_txn *txn, const MDB_val *v,
     return ev;
 }
 
+/* The resume point a journal record completes ("namespace/rv", or "rv"),
+ * into out (KB_RESUME_MAX bytes hold any); false (out untouched) for a list's
+ * object, which completes none, or a record shorter than its header says. */
+static bool kb_rec_resume_point(const MDB_val *v, char *out, size_t out_size) {
+    kb_rec_hdr_t h;
+    if (v->mv_size < sizeof(h))
+        return false;
+    memcpy(&h, v->mv_data, sizeof(h));
+    size_t at = sizeof(h) + (size_t)h.key_len + h.uid_len + h.rv_len;
+    if (!h.rv_after_len || h.rv_after_len >= out_size || at + h.rv_after_len > v->mv_size)
+        return false;
+    memcpy(out, (const char *)v->mv_data + at, h.rv_after_len);
+    out[h.rv_after_len] = '\0';
+    return true;
+}
+
+/* The RV of a resume point ("namespace/rv" or "rv", n bytes): the number
+ * after the last '/'. */
+static uint64_t kb_resume_rv(const char *point, size_t n) {
+    size_t i = n;
+    while (i && point[i - 1] != '/')
+        i--;
+    return kb_rv_parse(point + i, n - i);
+}
+
 /* ---- reads ------------------------------------------------------------ */
 
 static int kb_meta_get(MDB_txn *txn, kb_state_t *st, const char *name, MDB_val *v) {
@@ -561,7 +587,7 @@ kb_err_t kb_state_load_index(kb_state_t *st, kb_resource_t *res, bool identity_o
         return kb_st_fail(st, "load index", rc);
     }
     MDB_val k, v;
-    char rv_after[KB_RV_MAX + 320]; /* "namespace/rv" */
+    char rv_after[KB_RESUME_MAX];
     size_t bad = 0;
     bool first = true;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -613,7 +639,7 @@ kb_err_t kb_state_load_journal(kb_state_t *st, uint64_t after_seq, size_t limit,
     unsigned char kb[8];
     kb_be64(after_seq + 1, kb);
     MDB_val k = {8, kb}, v;
-    char rv_after[KB_RV_MAX + 320]; /* "namespace/rv" */
+    char rv_after[KB_RESUME_MAX];
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (k.mv_size != 8)
             continue;
@@ -643,11 +669,7 @@ kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
     uint64_t trimmed = 0;
     bool vouched = false; /* a resume point at or below rv: trimmed, or in the journal */
     if (!kb_meta_get(txn, st, "trimmed_rv", &v)) {
-        char buf[160] = "";
-        memcpy(buf, v.mv_data, v.mv_size < sizeof(buf) - 1 ? v.mv_size : sizeof(buf) - 1);
-        const char *slash = strrchr(buf, '/');
-        const char *num = slash ? slash + 1 : buf;
-        trimmed = kb_rv_parse(num, strlen(num));
+        trimmed = kb_resume_rv(v.mv_data, v.mv_size);
         if (rv < trimmed)
             err = KB_ERR_GONE;
         vouched = rv >= trimmed;
@@ -658,23 +680,18 @@ kb_err_t kb_state_journal_seek(kb_state_t *st, uint64_t rv, uint64_t *seq) {
     *seq = 1;
     if (err == KB_OK && !mdb_cursor_open(txn, st->journal, &cur)) {
         bool first = true;
+        char point[KB_RESUME_MAX];
         for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            kb_rec_hdr_t h;
-            if (k.mv_size != 8 || v.mv_size < sizeof(h))
+            if (k.mv_size != 8 || v.mv_size < sizeof(kb_rec_hdr_t))
                 continue;
-            memcpy(&h, v.mv_data, sizeof(h));
             uint64_t s = kb_from_be64(k.mv_data);
             if (first) {
                 *seq = s;
                 first = false;
             }
-            if (!h.rv_after_len)
+            if (!kb_rec_resume_point(&v, point, sizeof(point)))
                 continue;
-            const char *p = (const char *)v.mv_data + sizeof(h) + h.key_len + h.uid_len + h.rv_len;
-            const char *slash = memchr(p, '/', h.rv_after_len);
-            const char *num = slash ? slash + 1 : p;
-            uint64_t after = kb_rv_parse(num, h.rv_after_len - (size_t)(num - p));
-            if (after > rv)
+            if (kb_resume_rv(point, strlen(point)) > rv)
                 break;
             *seq = s + 1;
             vouched = true;
@@ -794,20 +811,6 @@ void kb_state_abort(kb_state_t *st) {
     st->txn = NULL;
 }
 
-/* The resume point a journal record completes, into out; false (out
- * untouched) for a list's object, which completes none. */
-static bool kb_rec_resume_point(const MDB_val *v, char *out, size_t out_size) {
-    kb_rec_hdr_t h;
-    if (v->mv_size < sizeof(h))
-        return false;
-    memcpy(&h, v->mv_data, sizeof(h));
-    if (!h.rv_after_len || h.rv_after_len >= out_size)
-        return false;
-    memcpy(out, (const char *)v->mv_data + sizeof(h) + h.key_len + h.uid_len + h.rv_len, h.rv_after_len);
-    out[h.rv_after_len] = '\0';
-    return true;
-}
-
 /* Trim acknowledged journal entries over the size or age bound. The
  * "trimmed_rv" recorded is the resume point after which the journal still
  * holds every change (kb_state_journal_seek). */
@@ -823,7 +826,7 @@ static int kb_state_trim(kb_state_t *st, MDB_txn *txn, uint64_t ack_seq) {
     if (rc)
         return rc;
     MDB_val k, v;
-    char last_rv[KB_RV_MAX] = "";
+    char last_rv[KB_RESUME_MAX] = "";
     size_t trimmed = 0;
     bool inside = false; /* the last entry trimmed is no resume point */
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
