@@ -6,11 +6,8 @@ Now: the drain gives up on the blocked reader at the deadline, the exit status i
 what was not acknowledged is lost) and the last line says how many changes; with a long
 shutdown_timeout a second SIGTERM ends it at once. With state_dir the unacknowledged changes are
 delivered again at the next start: exit 0, and the line says so."""
-import array
-import fcntl
 import os
 import signal
-import termios
 import subprocess
 import time
 from kbtest import *
@@ -65,19 +62,15 @@ def stop_within(p, log, what, second=False):
 
 def stalled(log, fd):
     """The informer listed everything (200 x ~4 KB, far more than a pipe holds) and the pipe has filled."""
-    n = array.array("i", [0])
-    fcntl.ioctl(fd, termios.FIONREAD, n)
-    return "listed items=200" in logtext(log) and n[0] >= 32768
+    return "listed items=200" in logtext(log) and pipe_full(fd)
 
 
 def start_on_fifo(sim, d, timeout, extra=""):
     """kbridge writing into a FIFO that a reader holds open and never reads, once the pipe is full."""
-    fifo = os.path.join(d, "out.fifo")
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    p, log = start(config(sim, fifo, timeout, extra), d, subprocess.DEVNULL)
-    wait_for(lambda: stalled(log, reader), 60, what="the list to fill the pipe")
-    return p, log, reader
+    fifo = StalledFifo(os.path.join(d, "out.fifo"))
+    p, log = start(config(sim, fifo.path, timeout, extra), d, subprocess.DEVNULL)
+    wait_for(lambda: stalled(log, fifo.fd), 60, what="the list to fill the pipe")
+    return p, log, fifo
 
 
 def test():
@@ -86,13 +79,13 @@ def test():
     d = tempfile.mkdtemp(prefix="kbtest-")
 
     # 1. A FIFO whose reader opened it and never reads.
-    p, log, reader = start_on_fifo(sim, d, 2)
+    p, log, fifo = start_on_fifo(sim, d, 2)
     rc = stop_within(p, log, "FIFO")
     text = logtext(log)
     check(rc == 1, "exit status 1: changes were not acknowledged and there is no state_dir (rc %s)\n%s" %
           (rc, text[-2000:]))
     check("not acknowledged" in text and "lost" in text, "the last line says what was lost:\n%s" % text[-2000:])
-    os.close(reader)
+    fifo.close()
 
     # 2. stdout into a pipe nobody reads.
     d2 = tempfile.mkdtemp(prefix="kbtest-")
@@ -105,22 +98,22 @@ def test():
     os.close(r)
 
     # 3. A long shutdown_timeout: the second SIGTERM ends the drain at once.
-    p, log, reader = start_on_fifo(sim, tempfile.mkdtemp(prefix="kbtest-"), 600)
+    p, log, fifo = start_on_fifo(sim, tempfile.mkdtemp(prefix="kbtest-"), 600)
     rc = stop_within(p, log, "second SIGTERM", second=True)
     text = logtext(log)
     check(rc == 1, "second SIGTERM: exit status 1 (rc %s)\n%s" % (rc, text[-2000:]))
     check("a second SIGTERM" in text, "the log says the second signal ended it:\n%s" % text[-2000:])
-    os.close(reader)
+    fifo.close()
 
     # 4. With state_dir the same stop is not a loss: exit 0, and the line says they come again.
     d4 = tempfile.mkdtemp(prefix="kbtest-")
-    p, log, reader = start_on_fifo(sim, d4, 2, 'state_dir = "%s/state";\n' % d4)
+    p, log, fifo = start_on_fifo(sim, d4, 2, 'state_dir = "%s/state";\n' % d4)
     rc = stop_within(p, log, "state_dir")
     text = logtext(log)
     check(rc == 0, "with state_dir: exit 0 (rc %s)\n%s" % (rc, text[-2000:]))
     check("not acknowledged" in text and "delivers them again" in text, "the line says they come again:\n%s" %
           text[-2000:])
-    os.close(reader)
+    fifo.close()
     sim.stop()
 
 

@@ -8,47 +8,9 @@
    0), start again, and the reader — which kept the FIFO open all along — reads on: every line it
    gets is a whole envelope (before, the stop left half a line in the pipe and the next run's first
    line was glued onto it), and the view converges to the server's state."""
-import array
-import fcntl
-import json
-import termios
 from kbtest import *
 
 PAD = {"spec": {"padding": "x" * 5000}}
-
-
-class Reader:
-    """The FIFO's reader: non-blocking reads into a buffer, split into lines."""
-
-    def __init__(self, path):
-        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self.buf = b""
-
-    def unread(self):
-        n = array.array("i", [0])
-        fcntl.ioctl(self.fd, termios.FIONREAD, n)
-        return n[0]
-
-    def drain(self):
-        while True:
-            try:
-                chunk = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
-                return
-            if not chunk:
-                return  # no writer right now
-            self.buf += chunk
-
-    def envelopes(self):
-        """Every whole line read so far, each of which must be a JSON envelope."""
-        self.drain()
-        out = []
-        for line in self.buf.split(b"\n")[:-1]:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                raise Failure("the reader got a line that is not a whole envelope: %r" % line[:120])
-        return out
 
 
 def readyz(b):
@@ -64,10 +26,7 @@ def test():
     os.mkfifo(fifo)
     b = Bridge(sim, workdir=work, out=fifo, http='listen = "127.0.0.1:0";', extra='state_dir = "%s/state";' % work,
                start=False)
-    with open(b.config) as f:
-        text = f.read()
-    with open(b.config, "w") as f:  # the stop in 3. waits for the stalled reader until this deadline
-        f.write(text.replace("shutdown_timeout = 20;", "shutdown_timeout = 2;"))
+    set_shutdown_timeout(b, 2)  # the stop in 3. waits for the stalled reader until this deadline
     b.start()
 
     # 1. No reader: tracked, not acknowledged.
@@ -81,11 +40,11 @@ def test():
           (doc["checkpoint"], doc["seq"]))
 
     # 2. A reader: whole lines, every change, and the checkpoint follows.
-    r = Reader(fifo)
+    r = StalledFifo(fifo, create=False)
 
     def converged():
         want = {i["key"]: i["resourceVersion"] for i in sim.state("pods")["items"]}
-        got = {k: e["resourceVersion"] for k, e in view(r.envelopes()).items()}
+        got = {k: e["resourceVersion"] for k, e in view(r.lines()).items()}
         return want == got
     wait_for(converged, 30, 0.1, "the reader to get every change")
     wait_for(lambda: (lambda d: d["checkpoint"]["seq"] == d["seq"])(b.informer_doc()), 30, 0.1,
@@ -94,7 +53,7 @@ def test():
 
     # 3. The reader stops reading; lines larger than a page fill the pipe; stop and start again.
     sim.bulk(pod_ops("create", "ns2", ["b%03d" % i for i in range(60)], extra=PAD))
-    wait_for(lambda: r.unread() >= 32768 and b.informer_doc()["seq"] >= 80, 60, 0.1,
+    wait_for(lambda: r.full() and b.informer_doc()["seq"] >= 80, 60, 0.1,
              "the pipe to fill while the reader does not read")
     check(b.stop() == 0, "SIGTERM with state_dir exits 0 (the unwritten changes come again)")
     b.start()
@@ -103,11 +62,10 @@ def test():
         wait_for(converged, 60, 0.1, "the reader to converge across the restart")
     except Failure:
         raise Failure("not converged after the restart\n%s" % b.logtext()[-3000:])
-    check(not r.buf or r.buf.endswith(b"\n") or b.alive(), "whole lines only")
     check(b.stop() == 0, "second run exits 0")
-    r.envelopes()
-    check(r.buf.endswith(b"\n"), "the stream ends with a whole line: %r" % r.buf[-80:])
-    os.close(r.fd)
+    r.take()
+    check(not r.data, "the stream ends with a whole line: %r" % r.data[-80:])
+    r.close()
     sim.stop()
 
 

@@ -18,11 +18,11 @@ PODS = 1400  # x ~16 KB: more than the file sink's 8 MB pending + 8 MB being wri
 
 def stalled_bridge(sim):
     """A bridge whose file sink is full: its FIFO's reader holds it open and does not read."""
-    b, reader = bridge_on_fifo(sim, 2)
+    b, fifo = bridge_on_fifo(sim, 2)
     b.start()
     wait_for(lambda: "is full; holding the informer's queue" in b.logtext(), 120,
              what="the file sink to be full (backpressure)")
-    return b, reader
+    return b, fifo
 
 
 def sighup(b, n_before):
@@ -32,7 +32,7 @@ def sighup(b, n_before):
 
 
 def sigterm_during_reload(sim):
-    b, reader = stalled_bridge(sim)
+    b, fifo = stalled_bridge(sim)
     b.add_file_sink("extra")
     sighup(b, 0)
     b.proc.send_signal(signal.SIGTERM)
@@ -42,11 +42,11 @@ def sigterm_during_reload(sim):
         raise Failure("SIGTERM during a reload: still running 15 s after it (shutdown_timeout = 2)\n%s%s" %
                       (b.logtext()[-2500:], b.stacks()))
     check(rc in (0, 1), "exit status 0 or 1 (rc %s)\n%s" % (rc, b.logtext()[-2000:]))
-    os.close(reader)
+    fifo.close()
 
 
 def second_sighup_is_coalesced(sim):
-    b, reader = stalled_bridge(sim)
+    b, fifo = stalled_bridge(sim)
     b.add_file_sink("extra")
     sighup(b, 0)
     # The first reload has read the file (2 routes) and waits for the full sink's route lock: only then
@@ -63,7 +63,7 @@ def second_sighup_is_coalesced(sim):
     def drain():
         while reading.is_set():
             try:
-                if not os.read(reader, 1 << 20):
+                if not os.read(fifo.fd, 1 << 20):
                     time.sleep(0.01)
             except BlockingIOError:
                 time.sleep(0.01)
@@ -80,7 +80,7 @@ def second_sighup_is_coalesced(sim):
     reading.clear()
     t.join()
     check(rc in (0, 1), "stopped (rc %s)" % rc)
-    os.close(reader)
+    fifo.close()
 
 
 def test():

@@ -309,35 +309,43 @@ class Bridge:
         return "\n--- threads ---\n" + "\n".join(l for l in p.stdout.splitlines() if l.startswith(("#", "Thread")))
 
 
+def pipe_full(fd):
+    """The pipe (or FIFO) read through fd holds at least half of its 64 KB: its writer is waiting for
+    the reader."""
+    import array, fcntl, termios
+    n = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)
+    return n[0] >= 32768
+
+
 def bridge_on_fifo(sim, shutdown_timeout):
     """A Bridge, not started, whose file sink writes into a FIFO that a reader holds open and does
-    not read, and the reader's non-blocking fd (read it to let the sink go on)."""
+    not read, and that reader (a StalledFifo: take() lets the sink go on)."""
     d = tempfile.mkdtemp(prefix="kbtest-")
-    fifo = os.path.join(d, "out.fifo")
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    b = Bridge(sim, workdir=d, out=fifo, start=False)
+    fifo = StalledFifo(os.path.join(d, "out.fifo"))
+    b = Bridge(sim, workdir=d, out=fifo.path, start=False)
     b.rewrite_config("shutdown_timeout = 20;", "shutdown_timeout = %d;" % shutdown_timeout)
-    return b, reader
+    return b, fifo
+
+
 class StalledFifo:
     """A FIFO whose consumer holds it open and does not read until told to: a file sink writing into it
     fills the pipe and then holds its unwritten lines. take() reads what the pipe holds now (a stop may
     have cut a batch mid-line: a consumer keeps whole lines only, and drops a torn tail once the writer is
-    gone); lines() is every whole line taken so far, parsed."""
+    gone); lines() is every whole line taken so far, parsed; a whole line that is not JSON fails the test.
+    create=False opens a FIFO made earlier (a sink that had no reader until now)."""
 
-    def __init__(self, path):
-        import array, fcntl, termios
-        self._ioctl = lambda: (fcntl.ioctl(self.fd, termios.FIONREAD, self._n), self._n[0])[1]
-        self._n = array.array("i", [0])
+    def __init__(self, path, create=True):
         self.path = path
-        os.mkfifo(path)
+        if create:
+            os.mkfifo(path)
         self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self.data = b""
+        self.data = b""  # the torn tail of what was read: bytes of a line not yet whole
         self._lines = []
 
     def full(self):
         """The pipe holds at least half of its 64 KB: the writer is waiting for the reader."""
-        return self._ioctl() >= 32768
+        return pipe_full(self.fd)
 
     def take(self, writer_gone=False):
         while True:
@@ -349,7 +357,11 @@ class StalledFifo:
                 break
             self.data += chunk
         *whole, self.data = self.data.split(b"\n")
-        self._lines += [json.loads(l) for l in whole if l]
+        for line in filter(None, whole):
+            try:
+                self._lines.append(json.loads(line))
+            except ValueError:
+                raise Failure("the FIFO's reader got a line that is not a whole envelope: %r" % line[:120])
         if writer_gone:
             self.data = b""
         return self._lines
