@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 
-from deploycheck import config_with_standins
+from deploycheck import config_with_standins, kbridge_check
 from kbtest import KBRIDGE, SOURCE, check, ControlPlane, run
 
 DEPLOY = os.path.join(SOURCE, "deploy", "kubernetes")
@@ -53,11 +53,8 @@ def test():
                                  ("sharded", "kbridge-2", "replica 2 of 3")):
         shutil.copy(os.path.join(DEPLOY, sharding, "sharding.cfg"), d)
         shutil.copy(os.path.join(DEPLOY, "base", "ha.cfg"), d)
-        r = subprocess.run([KBRIDGE, "--config", os.path.join(d, "kbridge.cfg"), "--check"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=dict(os.environ, HOSTNAME=host))
-        check(r.returncode == 0, "%s config: kbridge --check -> %d\n%s" % (sharding, r.returncode, r.stdout))
-        check(want in r.stdout, "%s config: want %r in the summary:\n%s" % (sharding, want, r.stdout))
+        summary = kbridge_check(d, host)
+        check(want in summary, "%s config: want %r in the summary:\n%s" % (sharding, want, summary))
 
 
 run(test)

@@ -14,42 +14,20 @@ import re
 import subprocess
 import tempfile
 
-from deploycheck import config_with_standins, cross_check, json_docs, pod_security
+from deploycheck import (CHART, HELM_NS as NS, config_with_standins, cross_check, helm, helm_template as template,
+                         json_docs, kbridge_check, pod_security)
 from kbtest import KBRIDGE, SOURCE, check, ControlPlane, run
 
-CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
-HELM = os.path.join(SOURCE, "tests", "infra", "helm.sh")
 CRDS = os.path.join(SOURCE, "tests", "infra", "prometheus-operator-crds.sh")
-NS = "kb-helm"
 MONITORING = ["--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
               "--set", "dashboard.enabled=true"]
 
 
-def helm(*args):
-    r = subprocess.run([HELM] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
-    check(r.returncode == 0, "helm %s -> %d:\n%s%s" % (" ".join(args), r.returncode, r.stdout[-2000:], r.stderr[-2000:]))
-    return r.stdout
-
-
-def template(*args):
-    return helm("template", "rel", CHART, "--namespace", NS, "--kube-version", "1.36.3", *args)
-
-
-def kbridge_check(cfg, host):
-    """kbridge --check on a rendered kbridge.cfg, its /etc/kbridge files replaced by stand-ins."""
-    d = config_with_standins(KBRIDGE, cfg)
-    r = subprocess.run([KBRIDGE, "--config", os.path.join(d, "kbridge.cfg"), "--check"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, env=dict(os.environ, HOSTNAME=host))
-    check(r.returncode == 0, "kbridge --check on the chart's config -> %d\n%s\n%s" % (r.returncode, r.stdout, cfg))
-    return r.stdout
-
-
 def test():
     for mode in ("single", "sharded"):
-        out = helm("lint", "--strict", CHART, "--set", "mode=" + mode, *MONITORING)
+        out = helm("lint", "--strict", CHART, "--set", "mode=" + mode, *MONITORING).stdout
         check("0 chart(s) failed" in out, "helm lint (%s):\n%s" % (mode, out))
-    r = subprocess.run([HELM, "template", "rel", CHART, "--kube-version", "1.36.3", "--set", "mode=both"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = helm("template", "rel", CHART, "--kube-version", "1.36.3", "--set", "mode=both", check_rc=False)
     check(r.returncode != 0 and "mode must be single or sharded" in r.stderr, "mode=both accepted: %s" % r.stderr)
 
     cp = ControlPlane()
@@ -107,7 +85,7 @@ def test():
         print(r.stdout.strip())
 
         cfg = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rel-kbridge")
-        summary = kbridge_check(cfg["data"]["kbridge.cfg"], host)
+        summary = kbridge_check(config_with_standins(KBRIDGE, cfg["data"]["kbridge.cfg"]), host)
         check(want in summary, "%s: want %r in:\n%s" % (mode, want, summary))
 
         rule = next(o for o in objs if o["kind"] == "PrometheusRule")
@@ -151,7 +129,7 @@ def test():
         check(r.stdout.strip() == want, "can-i %s: %r, want %s" % (" ".join(args), r.stdout.strip(), want))
     cfg = next(o for o in objs if o["kind"] == "ConfigMap")["data"]["kbridge.cfg"]
     check(re.search(r'namespaces = \[ "team-a", "team-b" \];', cfg), "namespaces not rendered:\n%s" % cfg)
-    kbridge_check(cfg, "rel-kbridge-abc")
+    kbridge_check(config_with_standins(KBRIDGE, cfg), "rel-kbridge-abc")
 
 
 run(test)

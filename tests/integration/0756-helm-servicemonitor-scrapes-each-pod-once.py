@@ -5,24 +5,14 @@ selects — a Service in its namespaceSelector with its matchLabels, holding a p
 endpoint's — also selects that pod. Sharded, the Service and the headless per-shard Service both select
 every shard; before, both carried the ServiceMonitor's labels and a port `http`, so each shard was
 scraped twice and the dashboard's sums doubled. Only `helm template`: no cluster needed."""
-import os
-import subprocess
-
 import yaml
 
-from kbtest import SOURCE, check, run
-
-CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
-HELM = os.path.join(SOURCE, "tests", "infra", "helm.sh")
-NS = "kb-helm"
+from deploycheck import helm_template
+from kbtest import check, run
 
 
 def render(*args):
-    r = subprocess.run([HELM, "template", "rel", CHART, "--namespace", NS, "--kube-version", "1.36.3",
-                        "--set", "serviceMonitor.enabled=true", *args],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
-    check(r.returncode == 0, "helm template %s: %s" % (" ".join(args), r.stderr))
-    return [o for o in yaml.safe_load_all(r.stdout) if o]
+    return [o for o in yaml.safe_load_all(helm_template("--set", "serviceMonitor.enabled=true", *args)) if o]
 
 
 def subset(want, labels):

@@ -6,26 +6,18 @@ brokerSecret.existingSecret), two renders of the chart are byte-identical, in
 both modes, create no Secret and reference the given names (the pod's volumes, the ServiceMonitor's
 bearer token and CA). Without them every render makes a new token and certificate (checked too: that
 is the drift the values avoid). Only `helm template`: no cluster needed."""
-import os
-import subprocess
-
 import yaml
 
-from kbtest import SOURCE, check, run
+from deploycheck import helm_template
+from kbtest import check, run
 
-CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
-HELM = os.path.join(SOURCE, "tests", "infra", "helm.sh")
 EXISTING = ["--set", "http.existingTokenSecret=gitops-token", "--set", "http.tls.existingSecret=gitops-tls",
             "--set", "brokerSecret.existingSecret=gitops-broker",
             "--set", "http.existingMetricsTokenSecret=gitops-metrics"]
 
 
 def render(*args):
-    r = subprocess.run([HELM, "template", "rel", CHART, "--namespace", "kb-helm", "--kube-version", "1.36.3",
-                        "--set", "serviceMonitor.enabled=true", *args],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
-    check(r.returncode == 0, "helm template %s: %s" % (" ".join(args), r.stderr))
-    return r.stdout
+    return helm_template("--set", "serviceMonitor.enabled=true", *args)
 
 
 def test():

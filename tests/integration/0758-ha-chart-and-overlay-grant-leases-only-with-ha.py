@@ -9,26 +9,16 @@ server, with no warnings."""
 import os
 import subprocess
 
-from deploycheck import config_with_standins, cross_check, json_docs, pod_security
+from deploycheck import (HELM_NS as NS, config_with_standins, cross_check, helm_template, json_docs,
+                         kbridge_check, pod_security)
 from kbtest import KBRIDGE, SOURCE, check, ControlPlane, run
 
-CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
 DEPLOY = os.path.join(SOURCE, "deploy", "kubernetes")
-HELM = os.path.join(SOURCE, "tests", "infra", "helm.sh")
-NS = "kb-helm"
 
 
 def lease_rules(objs):
     return [(o["kind"], r["verbs"]) for o in objs if o["kind"] in ("Role", "ClusterRole")
             for r in o.get("rules", []) if "leases" in r.get("resources", [])]
-
-
-def kbridge_check(cfg, host):
-    d = config_with_standins(KBRIDGE, cfg)
-    r = subprocess.run([KBRIDGE, "--config", os.path.join(d, "kbridge.cfg"), "--check"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, env=dict(os.environ, HOSTNAME=host))
-    check(r.returncode == 0, "kbridge --check (HOSTNAME=%s) -> %d\n%s\n%s" % (host, r.returncode, r.stdout, cfg))
-    return r.stdout
 
 
 def apply_dry_run(cp, what, *args, **kw):
@@ -38,10 +28,8 @@ def apply_dry_run(cp, what, *args, **kw):
 
 
 def helm_objs(cp, *args):
-    r = subprocess.run([HELM, "template", "rel", CHART, "--namespace", NS, "--kube-version", "1.36.3", *args],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
-    check(r.returncode == 0, "helm template %s: %s" % (" ".join(args), r.stderr))
-    return r.stdout, json_docs(cp.kubectl("create", "--dry-run=client", "-o", "json", "-f", "-", input=r.stdout))
+    text = helm_template(*args)
+    return text, json_docs(cp.kubectl("create", "--dry-run=client", "-o", "json", "-f", "-", input=text))
 
 
 def kustomize_objs(cp, overlay):
@@ -76,8 +64,9 @@ def test():
         cfg = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rel-kbridge")
         cfg = cfg["data"]["kbridge.cfg"]
         check("ha = {" in cfg and "enabled = true;" in cfg, "%s ha: no ha section:\n%s" % (mode, cfg))
+        d = config_with_standins(KBRIDGE, cfg)
         for host in hosts:
-            summary = kbridge_check(cfg, host)
+            summary = kbridge_check(d, host)
             check(want in summary, "%s ha, %s: want %r in:\n%s" % (mode, host, want, summary))
         apply_dry_run(cp, "helm %s ha" % mode, "-f", "-", input=text)
 
@@ -94,9 +83,7 @@ def test():
     for name in ("sharding.cfg", "ha.cfg"):
         with open(os.path.join(d, name), "w") as f:
             f.write(cm[name])
-    r = subprocess.run([KBRIDGE, "--config", os.path.join(d, "kbridge.cfg"), "--check"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, env=dict(os.environ, HOSTNAME="kbridge-5c8d-xyz12"))
-    check(r.returncode == 0, "ha overlay config: kbridge --check -> %d\n%s" % (r.returncode, r.stdout))
+    kbridge_check(d, "kbridge-5c8d-xyz12")
     cp.kubectl("apply", "-f", os.path.join(DEPLOY, "base", "namespace.yaml"))
     apply_dry_run(cp, "overlay ha", "-k", os.path.join(DEPLOY, "ha"))
 

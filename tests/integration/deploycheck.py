@@ -3,9 +3,20 @@
 Rendered manifests can each be valid and still not work: a Deployment with no namespace lands in
 kubectl's current namespace, away from its ServiceAccount; a Service whose selector names a label the
 pods lack routes nowhere; a PDB without a selector protects nothing. cross_check() finds those, given the
-objects as JSON (kubectl ... -o json), and returns the list of problems (empty when they fit)."""
+objects as JSON (kubectl ... -o json), and returns the list of problems (empty when they fit).
+
+Beside it, what the deploy tests run: helm() / helm_template() on the chart (tests/infra/helm.sh, which
+builds helm into ~/.cache/kbridge once), and kbridge_check() on a rendered config."""
 
 import json
+import os
+import subprocess
+
+from kbtest import KBRIDGE, SOURCE, check
+
+CHART = os.path.join(SOURCE, "deploy", "helm", "kbridge")
+HELM = os.path.join(SOURCE, "tests", "infra", "helm.sh")
+HELM_NS = "kb-helm"  # the namespace the chart tests render into
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
                   "PriorityClass", "StorageClass"}
@@ -154,8 +165,6 @@ def config_with_standins(kbridge, cfg):
     stand-ins for the
     files the shipped configs name (broker password, HTTP and metrics tokens, a self-signed TLS pair). A kbridge
     without the http.tls_* keys (older than HTTPS) gets the config without them, said on stdout."""
-    import os
-    import subprocess
     import tempfile
     d = tempfile.mkdtemp(prefix="kbtest-deploy-")
     for sub, name, text in (("secrets", "kafka-password", "pw\n"), ("http", "token", "t0ken\n"),
@@ -178,3 +187,32 @@ def config_with_standins(kbridge, cfg):
     with open(os.path.join(d, "kbridge.cfg"), "w") as f:
         f.write(cfg)
     return d
+
+
+def helm(*args, check_rc=True):
+    """`helm args...` (CompletedProcess, text); check_rc: a non-zero exit fails the test with its output. The
+    first call may build helm (tests/infra/helm.sh): hence the long bound."""
+    r = subprocess.run([HELM] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+    if check_rc:
+        check(r.returncode == 0, "helm %s -> %d:\n%s%s" % (" ".join(args), r.returncode, r.stdout[-2000:],
+                                                           r.stderr[-2000:]))
+    return r
+
+
+def helm_template(*args):
+    """The chart rendered as release "rel" in HELM_NS for Kubernetes 1.36.3, with args (--set ..., -f ...)
+    added: the manifests' text."""
+    return helm("template", "rel", CHART, "--namespace", HELM_NS, "--kube-version", "1.36.3", *args).stdout
+
+
+def kbridge_check(cfg_dir, host):
+    """`kbridge --check` on cfg_dir/kbridge.cfg (a config_with_standins directory) as the pod named host
+    ($HOSTNAME picks the shard): its summary; a non-zero exit fails the test."""
+    cfg = os.path.join(cfg_dir, "kbridge.cfg")
+    r = subprocess.run([KBRIDGE, "--config", cfg, "--check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, env=dict(os.environ, HOSTNAME=host))
+    if r.returncode != 0:
+        with open(cfg) as f:
+            text = f.read()
+        check(False, "kbridge --check (HOSTNAME=%s) -> %d\n%s\n%s" % (host, r.returncode, r.stdout, text))
+    return r.stdout
