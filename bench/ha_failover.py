@@ -49,7 +49,8 @@ ARGS = parse_args()
 os.environ["KB_BUILD_DIR"] = os.path.abspath(ARGS.build)
 
 import kbtest  # noqa: E402  (after KB_BUILD_DIR)
-from kbha import FILE_SINK, check_converged, leads, lines, percentile, start_pair  # noqa: E402
+from benchutil import percentile  # noqa: E402
+from kbha import FILE_SINK, check_converged, leads, lines, start_pair  # noqa: E402
 
 TOPIC = "k8s.ha.cms"
 READY = "takes over from sink=kafka's committed checkpoint"

@@ -29,12 +29,8 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 os.environ.setdefault("KB_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 import kbtest  # noqa: E402
+from benchutil import pid_of  # noqa: E402
 from kafka_pipeline import cpu_seconds, rss_mib  # noqa: E402
-
-
-def pid_of(cp, name):
-    with open(os.path.join(cp.dir, name + ".pid")) as f:
-        return int(f.read().strip())
 
 
 def pod_requests(cp):

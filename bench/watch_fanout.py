@@ -43,6 +43,8 @@ import tempfile
 import threading
 import time
 
+from benchutil import percentile, pid_of
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 NS = "bench"
 STAMP = "kb-bench/t"
@@ -67,13 +69,6 @@ def raise_nofile():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
-
-
-def percentile(xs, p):
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(math.ceil(p / 100.0 * len(xs))) - 1)]
 
 
 # ---------------------------------------------------------------- the watcher process (--client)
@@ -457,11 +452,6 @@ def run_setup(args, cp, label, n, cfg, server_pids, port, nodes, work):
         return row
     finally:
         client.stop()
-
-
-def pid_of(cp, name):
-    with open(os.path.join(cp.dir, name + ".pid")) as f:
-        return int(f.read().strip())
 
 
 def table(args, rows, version):

@@ -71,11 +71,6 @@ def churn(sim, stop, rnd):
         time.sleep(0.05)
 
 
-def pct(v, p):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
-
-
 def listed(log, ns):
     """How many lists of namespace ns the bridge has completed (its log's "listed" lines)."""
     return len(re.findall(r"namespace=%s listed " % ns, log))
@@ -142,9 +137,9 @@ def report(name, tail, t_from, t_to, cuts):
         recov.append(max(per_ns))
     print("%s: %d cuts of %s; untouched %s delivery lag p50 %.3f s p99 %.3f s max %.3f s (%d changes); "
           "cut namespaces lag p50 %.3f s max %.3f s; recovery after a cut (all four flowing again) "
-          "median %.2f s max %.2f s" % (name, len(cuts), ",".join(CUT), ",".join(KEPT), pct(lag["kept"], 0.5),
-                                        pct(lag["kept"], 0.99), max(lag["kept"]), len(lag["kept"]),
-                                        pct(lag["cut"], 0.5), max(lag["cut"]), pct(recov, 0.5), max(recov)))
+          "median %.2f s max %.2f s" % (name, len(cuts), ",".join(CUT), ",".join(KEPT), percentile(lag["kept"], 50),
+                                        percentile(lag["kept"], 99), max(lag["kept"]), len(lag["kept"]),
+                                        percentile(lag["cut"], 50), max(lag["cut"]), percentile(recov, 50), max(recov)))
     return lag, recov
 
 

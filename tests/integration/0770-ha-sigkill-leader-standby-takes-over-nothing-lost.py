@@ -11,8 +11,8 @@ takes longer)."""
 import signal
 import time
 
-from kbtest import check, ControlPlane, run, wait_for
-from kbha import Churn, check_converged, knows_holder, leads, lines, percentile, settled, start_pair
+from kbtest import check, ControlPlane, percentile, run, wait_for
+from kbha import Churn, check_converged, knows_holder, leads, lines, settled, start_pair
 
 LEASE, RENEW = 4, 1
 TAKEOVERS = 3  # after the first

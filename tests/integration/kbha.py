@@ -249,11 +249,6 @@ def check_converged(cp, replicas, deleted, timeout=120):
             "\n".join(b.logtext()[-2500:] for b in replicas)))
 
 
-def percentile(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
-
-
 class History:
     """The API server's own history of NS's configmaps: the list at start() (each object once, at its
     resourceVersion) and then every watch event, as (key, type, rv) — read by a watch of its own that

@@ -27,6 +27,10 @@ SOURCE = os.environ.get("KB_SOURCE_DIR") or os.path.join(os.path.dirname(__file_
 KBRIDGE = os.path.join(BUILD, "kbridge")
 KUBESIM = os.path.join(BUILD, "kubesim")
 
+# A percentile printed by a test means what the benchmarks' does (bench/benchutil.py: nearest rank).
+sys.path.append(os.path.join(SOURCE, "bench"))
+from benchutil import percentile  # noqa: E402,F401
+
 _procs = []
 
 # KB_MQTT_CLIENT=paho|mosquitto: every MQTT sink a test configures uses that client library (ctest runs the
