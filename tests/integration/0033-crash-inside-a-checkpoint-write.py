@@ -2,9 +2,6 @@
 LMDB transaction written but not committed) leaves a consistent state: the
 next start reads the previous checkpoint, delivers the unacknowledged tail
 again, and the consumer's view converges with nothing lost."""
-import os
-import subprocess
-import kbtest
 from kbtest import *
 
 
@@ -15,17 +12,9 @@ def test():
     b = Bridge(sim, extra='state_dir = "%s/state";' % work, workdir=work, start=False)
     for n in (2, 1, 3):
         # The n-th checkpoint write of this run kills the process inside its transaction.
-        b.logf = open(b.log, "a")
-        b.proc = subprocess.Popen([KBRIDGE, "--config", b.config], stdout=subprocess.DEVNULL, stderr=b.logf,
-                                  env=dict(os.environ, KB_TEST_KILL_IN_CHECKPOINT=str(n)))
-        kbtest._procs.append(b.proc)  # stopped by the harness at exit, also when the test fails
+        b.start(env={"KB_TEST_KILL_IN_CHECKPOINT": str(n)})
         sim.ctl("churn", {"resource": "pods", "count": 900, "rate": 300})
-        try:
-            b.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            raise Failure("the kill point inside checkpoint write %d was never reached" % n)
-        b.logf.close()
-        check(b.proc.returncode == -9, "killed inside a checkpoint write (rc %s)" % b.proc.returncode)
+        b.wait_killed("inside checkpoint write %d" % n)
         wait_for(lambda: not sim.ctl("churn", method="GET").get("running"), 30, what="the churn to end")
         sim.bulk(pod_ops("delete", "ns1", ["p%02d" % n]))
     check(b.logtext().count("killing the process inside a checkpoint write") == 3, "three crashes happened")

@@ -188,11 +188,12 @@ class Bridge:
         if start:
             self.start()
 
-    def start(self):
+    def start(self, env=None):
+        """Start (again); env: variables added to this run's environment (e.g. a KB_TEST_ fault point)."""
         self.log_start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         self.logf = open(self.log, "a")
         self.proc = subprocess.Popen([KBRIDGE, "--config", self.config], stdout=subprocess.DEVNULL,
-                                     stderr=self.logf)
+                                     stderr=self.logf, env=dict(os.environ, **(env or {})))
         _procs.append(self.proc)
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
@@ -209,6 +210,15 @@ class Bridge:
 
     def kill(self):
         return self.stop(signal.SIGKILL)
+
+    def wait_killed(self, where, timeout=60):
+        """Wait for a run started with a KB_TEST_ kill point (env) to SIGKILL itself where it says."""
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise Failure("the kill point %s was never reached" % where)
+        self.logf.close()
+        check(rc == -signal.SIGKILL, "killed %s (rc %s)\n%s" % (where, rc, self.logtext()[-2000:]))
 
     def rewrite_config(self, old, new):
         """Replace old (which must be there) with new in the config file, for a SIGHUP or a restart."""
