@@ -2,6 +2,7 @@
  *
  *   kubesim [--port N] [--host H] [--history N] [--bookmark-ms N]
  *           [--demo-objects N] [--demo-rate R] [--watch-list on|off|ignore]
+ *           [--sharded-list on|off]
  *
  * Prints exactly one line, "kubesim listening on HOST:PORT", once ready
  * (tests read the port from it), then waits for SIGTERM/SIGINT and exits 0.
