@@ -44,6 +44,7 @@
  * kapi.h for locks).
  */
 #include "bridge/kapi.h"
+#include "bridge/kcrd.h"
 #include "bridge/ktable.h"
 
 #include "common/alloc.h"
@@ -318,6 +319,8 @@ static bool kb_kapi_disc_fetch(kb_apiclient_t *api, kb_kapi_disc_t *d, const ato
         KB_WARN("kapi", "discovery of %s from the API server failed (HTTP %ld%s%s); serving %s with the kind the "
                 "informer learns and a guessed scope meanwhile", path, resp.status, resp.errmsg[0] ? ": " : "",
                 resp.errmsg, d->resource);
+    if (up && !kb_ktable_group_is_builtin(d->group))
+        kb_kcrd_learn(api, d->group, d->version, d->resource, stop); /* before the row is served */
     if (up)
         atomic_store(&d->up, up);
     json_decref(root);
