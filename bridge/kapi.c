@@ -202,6 +202,7 @@ static enum MHD_Result kb_kapi_send(struct MHD_Connection *c, unsigned code, kb_
 typedef struct kb_kapi_details {
     const char *name, *group, *kind; /* details.name/group/kind when set */
     const char *cause;               /* details.causes[0].reason */
+    const char *cause_msg;           /* and its message (NULL: the Status's) */
     int retry_after;                 /* details.retryAfterSeconds and Retry-After (> 0) */
 } kb_kapi_details_t;
 
@@ -232,7 +233,7 @@ static void kb_kapi_status_json(kb_buf_t *o, unsigned code, const char *reason, 
             kb_buf_appendf(o, "%s\"causes\":[{\"reason\":", first ? "" : ",");
             kb_buf_append_json_str(o, d->cause, strlen(d->cause));
             kb_buf_append_str(o, ",\"message\":");
-            kb_buf_append_json_text(o, msg, strlen(msg));
+            kb_buf_append_json_text(o, d->cause_msg ? d->cause_msg : msg, strlen(d->cause_msg ? d->cause_msg : msg));
             kb_buf_append_str(o, "}]");
             first = false;
         }
@@ -827,9 +828,10 @@ static bool kb_kapi_wait_rv(kb_kapi_t *k, kb_informer_t *inf, uint64_t rv, char 
 }
 
 static enum MHD_Result kb_kapi_too_large(struct MHD_Connection *c, const char *rv, const char *cur) {
-    kb_kapi_details_t d = {.cause = "ResourceVersionTooLarge", .retry_after = 1};
+    kb_kapi_details_t d = {.cause = "ResourceVersionTooLarge", .cause_msg = "Too large resource version",
+                           .retry_after = 1};
     return kb_kapi_status(c, MHD_HTTP_GATEWAY_TIMEOUT, "Timeout", &d,
-                          "Too large resource version: %s, current: %s", rv, cur);
+                          "Timeout: Too large resource version: %s, current: %s", rv, cur);
 }
 
 /* ---- streamed answers --------------------------------------------------- */
@@ -1272,8 +1274,15 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     return kb_kapi_stream_send(c, s);
 }
 
-static enum MHD_Result kb_kapi_get(struct MHD_Connection *c, const kb_kapi_res_t *r, const kb_kapi_path_t *p,
-                                   kb_kapi_query_t *q) {
+/* A get from resourceVersion N (other than "0"; resourceVersionMatch, which
+ * a get does not take, changes nothing) is the object at N or newer, as a
+ * NotOlderThan list: kbridge waits to reach N, else 504 as the server. */
+static enum MHD_Result kb_kapi_get(kb_kapi_t *k, struct MHD_Connection *c, const kb_kapi_res_t *r,
+                                   const kb_kapi_path_t *p, kb_kapi_query_t *q) {
+    char cur[64];
+    uint64_t want = q->rv && strcmp(q->rv, "0") ? kb_rv_parse(q->rv, strlen(q->rv)) : 0;
+    if (want && !kb_kapi_wait_rv(k, r->inf, want, cur, sizeof(cur)))
+        return kb_kapi_too_large(c, q->rv, cur);
     char key[520];
     snprintf(key, sizeof(key), "%s%s%s", p->has_ns ? p->ns : "", p->has_ns ? "/" : "", p->name);
     kb_event_t *ev = kb_informer_get(r->inf, key, strlen(key));
@@ -1746,7 +1755,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
          * first list, so a client's list is inside it. */
         if (!p.has_name)
             kb_kapi_history(k, r.inf);
-        ret = p.has_name ? kb_kapi_get(c, &r, &p, &q) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
+        ret = p.has_name ? kb_kapi_get(k, c, &r, &p, &q) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
                                                               : kb_kapi_list(k, c, &r, &p, &q);
     }
     kb_selector_free(q.sel);

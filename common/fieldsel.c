@@ -88,6 +88,22 @@ static const kb_field_t kb_event_fields[] = {
     {"type", "type", KB_FV_STR, NULL},
 };
 
+/* events.k8s.io names the core Event's fields its own way (regarding is the
+ * involvedObject, reportingController the reportingComponent); the server
+ * converts these labels and refuses the core ones there. */
+static const kb_field_t kb_events_v1_fields[] = {
+    {"regarding.kind", "regarding.kind", KB_FV_STR, NULL},
+    {"regarding.namespace", "regarding.namespace", KB_FV_STR, NULL},
+    {"regarding.name", "regarding.name", KB_FV_STR, NULL},
+    {"regarding.uid", "regarding.uid", KB_FV_STR, NULL},
+    {"regarding.apiVersion", "regarding.apiVersion", KB_FV_STR, NULL},
+    {"regarding.resourceVersion", "regarding.resourceVersion", KB_FV_STR, NULL},
+    {"regarding.fieldPath", "regarding.fieldPath", KB_FV_STR, NULL},
+    {"reason", "reason", KB_FV_STR, NULL},
+    {"reportingController", "reportingController", KB_FV_STR, NULL},
+    {"type", "type", KB_FV_STR, NULL},
+};
+
 static const kb_field_t kb_secret_fields[] = {{"type", "type", KB_FV_STR, NULL}};
 static const kb_field_t kb_namespace_fields[] = {{"status.phase", "status.phase", KB_FV_STR, NULL}};
 static const kb_field_t kb_node_fields[] = {{"spec.unschedulable", "spec.unschedulable", KB_FV_BOOL, NULL}};
@@ -102,6 +118,7 @@ static const kb_field_t kb_service_fields[] = {
 static const kb_fields_kind_t kb_kinds[] = {
     {"", "pods", true, true, KB_OWN(kb_pod_fields)},
     {"", "events", true, true, KB_OWN(kb_event_fields)},
+    {"events.k8s.io", "events", true, true, KB_OWN(kb_events_v1_fields)},
     {"", "secrets", true, true, KB_OWN(kb_secret_fields)},
     {"", "namespaces", true, false, KB_OWN(kb_namespace_fields)},
     {"", "nodes", true, false, KB_OWN(kb_node_fields)},

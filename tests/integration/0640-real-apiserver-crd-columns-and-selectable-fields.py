@@ -9,12 +9,10 @@ with `spec.color=red` ends equal to the same informer on the server through patc
 gadgets into the selector and out of it (the enter/leave rule). A cluster-scoped CRD refuses
 metadata.namespace as the server does."""
 import datetime
-import ssl
 import subprocess
 
 from kbtest import *
-from kbtest import _free_port
-from kbclientgo import ClientGo, binary, kubeconfig
+from kbclientgo import ClientGo, api, binary, replica
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 OLD = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=10, hours=1)).strftime(
@@ -105,21 +103,6 @@ spec: {row: "7"}
 """
 
 
-def api(url, path, token=None, ca=None, accept=None, method="GET", body=None, ctype=None):
-    req = urllib.request.Request(url + path, method=method, data=json.dumps(body).encode() if body else None)
-    if accept:
-        req.add_header("Accept", accept)
-    if ctype:
-        req.add_header("Content-Type", ctype)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    ctx = ssl.create_default_context(cafile=ca) if ca else None
-    try:
-        with urllib.request.urlopen(req, timeout=60, context=ctx) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
 
 def comparable(t):
     cols = [(c["name"], c["type"], c["format"], c["priority"], c["description"]) for c in t["columnDefinitions"]]
@@ -142,22 +125,10 @@ def test():
     check(st == 200, "status patch -> %d %s" % (st, body))
 
     work = tempfile.mkdtemp(prefix="kb0640-")
-    port = _free_port()
-    config = """
-cluster = { name = "real"; kubeconfig = "%s"; };
-http = { listen = "127.0.0.1:%d"; };
-shutdown_timeout = 20;
-log = { level = "info"; };
-informers = (
-  { name = "gadgets"; group = "example.com"; version = "v1"; resource = "gadgets"; },
-  { name = "racks"; group = "example.com"; version = "v1"; resource = "racks"; }
-);
-""" % (cp.kubeconfig, port)
-    b = ConfigBridge(config, workdir=work)
+    b, kb_kc, url = replica(cp, [("gadgets", "example.com", "v1", "gadgets"), ("racks", "example.com", "v1", "racks")],
+                            work)
     b.wait_log("informer=gadgets listed", 120)
     b.wait_log("informer=racks listed", 120)
-    url = "http://127.0.0.1:%d" % port
-    kb_kc = kubeconfig(work + "/kbridge.kubeconfig", url, namespace="e2e")
     gpath = "/apis/example.com/v1/namespaces/e2e/gadgets"
 
     # Table: the same columns (descriptions too) and cells.

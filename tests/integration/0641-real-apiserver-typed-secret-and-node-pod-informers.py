@@ -8,8 +8,7 @@ through the status subresource, and updates, deletes and re-creates secrets."""
 import subprocess
 
 from kbtest import *
-from kbtest import _free_port
-from kbclientgo import ClientGo, binary, kubeconfig
+from kbclientgo import ClientGo, binary, replica
 
 POD = """apiVersion: v1
 kind: Pod
@@ -42,21 +41,9 @@ def test():
         SECRET % ("s3", "Opaque", "")]))
 
     work = tempfile.mkdtemp(prefix="kb0641-")
-    port = _free_port()
-    config = """
-cluster = { name = "real"; kubeconfig = "%s"; };
-http = { listen = "127.0.0.1:%d"; };
-shutdown_timeout = 20;
-log = { level = "info"; };
-informers = (
-  { name = "pods"; version = "v1"; resource = "pods"; },
-  { name = "secrets"; version = "v1"; resource = "secrets"; }
-);
-""" % (cp.kubeconfig, port)
-    b = ConfigBridge(config, workdir=work)
+    b, kb_kc, _ = replica(cp, [("pods", "", "v1", "pods"), ("secrets", "", "v1", "secrets")], work)
     b.wait_log("informer=pods listed", 120)
     b.wait_log("informer=secrets listed", 120)
-    kb_kc = kubeconfig(work + "/kbridge.kubeconfig", "http://127.0.0.1:%d" % port, namespace="e2e")
 
     views = {"secrets": ("--kind", "secrets"),
              "node-a": ("--kind", "pods", "--field-selector", "spec.nodeName=node-a"),
