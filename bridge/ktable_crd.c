@@ -188,8 +188,8 @@ static bool kb_jp_holds(json_t *el, const kb_jp_step_t *s) {
     json_t *left = kb_jp_dotted(el, s->name);
     if (!left)
         return false;
-    bool eq = json_equal(left, s->value) ||
-              (json_is_number(left) && json_is_number(s->value) && json_number_value(left) == json_number_value(s->value));
+    bool numbers = json_is_number(left) && json_is_number(s->value);
+    bool eq = numbers ? json_number_value(left) == json_number_value(s->value) : json_equal(left, s->value);
     return eq != s->neg;
 }
 
