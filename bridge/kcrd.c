@@ -6,7 +6,7 @@
  * them, per version. It is read once when the Kubernetes API surface first
  * serves the resource (bridge/kapi.c's discoverer, in the background, so
  * start is not delayed), not watched: a CRD's columns change rarely, and a
- * restart or a reload that adds the informer reads it again. Until it is
+ * restart reads it again. Until it is
  * read, and when it cannot be, the resource has the defaults — which is what
  * a client saw before kbridge knew about CRDs, never an error.
  */
