@@ -137,6 +137,7 @@ struct kb_kapi {
     kb_apiclient_t *api;        /* for discovery, owned by the discoverer thread */
     pthread_t discoverer;       /* reads discovery in the background (start is not delayed) */
     bool discoverer_started;
+    bool disc_running;          /* the discoverer has rows to read; when it ends, a new row starts another (mtx) */
     atomic_int watches;
     atomic_ullong events_sent;
     atomic_ullong slow_closed;
@@ -351,13 +352,30 @@ static void *kb_kapi_discover(void *arg) {
         for (size_t i = 0; i < atomic_load(&k->n_disc) && !atomic_load(&k->quit); i++)
             if (!atomic_load(&k->disc[i].up))
                 done = kb_kapi_disc_fetch(k->api, &k->disc[i], &k->quit) && done;
-        if (done)
-            break;
+        if (done) {
+            pthread_mutex_lock(&k->mtx); /* a reload may have added a row meanwhile: read it too */
+            for (size_t i = 0; i < atomic_load(&k->n_disc) && done; i++)
+                done = atomic_load(&k->disc[i].up) != NULL;
+            k->disc_running = !done;
+            pthread_mutex_unlock(&k->mtx);
+            if (done)
+                break;
+            continue;
+        }
         struct timespec ts = {0, 250 * 1000 * 1000};
         for (int i = 0; i < 40 && !atomic_load(&k->quit); i++)
             nanosleep(&ts, NULL);
     }
     return NULL;
+}
+
+/* Start the discoverer (again, once the last one ended: it only returns
+ * with every row read and disc_running false). Caller holds k->mtx or is
+ * the only thread. */
+static void kb_kapi_discoverer_start(kb_kapi_t *k) {
+    if (k->discoverer_started)
+        pthread_join(k->discoverer, NULL); /* ended or ending: it let go of mtx for good */
+    k->disc_running = k->discoverer_started = pthread_create(&k->discoverer, NULL, kb_kapi_discover, k) == 0;
 }
 
 static kb_kapi_disc_t *kb_kapi_find_disc(kb_kapi_t *k, const char *g, const char *v, const char *r) {
@@ -1765,7 +1783,10 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
 
 enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, const char *url, const char *method) {
     pthread_mutex_lock(&k->mtx);
+    size_t rows = atomic_load(&k->n_disc);
     kb_kapi_disc_all(k, false); /* a reload may have added informers */
+    if (atomic_load(&k->n_disc) > rows && k->api && !k->disc_running)
+        kb_kapi_discoverer_start(k);
     pthread_mutex_unlock(&k->mtx);
     if (kb_kapi_is_discovery(url)) {
         if (strcmp(method, "GET")) {
@@ -1854,7 +1875,8 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *
             kb_kapi_history(k, r.inf);
     }
     kb_bridge_unlock(b);
-    k->discoverer_started = k->api && pthread_create(&k->discoverer, NULL, kb_kapi_discover, k) == 0;
+    if (k->api)
+        kb_kapi_discoverer_start(k);
     k->reaper_started = pthread_create(&k->reaper, NULL, kb_kapi_reaper, k) == 0;
     return k;
 }

@@ -5,8 +5,8 @@
  * scope but not its printer columns or selectable fields; only the CRD holds
  * them, per version. It is read once when the Kubernetes API surface first
  * serves the resource (bridge/kapi.c's discoverer, in the background, so
- * start is not delayed), not watched: a CRD's columns change rarely, and a
- * restart reads it again. Until it is
+ * start is not delayed; again for an informer a reload adds), not watched: a
+ * CRD's columns change rarely, and a restart reads it again. Until it is
  * read, and when it cannot be, the resource has the defaults — which is what
  * a client saw before kbridge knew about CRDs, never an error.
  */
