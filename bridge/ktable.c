@@ -96,8 +96,14 @@ static void kb_ktable_columns(kb_ktable_t *t, kb_buf_t *o) {
     kb_buf_append_str(o, ",\"columnDefinitions\":[");
     for (size_t i = 0; i < t->kind->n_cols; i++) {
         const kb_ktable_col_t *col = &t->kind->cols[i];
-        kb_buf_appendf(o, "%s{\"name\":\"%s\",\"type\":\"%s\",\"format\":\"%s\",\"description\":", i ? "," : "",
-                       col->name, col->type, col->format ? col->format : "");
+        const char *format = col->format ? col->format : ""; /* a CRD's are any text: escaped */
+        kb_buf_append_str(o, i ? ",{\"name\":" : "{\"name\":");
+        kb_buf_append_json_str(o, col->name, strlen(col->name));
+        kb_buf_append_str(o, ",\"type\":");
+        kb_buf_append_json_str(o, col->type, strlen(col->type));
+        kb_buf_append_str(o, ",\"format\":");
+        kb_buf_append_json_str(o, format, strlen(format));
+        kb_buf_append_str(o, ",\"description\":");
         kb_buf_append_json_str(o, col->description, strlen(col->description));
         kb_buf_appendf(o, ",\"priority\":%d}", col->priority);
     }

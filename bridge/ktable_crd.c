@@ -417,7 +417,9 @@ const kb_ktable_kind_t *kb_ktable__learned(const char *group, const char *resour
     return NULL;
 }
 
-static void kb_crd_kind_free(kb_ktable_kind_t *kind) {
+void kb_ktable__crd_kind_free(kb_ktable_kind_t *kind) {
+    if (!kind)
+        return;
     kb_ktable_col_t *cols = (kb_ktable_col_t *)kind->cols;
     for (size_t i = 0; i < kind->n_cols; i++) {
         if (i) {
@@ -457,7 +459,7 @@ static void kb_crd_column(kb_ktable_kind_t *kind, size_t i, json_t *col) {
                 kind->resource, kind->group, cols[i].name, path ? path : "");
 }
 
-void kb_ktable_learn_crd(const char *group, const char *resource, json_t *columns) {
+kb_ktable_kind_t *kb_ktable__crd_kind_new(const char *group, const char *resource, json_t *columns) {
     size_t n = json_array_size(columns);
     kb_ktable_kind_t *kind = kb_calloc(1, sizeof(*kind));
     kind->group = kb_strdup(group);
@@ -476,6 +478,11 @@ void kb_ktable_learn_crd(const char *group, const char *resource, json_t *column
         kb_crd_column(kind, 1, age);
         json_decref(age);
     }
+    return kind;
+}
+
+void kb_ktable_learn_crd(const char *group, const char *resource, json_t *columns) {
+    kb_ktable_kind_t *kind = kb_ktable__crd_kind_new(group, resource, columns);
     pthread_mutex_lock(&kb_crd_mtx);
     size_t at = atomic_load(&kb_crd_n_learned);
     if (at < KB_CRD_LEARNED_MAX) {
@@ -484,5 +491,5 @@ void kb_ktable_learn_crd(const char *group, const char *resource, json_t *column
     }
     pthread_mutex_unlock(&kb_crd_mtx);
     if (at >= KB_CRD_LEARNED_MAX)
-        kb_crd_kind_free(kind);
+        kb_ktable__crd_kind_free(kind);
 }

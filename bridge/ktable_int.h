@@ -36,6 +36,12 @@ struct kb_ktable_kind {
     const kb_ktable_jp_t *const *paths; /* a learned CRD's: the JSONPath of cols[i + 1]; NULL otherwise */
 };
 
+/* A printer for a CRD's additionalPrinterColumns (as kb_ktable_learn_crd
+ * takes them), not learned: for tests and the fuzz target. Free with
+ * kb_ktable__crd_kind_free (NULL is a no-op). */
+kb_ktable_kind_t *kb_ktable__crd_kind_new(const char *group, const char *resource, json_t *columns);
+void kb_ktable__crd_kind_free(kb_ktable_kind_t *kind);
+
 /* The printer learned from group/resource's CRD (kb_ktable_learn_crd), or NULL. */
 const kb_ktable_kind_t *kb_ktable__learned(const char *group, const char *resource);
 

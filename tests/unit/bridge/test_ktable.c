@@ -94,7 +94,8 @@ static void test_one(void **state) {
 
 /* A CRD's printer columns, learned: the JSONPath forms (fields, ['x'], [n],
  * [-1], [*], ..x, == and != filters), each column type's cell, Go's ways of
- * printing a number or a map in a string column, and a form not taken. */
+ * printing a number or a map in a string column, and a form not taken; a
+ * column name with quotes is escaped (the fuzz target found it written raw). */
 static void test_crd(void **state) {
     (void)state;
     json_t *cols = json_loads(
@@ -109,7 +110,7 @@ static void test_crd(void **state) {
         "{\"name\":\"Map\",\"type\":\"string\",\"jsonPath\":\".spec.m\"},"
         "{\"name\":\"Null\",\"type\":\"string\",\"jsonPath\":\".spec.z\"},"
         "{\"name\":\"Wrong\",\"type\":\"boolean\",\"jsonPath\":\".spec.a\"},"
-        "{\"name\":\"Slice\",\"type\":\"string\",\"jsonPath\":\".spec.l[0:1]\"}]", 0, NULL);
+        "{\"name\":\"Slice \\\"q\\\"\",\"type\":\"string\",\"jsonPath\":\".spec.l[0:1]\"}]", 0, NULL);
     kb_ktable_learn_crd("example.com", "things", cols);
     json_decref(cols);
     kb_ktable_t t;
@@ -124,6 +125,7 @@ static void test_crd(void **state) {
     kb_buf_append_char(&o, '\0');
     assert_non_null(strstr(o.data, "{\"name\":\"Num\",\"type\":\"integer\",\"format\":\"int32\",\"description\":"
                                    "\"Custom resource definition column (in JSONPath format): .spec.f\",\"priority\":1}"));
+    assert_non_null(strstr(o.data, "{\"name\":\"Slice \\\"q\\\"\",\"type\":\"string\",\"format\":\"\""));
     const char *cells = strstr(o.data, "\"cells\":");
     assert_non_null(cells);
     assert_string_equal(cells, "\"cells\":[\"t1\",\"x\",\"z\",\"x\",\"7\",\"y\",2,\"1e+06\",1e-7,"
