@@ -234,7 +234,8 @@ static void kb_kapi_status_json(kb_buf_t *o, unsigned code, const char *reason, 
             kb_buf_appendf(o, "%s\"causes\":[{\"reason\":", first ? "" : ",");
             kb_buf_append_json_str(o, d->cause, strlen(d->cause));
             kb_buf_append_str(o, ",\"message\":");
-            kb_buf_append_json_text(o, d->cause_msg ? d->cause_msg : msg, strlen(d->cause_msg ? d->cause_msg : msg));
+            const char *cause_msg = d->cause_msg ? d->cause_msg : msg;
+            kb_buf_append_json_text(o, cause_msg, strlen(cause_msg));
             kb_buf_append_str(o, "}]");
             first = false;
         }
