@@ -44,6 +44,7 @@
  * kapi.h for locks).
  */
 #include "bridge/kapi.h"
+#include "bridge/kcrd.h"
 #include "bridge/ktable.h"
 
 #include "common/alloc.h"
@@ -136,6 +137,7 @@ struct kb_kapi {
     kb_apiclient_t *api;        /* for discovery, owned by the discoverer thread */
     pthread_t discoverer;       /* reads discovery in the background (start is not delayed) */
     bool discoverer_started;
+    bool disc_running;          /* the discoverer has rows to read; when it ends, a new row starts another (mtx) */
     atomic_int watches;
     atomic_ullong events_sent;
     atomic_ullong slow_closed;
@@ -201,6 +203,7 @@ static enum MHD_Result kb_kapi_send(struct MHD_Connection *c, unsigned code, kb_
 typedef struct kb_kapi_details {
     const char *name, *group, *kind; /* details.name/group/kind when set */
     const char *cause;               /* details.causes[0].reason */
+    const char *cause_msg;           /* and its message (NULL: the Status's) */
     int retry_after;                 /* details.retryAfterSeconds and Retry-After (> 0) */
 } kb_kapi_details_t;
 
@@ -231,7 +234,8 @@ static void kb_kapi_status_json(kb_buf_t *o, unsigned code, const char *reason, 
             kb_buf_appendf(o, "%s\"causes\":[{\"reason\":", first ? "" : ",");
             kb_buf_append_json_str(o, d->cause, strlen(d->cause));
             kb_buf_append_str(o, ",\"message\":");
-            kb_buf_append_json_text(o, msg, strlen(msg));
+            const char *cause_msg = d->cause_msg ? d->cause_msg : msg;
+            kb_buf_append_json_text(o, cause_msg, strlen(cause_msg));
             kb_buf_append_str(o, "}]");
             first = false;
         }
@@ -318,6 +322,8 @@ static bool kb_kapi_disc_fetch(kb_apiclient_t *api, kb_kapi_disc_t *d, const ato
         KB_WARN("kapi", "discovery of %s from the API server failed (HTTP %ld%s%s); serving %s with the kind the "
                 "informer learns and a guessed scope meanwhile", path, resp.status, resp.errmsg[0] ? ": " : "",
                 resp.errmsg, d->resource);
+    if (up && !kb_ktable_group_is_builtin(d->group))
+        kb_kcrd_learn(api, d->group, d->version, d->resource, stop); /* before the row is served */
     if (up)
         atomic_store(&d->up, up);
     json_decref(root);
@@ -347,13 +353,30 @@ static void *kb_kapi_discover(void *arg) {
         for (size_t i = 0; i < atomic_load(&k->n_disc) && !atomic_load(&k->quit); i++)
             if (!atomic_load(&k->disc[i].up))
                 done = kb_kapi_disc_fetch(k->api, &k->disc[i], &k->quit) && done;
-        if (done)
-            break;
+        if (done) {
+            pthread_mutex_lock(&k->mtx); /* a reload may have added a row meanwhile: read it too */
+            for (size_t i = 0; i < atomic_load(&k->n_disc) && done; i++)
+                done = atomic_load(&k->disc[i].up) != NULL;
+            k->disc_running = !done;
+            pthread_mutex_unlock(&k->mtx);
+            if (done)
+                break;
+            continue;
+        }
         struct timespec ts = {0, 250 * 1000 * 1000};
         for (int i = 0; i < 40 && !atomic_load(&k->quit); i++)
             nanosleep(&ts, NULL);
     }
     return NULL;
+}
+
+/* Start the discoverer (again, once the last one ended: it only returns
+ * with every row read and disc_running false). Caller holds k->mtx or is
+ * the only thread. */
+static void kb_kapi_discoverer_start(kb_kapi_t *k) {
+    if (k->discoverer_started)
+        pthread_join(k->discoverer, NULL); /* ended or ending: it let go of mtx for good */
+    k->disc_running = k->discoverer_started = pthread_create(&k->discoverer, NULL, kb_kapi_discover, k) == 0;
 }
 
 static kb_kapi_disc_t *kb_kapi_find_disc(kb_kapi_t *k, const char *g, const char *v, const char *r) {
@@ -824,9 +847,10 @@ static bool kb_kapi_wait_rv(kb_kapi_t *k, kb_informer_t *inf, uint64_t rv, char 
 }
 
 static enum MHD_Result kb_kapi_too_large(struct MHD_Connection *c, const char *rv, const char *cur) {
-    kb_kapi_details_t d = {.cause = "ResourceVersionTooLarge", .retry_after = 1};
+    kb_kapi_details_t d = {.cause = "ResourceVersionTooLarge", .cause_msg = "Too large resource version",
+                           .retry_after = 1};
     return kb_kapi_status(c, MHD_HTTP_GATEWAY_TIMEOUT, "Timeout", &d,
-                          "Too large resource version: %s, current: %s", rv, cur);
+                          "Timeout: Too large resource version: %s, current: %s", rv, cur);
 }
 
 /* ---- streamed answers --------------------------------------------------- */
@@ -1269,8 +1293,15 @@ static enum MHD_Result kb_kapi_list(kb_kapi_t *k, struct MHD_Connection *c, cons
     return kb_kapi_stream_send(c, s);
 }
 
-static enum MHD_Result kb_kapi_get(struct MHD_Connection *c, const kb_kapi_res_t *r, const kb_kapi_path_t *p,
-                                   kb_kapi_query_t *q) {
+/* A get from resourceVersion N (other than "0"; resourceVersionMatch, which
+ * a get does not take, changes nothing) is the object at N or newer, as a
+ * NotOlderThan list: kbridge waits to reach N, else 504 as the server. */
+static enum MHD_Result kb_kapi_get(kb_kapi_t *k, struct MHD_Connection *c, const kb_kapi_res_t *r,
+                                   const kb_kapi_path_t *p, kb_kapi_query_t *q) {
+    char cur[64];
+    uint64_t want = q->rv && strcmp(q->rv, "0") ? kb_rv_parse(q->rv, strlen(q->rv)) : 0;
+    if (want && !kb_kapi_wait_rv(k, r->inf, want, cur, sizeof(cur)))
+        return kb_kapi_too_large(c, q->rv, cur);
     char key[520];
     snprintf(key, sizeof(key), "%s%s%s", p->has_ns ? p->ns : "", p->has_ns ? "/" : "", p->name);
     kb_event_t *ev = kb_informer_get(r->inf, key, strlen(key));
@@ -1743,7 +1774,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
          * first list, so a client's list is inside it. */
         if (!p.has_name)
             kb_kapi_history(k, r.inf);
-        ret = p.has_name ? kb_kapi_get(c, &r, &p, &q) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
+        ret = p.has_name ? kb_kapi_get(k, c, &r, &p, &q) : q.watch ? kb_kapi_watch(k, c, &r, &p, &q)
                                                               : kb_kapi_list(k, c, &r, &p, &q);
     }
     kb_selector_free(q.sel);
@@ -1753,7 +1784,10 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
 
 enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, const char *url, const char *method) {
     pthread_mutex_lock(&k->mtx);
+    size_t rows = atomic_load(&k->n_disc);
     kb_kapi_disc_all(k, false); /* a reload may have added informers */
+    if (atomic_load(&k->n_disc) > rows && k->api && !k->disc_running)
+        kb_kapi_discoverer_start(k);
     pthread_mutex_unlock(&k->mtx);
     if (kb_kapi_is_discovery(url)) {
         if (strcmp(method, "GET")) {
@@ -1842,7 +1876,8 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *
             kb_kapi_history(k, r.inf);
     }
     kb_bridge_unlock(b);
-    k->discoverer_started = k->api && pthread_create(&k->discoverer, NULL, kb_kapi_discover, k) == 0;
+    if (k->api)
+        kb_kapi_discoverer_start(k);
     k->reaper_started = pthread_create(&k->reaper, NULL, kb_kapi_reaper, k) == 0;
     return k;
 }

@@ -16,6 +16,7 @@
  */
 #include "bridge/ktable_int.h"
 
+#include "common/alloc.h"
 #include "common/time.h"
 
 #include <stdio.h>
@@ -95,8 +96,14 @@ static void kb_ktable_columns(kb_ktable_t *t, kb_buf_t *o) {
     kb_buf_append_str(o, ",\"columnDefinitions\":[");
     for (size_t i = 0; i < t->kind->n_cols; i++) {
         const kb_ktable_col_t *col = &t->kind->cols[i];
-        kb_buf_appendf(o, "%s{\"name\":\"%s\",\"type\":\"%s\",\"format\":\"%s\",\"description\":", i ? "," : "",
-                       col->name, col->type, col->format ? col->format : "");
+        const char *format = col->format ? col->format : ""; /* a CRD's are any text: escaped */
+        kb_buf_append_str(o, i ? ",{\"name\":" : "{\"name\":");
+        kb_buf_append_json_str(o, col->name, strlen(col->name));
+        kb_buf_append_str(o, ",\"type\":");
+        kb_buf_append_json_str(o, col->type, strlen(col->type));
+        kb_buf_append_str(o, ",\"format\":");
+        kb_buf_append_json_str(o, format, strlen(format));
+        kb_buf_append_str(o, ",\"description\":");
         kb_buf_append_json_str(o, col->description, strlen(col->description));
         kb_buf_appendf(o, ",\"priority\":%d}", col->priority);
     }
@@ -158,7 +165,7 @@ static void kb_ktable_row_tree(kb_ktable_t *t, kb_buf_t *o, json_t *root, const 
         kb_buf_append_char(o, ',');
     t->any_row = true;
     kb_buf_append_str(o, "{\"cells\":[");
-    kb_ktable_cells_t c = {.o = o, .now_s = t->now_s, .first = true};
+    kb_ktable_cells_t c = {.kind = t->kind, .o = o, .now_s = t->now_s, .first = true};
     t->kind->print(&c, json_is_object(root) ? root : NULL);
     kb_buf_append_char(o, ']');
     if (c.completed) {
@@ -197,6 +204,28 @@ void kb_ktable__int(kb_ktable_cells_t *c, long long v) {
         kb_buf_append_char(c->o, ',');
     c->first = false;
     kb_buf_appendf(c->o, "%lld", v);
+}
+
+void kb_ktable__raw(kb_ktable_cells_t *c, const char *json) {
+    if (!c->first)
+        kb_buf_append_char(c->o, ',');
+    c->first = false;
+    kb_buf_append_str(c->o, json);
+}
+
+static int kb_ktable_key_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char **kb_ktable__sorted_keys(json_t *obj, size_t *n) {
+    size_t i = 0;
+    *n = json_object_size(obj);
+    const char **keys = kb_calloc(*n ? *n : 1, sizeof(*keys));
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) keys[i++] = key;
+    qsort(keys, *n, sizeof(*keys), kb_ktable_key_cmp);
+    return keys;
 }
 
 json_t *kb_ktable__at(json_t *o, const char *path) {

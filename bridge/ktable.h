@@ -13,6 +13,8 @@
 
 #include "common/buf.h"
 
+#include <jansson.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +53,14 @@ void kb_ktable_tail(kb_buf_t *o);
 /* A whole Table of one object (a get, or one watch event's object, a
  * bookmark's too); its resourceVersion is the object's. */
 void kb_ktable_one(kb_ktable_t *t, kb_buf_t *o, const char *obj, size_t obj_len);
+
+/* Print group/resource from now on as its CRD says: columns is the served
+ * version's additionalPrinterColumns (NULL or empty: the server's default,
+ * Age). The printer stays valid until exit; a later call replaces it for
+ * new requests. Thread: any. Locks: a leaf mutex for the append. */
+void kb_ktable_learn_crd(const char *group, const char *resource, json_t *columns);
+/* Is group one kube-apiserver serves itself (not a CRD's)? */
+bool kb_ktable_group_is_builtin(const char *group);
 
 /* The API server's HumanDuration of d_s seconds ("45s", "5m10s", "3h20m", "2d4h", "3y12d"). */
 void kb_ktable_duration(int64_t d_s, char *out, size_t size);

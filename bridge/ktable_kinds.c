@@ -109,12 +109,8 @@ static void kb_tk_selector(kb_ktable_cells_t *c, json_t *sel) {
 
 /* A string map as "k=v,…" sorted by key, "<none>" when empty (labels.FormatLabels). */
 static void kb_tk_labels(kb_ktable_cells_t *c, json_t *m) {
-    size_t n = json_object_size(m), i = 0;
-    const char **keys = kb_calloc(n ? n : 1, sizeof(*keys));
-    const char *k;
-    json_t *v;
-    json_object_foreach(m, k, v) keys[i++] = k;
-    qsort(keys, n, sizeof(*keys), kb_tk_str_cmp);
+    size_t n, i;
+    const char **keys = kb_ktable__sorted_keys(m, &n);
     kb_buf_t b = KB_BUF_INIT;
     for (i = 0; i < n; i++) {
         const char *val = json_string_value(json_object_get(m, keys[i]));
@@ -908,7 +904,7 @@ static void kb_tk_eps(kb_ktable_cells_t *c, json_t *o) {
 
 /* ---- the kinds ----------------------------------------------------------------- */
 
-#define KB_KIND(g, r, cols, fn) {g, r, cols, KB_N(cols), fn}
+#define KB_KIND(g, r, cols, fn) {g, r, cols, KB_N(cols), fn, NULL}
 
 static const kb_ktable_kind_t kb_tk_kinds[] = {
     KB_KIND("", "pods", kb_tk_pod_cols, kb_tk_pod),
@@ -955,12 +951,19 @@ static const char *const kb_tk_builtin_groups[] = {
     "authorization.k8s.io", "resource.k8s.io", "internal.apiserver.k8s.io", "storagemigration.k8s.io",
 };
 
+bool kb_ktable_group_is_builtin(const char *group) {
+    for (size_t i = 0; i < KB_N(kb_tk_builtin_groups); i++)
+        if (!strcmp(kb_tk_builtin_groups[i], group))
+            return true;
+    return false;
+}
+
 const kb_ktable_kind_t *kb_ktable__kind(const char *group, const char *resource) {
     for (size_t i = 0; i < KB_N(kb_tk_kinds); i++)
         if (!strcmp(kb_tk_kinds[i].group, group) && !strcmp(kb_tk_kinds[i].resource, resource))
             return &kb_tk_kinds[i];
-    for (size_t i = 0; i < KB_N(kb_tk_builtin_groups); i++)
-        if (!strcmp(kb_tk_builtin_groups[i], group))
-            return &kb_tk_default_kind;
-    return &kb_tk_crd_kind;
+    if (kb_ktable_group_is_builtin(group))
+        return &kb_tk_default_kind;
+    const kb_ktable_kind_t *learned = kb_ktable__learned(group, resource);
+    return learned ? learned : &kb_tk_crd_kind; /* a CRD not read (yet): Name and Age */
 }

@@ -15,12 +15,23 @@
  * Values are read from the object's bytes with the member walker of
  * common/fields.h, no tree: one pass over each object level that holds a
  * field (kb_fields_find), so a pod's record costs about two reads of the pod.
+ *
+ * A custom resource's row is learned at run time from its CRD's
+ * selectableFields (kb_fields_kind_learn, called by bridge/kcrd.c when the
+ * CRD is read): the label is the jsonPath without its leading dot, the value
+ * the one the server's field set holds (a string as is, an integer or a
+ * bool as written, missing or null ""). Learned rows are few (one per CRD
+ * informer and read) and live until exit, so a row handed out stays valid
+ * without a reference count; lookups read them without a lock (an
+ * append-only array published by its count).
  */
 #include "common/fieldsel.h"
 
 #include "common/alloc.h"
 #include "common/fields.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +44,7 @@ typedef enum {
     KB_FV_POD_IP, /* status.podIPs[0].ip, else status.podIP */
     KB_FV_SOURCE, /* source.component, else reportingComponent */
     KB_FV_UNSET,  /* accepted, never set: always "" */
+    KB_FV_SCALAR, /* a custom resource's field: a string, else the token of a number or bool; null is "" */
 } kb_fv_t;
 
 typedef struct kb_field {
@@ -76,6 +88,22 @@ static const kb_field_t kb_event_fields[] = {
     {"type", "type", KB_FV_STR, NULL},
 };
 
+/* events.k8s.io names the core Event's fields its own way (regarding is the
+ * involvedObject, reportingController the reportingComponent); the server
+ * converts these labels and refuses the core ones there. */
+static const kb_field_t kb_events_v1_fields[] = {
+    {"regarding.kind", "regarding.kind", KB_FV_STR, NULL},
+    {"regarding.namespace", "regarding.namespace", KB_FV_STR, NULL},
+    {"regarding.name", "regarding.name", KB_FV_STR, NULL},
+    {"regarding.uid", "regarding.uid", KB_FV_STR, NULL},
+    {"regarding.apiVersion", "regarding.apiVersion", KB_FV_STR, NULL},
+    {"regarding.resourceVersion", "regarding.resourceVersion", KB_FV_STR, NULL},
+    {"regarding.fieldPath", "regarding.fieldPath", KB_FV_STR, NULL},
+    {"reason", "reason", KB_FV_STR, NULL},
+    {"reportingController", "reportingController", KB_FV_STR, NULL},
+    {"type", "type", KB_FV_STR, NULL},
+};
+
 static const kb_field_t kb_secret_fields[] = {{"type", "type", KB_FV_STR, NULL}};
 static const kb_field_t kb_namespace_fields[] = {{"status.phase", "status.phase", KB_FV_STR, NULL}};
 static const kb_field_t kb_node_fields[] = {{"spec.unschedulable", "spec.unschedulable", KB_FV_BOOL, NULL}};
@@ -90,6 +118,7 @@ static const kb_field_t kb_service_fields[] = {
 static const kb_fields_kind_t kb_kinds[] = {
     {"", "pods", true, true, KB_OWN(kb_pod_fields)},
     {"", "events", true, true, KB_OWN(kb_event_fields)},
+    {"events.k8s.io", "events", true, true, KB_OWN(kb_events_v1_fields)},
     {"", "secrets", true, true, KB_OWN(kb_secret_fields)},
     {"", "namespaces", true, false, KB_OWN(kb_namespace_fields)},
     {"", "nodes", true, false, KB_OWN(kb_node_fields)},
@@ -99,6 +128,11 @@ static const kb_fields_kind_t kb_kinds[] = {
     {"batch", "jobs", true, true, KB_OWN(kb_job_fields)},
 };
 static const kb_fields_kind_t kb_kind_default = {"", "", false, true, NULL, 0};
+
+#define KB_FIELDS_LEARNED_MAX 256 /* learned rows kept (CRD informers × reads) */
+static kb_fields_kind_t *kb_learned[KB_FIELDS_LEARNED_MAX];
+static atomic_size_t kb_n_learned;  /* rows published: readers take no lock */
+static pthread_mutex_t kb_learn_mtx = PTHREAD_MUTEX_INITIALIZER; /* serializes appends (leaf) */
 
 #define KB_FIELDSEL_MAX 32  /* requirements in one selector */
 #define KB_FIELD_NAME (-1)  /* kb_fieldsel_req.field: metadata.name */
@@ -119,10 +153,44 @@ struct kb_fieldsel {
 };
 
 const kb_fields_kind_t *kb_fields_kind(const char *group, const char *resource) {
+    for (size_t i = atomic_load(&kb_n_learned); i-- > 0;) /* the latest read wins */
+        if (!strcmp(kb_learned[i]->group, group ? group : "") && !strcmp(kb_learned[i]->resource, resource))
+            return kb_learned[i];
     for (size_t i = 0; i < KB_ARRAY_LEN(kb_kinds); i++)
         if (!strcmp(kb_kinds[i].group, group ? group : "") && !strcmp(kb_kinds[i].resource, resource))
             return &kb_kinds[i];
     return &kb_kind_default;
+}
+
+const kb_fields_kind_t *kb_fields_kind_learn(const char *group, const char *resource, bool namespaced,
+                                             const char *const *paths, size_t n) {
+    if (n > KB_FIELDS_LEARN_MAX_PATHS)
+        n = KB_FIELDS_LEARN_MAX_PATHS;
+    kb_fields_kind_t *kind = kb_calloc(1, sizeof(*kind));
+    kb_field_t *own = kb_calloc(n ? n : 1, sizeof(*own));
+    for (size_t i = 0; i < n; i++) {
+        const char *p = paths[i] + (paths[i][0] == '.');
+        own[i] = (kb_field_t){kb_strdup(p), kb_strdup(p), KB_FV_SCALAR, NULL};
+    }
+    *kind = (kb_fields_kind_t){kb_strdup(group), kb_strdup(resource), true, namespaced, own, n};
+    pthread_mutex_lock(&kb_learn_mtx);
+    size_t at = atomic_load(&kb_n_learned);
+    if (at < KB_FIELDS_LEARNED_MAX) {
+        kb_learned[at] = kind;
+        atomic_store(&kb_n_learned, at + 1);
+    }
+    pthread_mutex_unlock(&kb_learn_mtx);
+    if (at < KB_FIELDS_LEARNED_MAX)
+        return kind;
+    for (size_t i = 0; i < n; i++) {
+        free((char *)own[i].label);
+        free((char *)own[i].path);
+    }
+    free(own);
+    free((char *)kind->group);
+    free((char *)kind->resource);
+    free(kind);
+    return kb_fields_kind(group, resource);
 }
 
 bool kb_fields_kind_has_own(const kb_fields_kind_t *kind) {
@@ -220,6 +288,10 @@ static void kb_fields_value(const kb_field_t *f, kb_fv_span_t v, kb_fv_span_t al
             kb_fields_str(alt, out);
         break;
     case KB_FV_UNSET:
+        break;
+    case KB_FV_SCALAR:
+        if (v.len && v.p[0] != 'n' && !kb_fields_str(v, out))
+            kb_fields_token(v, "-0123456789tf", "", out);
         break;
     }
 }

@@ -35,6 +35,16 @@ typedef struct kb_fieldsel kb_fieldsel_t;
 /* The row of group/resource ("" = core); never NULL (a resource without a
  * row of its own takes metadata.name and metadata.namespace only). */
 const kb_fields_kind_t *kb_fields_kind(const char *group, const char *resource);
+/* Learn a custom resource's row from its CRD (the served version's
+ * selectableFields: paths[i] is a jsonPath such as ".spec.color", at most
+ * KB_FIELDS_LEARN_MAX_PATHS kept); namespaced: metadata.namespace is
+ * accepted. From now on kb_fields_kind(group, resource) returns it; the row
+ * stays valid until exit (a later learn of the same resource replaces it
+ * for new lookups only). Thread: any. Locks: a leaf mutex for the append. */
+#define KB_FIELDS_LEARN_MAX_PATHS 8 /* the API server's own limit on selectableFields */
+const kb_fields_kind_t *kb_fields_kind_learn(const char *group, const char *resource, bool namespaced,
+                                             const char *const *paths, size_t n);
+
 /* Whether the kind has fields of its own (a record to extract). */
 bool kb_fields_kind_has_own(const kb_fields_kind_t *kind);
 

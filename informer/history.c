@@ -48,7 +48,6 @@ typedef struct kb_hslot {
 
 struct kb_history {
     kb_informer_t *inf;
-    const kb_fields_kind_t *kind; /* the informer's resource: which fields a record holds */
     pthread_mutex_t mtx;
     pthread_cond_t cond;
     bool ready;               /* the first cut is applied */
@@ -81,8 +80,12 @@ static kb_history_labels_t *kb_hl_new(const char *s, size_t len, const kb_buf_t 
 static kb_history_labels_t *kb_hl_of(const kb_history_t *h, const kb_event_t *full) {
     kb_buf_t rec;
     kb_buf_init(&rec);
-    if (kb_fields_kind_has_own(h->kind) && full->obj_len)
-        kb_fields_extract(h->kind, full->obj, full->obj_len, &rec);
+    /* Looked up per event: a custom resource's row is learned from its CRD
+     * (bridge/kcrd.h) in the background, possibly after this history began. */
+    const kb_config_informer_t *conf = kb_informer_conf(h->inf);
+    const kb_fields_kind_t *kind = kb_fields_kind(conf->group, conf->resource);
+    if (kb_fields_kind_has_own(kind) && full->obj_len)
+        kb_fields_extract(kind, full->obj, full->obj_len, &rec);
     kb_history_labels_t *l = kb_hl_new(full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len, &rec);
     kb_buf_fini(&rec);
     return l;
@@ -161,7 +164,6 @@ kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
     KB_ASSERT(capacity >= 1);
     kb_history_t *h = kb_calloc(1, sizeof(*h));
     h->inf = inf;
-    h->kind = kb_fields_kind(kb_informer_conf(inf)->group, kb_informer_conf(inf)->resource);
     h->cap = capacity;
     h->ring = kb_calloc(capacity, sizeof(*h->ring));
     h->labels = kb_strmap_new(1024);

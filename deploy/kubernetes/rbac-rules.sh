@@ -11,7 +11,10 @@
 #   deploy/kubernetes/rbac-rules.sh pods configmaps apps/deployments example.com/widgets
 #
 # prints one rule per API group with verbs get, list and watch (what an
-# informer uses, nothing more). Paste it over the ClusterRole in
+# informer uses, nothing more), and for a resource outside the groups
+# kube-apiserver serves itself (a CRD's) get on that CRD by name, from which
+# kbridge's Kubernetes API learns its printer columns and selectable fields.
+# Paste it over the ClusterRole in
 # base/rbac.yaml. For informers restricted to namespaces, change kind to Role
 # (and the binding to a RoleBinding) in each of those namespaces.
 #
@@ -40,8 +43,13 @@ if [[ $# -eq 0 ]]; then
     usage >&2
     exit 2
 fi
+builtin=" apps batch autoscaling policy extensions networking.k8s.io rbac.authorization.k8s.io storage.k8s.io
+ coordination.k8s.io discovery.k8s.io events.k8s.io certificates.k8s.io scheduling.k8s.io node.k8s.io
+ apiextensions.k8s.io apiregistration.k8s.io admissionregistration.k8s.io flowcontrol.apiserver.k8s.io
+ authentication.k8s.io authorization.k8s.io resource.k8s.io internal.apiserver.k8s.io storagemigration.k8s.io "
 declare -A by_group=()
 order=()
+crds=""
 for arg in "$@"; do
     if [[ $arg == */* ]]; then group=${arg%/*} res=${arg##*/}; else group="" res=$arg; fi
     if [[ ! $res =~ ^[a-z0-9.-]+$ || ! $group =~ ^[a-z0-9.-]*$ ]]; then
@@ -51,6 +59,9 @@ for arg in "$@"; do
     k=":$group" # bash arrays refuse "" as a key
     [[ -v by_group[$k] ]] || order+=("$k")
     by_group[$k]+="${by_group[$k]:+, }$res"
+    if [[ -n $group && $builtin != *" $group "* && ", $crds, " != *", $res.$group, "* ]]; then
+        crds+="${crds:+, }$res.$group"
+    fi
 done
 cat <<HEAD
 apiVersion: rbac.authorization.k8s.io/v1
@@ -62,6 +73,10 @@ HEAD
 for k in "${order[@]}"; do
     printf -- '- apiGroups: ["%s"]\n  resources: [%s]\n  verbs: [get, list, watch]\n' "${k#:}" "${by_group[$k]}"
 done
+if [[ -n $crds ]]; then
+    printf -- '- apiGroups: [apiextensions.k8s.io]\n  resources: [customresourcedefinitions]\n'
+    printf -- '  resourceNames: [%s]\n  verbs: [get]\n' "$crds"
+fi
 if [[ -n $lease_ns ]]; then
     cat <<LEASE
 ---

@@ -5,9 +5,15 @@
 // its reflector, watch-list and relist logic, not a re-implementation.
 //
 //	kbclientgo informer --kubeconfig F --resource v1/pods|GROUP/VERSION/RESOURCE [--selector S]
+//	                   [--field-selector S]
 //	    one SharedIndexInformer; stdin commands, one JSON line answered each:
 //	    "dump"  → {"synced":bool,"store":{"ns/name":"rv",…}}
 //	    "quit"  → exits
+//	kbclientgo typed --kubeconfig F --kind secrets|pods [--field-selector S]
+//	    one typed informer (corev1.Secret or corev1.Pod decoded by client-go's
+//	    typed client, as controllers and node agents run them); "dump" answers
+//	    {"synced":bool,"store":{"ns/name":"uid rv …",…}} — a pod adds its
+//	    spec.nodeName and status.phase, a secret its type and data keys.
 //	kbclientgo watchers --kubeconfig F --n N [--resource v1/pods]
 //	    N independent informers (N lists and N watches); for every add/update
 //	    the latency from the object's annotation kb-bench/t (unix ns) to now.
@@ -85,9 +91,9 @@ func client(kubeconfig string, qps float32) dynamic.Interface {
 	return dc
 }
 
-func newInformer(dc dynamic.Interface, gvr schema.GroupVersionResource, selector string) cache.SharedIndexInformer {
+func newInformer(dc dynamic.Interface, gvr schema.GroupVersionResource, selector, fields string) cache.SharedIndexInformer {
 	return dynamicinformer.NewFilteredDynamicInformer(dc, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = selector }).Informer()
+		func(o *metav1.ListOptions) { o.LabelSelector, o.FieldSelector = selector, fields }).Informer()
 }
 
 func reply(v any) {
@@ -100,8 +106,9 @@ func runInformer(args []string) {
 	kc := fs.String("kubeconfig", "", "kubeconfig file")
 	res := fs.String("resource", "v1/pods", "VERSION/RESOURCE or GROUP/VERSION/RESOURCE")
 	sel := fs.String("selector", "", "label selector")
+	fsel := fs.String("field-selector", "", "field selector")
 	fs.Parse(args)
-	inf := newInformer(client(*kc, 50), parseGVR(*res), *sel)
+	inf := newInformer(client(*kc, 50), parseGVR(*res), *sel, *fsel)
 	stop := make(chan struct{})
 	go inf.Run(stop)
 	in := bufio.NewScanner(os.Stdin)
@@ -170,7 +177,7 @@ func runWatchers(args []string) {
 	stop := make(chan struct{})
 	var infs []cache.SharedIndexInformer
 	for i := 0; i < *n; i++ {
-		inf := newInformer(dc, gvr, "")
+		inf := newInformer(dc, gvr, "", "")
 		inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { lat.observe(o) },
 			UpdateFunc: func(_, o any) { lat.observe(o) },
@@ -203,6 +210,97 @@ func runWatchers(args []string) {
 	close(stop)
 }
 
+// typedView is one typed object as "dump" shows it: what a typed lister
+// hands a controller, enough to compare two informers' final views.
+func typedView(o any) (string, string) {
+	switch t := o.(type) {
+	case *corev1.Pod:
+		return t.Namespace + "/" + t.Name, fmt.Sprintf("%s %s %s %s", t.UID, t.ResourceVersion, t.Spec.NodeName,
+			t.Status.Phase)
+	case *corev1.Secret:
+		keys := make([]string, 0, len(t.Data))
+		for k := range t.Data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		return t.Namespace + "/" + t.Name, fmt.Sprintf("%s %s %s %s", t.UID, t.ResourceVersion, t.Type,
+			strings.Join(keys, ","))
+	}
+	return "", ""
+}
+
+func runTyped(args []string) {
+	fs := flag.NewFlagSet("typed", flag.ExitOnError)
+	kc := fs.String("kubeconfig", "", "kubeconfig file")
+	kind := fs.String("kind", "pods", "secrets or pods")
+	fsel := fs.String("field-selector", "", "field selector")
+	fs.Parse(args)
+	cv1 := typedClient(*kc, 50)
+	var lw *cache.ListWatch
+	var obj runtime.Object
+	switch *kind {
+	case "pods":
+		c := cv1.Pods(metav1.NamespaceAll)
+		lw, obj = typedListWatch(c.List, c.Watch, *fsel), &corev1.Pod{}
+	case "secrets":
+		c := cv1.Secrets(metav1.NamespaceAll)
+		lw, obj = typedListWatch(c.List, c.Watch, *fsel), &corev1.Secret{}
+	default:
+		fmt.Fprintf(os.Stderr, "--kind %q: want secrets or pods\n", *kind)
+		os.Exit(2)
+	}
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	stop := make(chan struct{})
+	go inf.Run(stop)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch strings.TrimSpace(in.Text()) {
+		case "dump":
+			store := map[string]string{}
+			for _, o := range inf.GetStore().List() {
+				k, v := typedView(o)
+				store[k] = v
+			}
+			reply(map[string]any{"synced": inf.HasSynced(), "store": store})
+		case "quit":
+			close(stop)
+			return
+		}
+	}
+	close(stop)
+}
+
+// typedListWatch lists and watches through a typed client's List and Watch,
+// with fields as the field selector ("" for none).
+func typedListWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), fields string) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = fields
+			return list(context.Background(), o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = fields
+			return watchFn(context.Background(), o)
+		},
+	}
+}
+
+func typedClient(kubeconfig string, qps float32) *corev1client.CoreV1Client {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubeconfig: %v\n", err)
+		os.Exit(2)
+	}
+	cfg.QPS, cfg.Burst = qps, int(qps)*2
+	cv1, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "client: %v\n", err)
+		os.Exit(2)
+	}
+	return cv1
+}
+
 type benchCounts struct{ adds, updates, deletes atomic.Int64 }
 
 // dropManagedFields is the transform client-go's users add to save memory.
@@ -216,22 +314,8 @@ func dropManagedFields(o any) (any, error) {
 // newPodInformer is a typed Pod informer over kubeconfig's server, built
 // as controllers build theirs (the typed client's List and Watch).
 func newPodInformer(kubeconfig string, transform bool) cache.SharedIndexInformer {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "kubeconfig: %v\n", err)
-		os.Exit(2)
-	}
-	cfg.QPS, cfg.Burst = 1000, 2000
-	cv1, err := corev1client.NewForConfig(cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "client: %v\n", err)
-		os.Exit(2)
-	}
-	pods := cv1.Pods(metav1.NamespaceAll)
-	lw := &cache.ListWatch{
-		ListFunc:  func(o metav1.ListOptions) (runtime.Object, error) { return pods.List(context.Background(), o) },
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) { return pods.Watch(context.Background(), o) },
-	}
+	pods := typedClient(kubeconfig, 1000).Pods(metav1.NamespaceAll)
+	lw := typedListWatch(pods.List, pods.Watch, "")
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if transform {
@@ -316,7 +400,7 @@ func benchQuery(lister listersv1.PodLister, f []string) map[string]any {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|watchers|bench [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|typed|watchers|bench [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -326,8 +410,10 @@ func main() {
 		runWatchers(os.Args[2:])
 	case "bench":
 		runBench(os.Args[2:])
+	case "typed":
+		runTyped(os.Args[2:])
 	default:
-		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|watchers|bench [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kbclientgo informer|typed|watchers|bench [flags]")
 		os.Exit(2)
 	}
 }

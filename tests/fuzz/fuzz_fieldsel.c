@@ -1,7 +1,9 @@
 /* tests/fuzz/fuzz_fieldsel.c — libFuzzer target for field selectors.
  *
  * Input: one byte naming the kind (p pods, e events, s secrets, n nodes,
- * N namespaces, j jobs, r replicasets, anything else configmaps), the
+ * N namespaces, j jobs, r replicasets, v events.k8s.io events, c a custom
+ * resource whose CRD's selectableFields were learned, anything else
+ * configmaps), the
  * selector text up to the first newline, then the object (any bytes: a
  * record is read only from what scans as one JSON object, as the informer
  * guarantees). Checks, beyond "no crash, no leak, no sanitizer report":
@@ -31,6 +33,14 @@ static const kb_fields_kind_t *kb_fz_kind(char c) {
     case 'N': return kb_fields_kind("", "namespaces");
     case 'j': return kb_fields_kind("batch", "jobs");
     case 'r': return kb_fields_kind("apps", "replicasets");
+    case 'v': return kb_fields_kind("events.k8s.io", "events");
+    case 'c': {
+        static const kb_fields_kind_t *learned;
+        static const char *const paths[] = {".spec.color", ".spec.size", ".spec.on", ".status.a.b"};
+        if (!learned)
+            learned = kb_fields_kind_learn("example.com", "gadgets", true, paths, 4);
+        return learned;
+    }
     default: return kb_fields_kind("", "configmaps");
     }
 }

@@ -15,6 +15,8 @@ case $target in
                srcs=("$src"/informer/json.c "$src"/informer/decode.c); libs=(-ljansson) ;;
   fieldsel)    srcs=("$src"/informer/json.c); libs=() ;;  # common/fieldsel.c is in common
   selector|template) srcs=(); libs=() ;;
+  ktable_crd)  srcs=("$src"/bridge/ktable.c "$src"/bridge/ktable_kinds.c "$src"/bridge/ktable_crd.c)
+               libs=(-ljansson -lm) ;;
   *) echo "unknown fuzz target $target" >&2; exit 2 ;;
 esac
 bin=$out/fuzz_$target

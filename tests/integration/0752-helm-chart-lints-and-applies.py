@@ -6,7 +6,8 @@ referenced ServiceAccount/ConfigMap/Secrets, pod security) and that the real API
 CRDs installed into the test API server first. The PrometheusRule's groups pass `promtool check rules`.
 The generated kbridge.cfg passes `kbridge --check`, and a sharded pod <release>-kbridge-2 takes index 2.
 RBAC follows the configured informers: a cluster-wide informer lands in the ClusterRole, one with
-`namespaces` in a Role per namespace, and the API server's authorizer agrees."""
+`namespaces` in a Role per namespace, a CRD informer adds get on its CRD (by name), and the API server's
+authorizer agrees."""
 import base64
 import json
 import os
@@ -104,14 +105,16 @@ def test():
   informers:
   - {name: pods, version: v1, resource: pods}
   - {name: deploys, group: apps, version: v1, resource: deployments, namespaces: [team-a, team-b]}
+  - {name: widgets, group: example.com, version: v1, resource: widgets}
   sinks: [{name: out, type: file, path: /var/lib/kbridge/out.jsonl}]
-  routes: [{informer: pods, sink: out}, {informer: deploys, sink: out}]
+  routes: [{informer: pods, sink: out}, {informer: deploys, sink: out}, {informer: widgets, sink: out}]
 """)
         values = f.name
     text = template("-f", values)
     objs = json_docs(cp.kubectl("create", "--dry-run=client", "-o", "json", "-f", "-", input=text))
     roles = sorted((o["kind"], o["metadata"].get("namespace", "")) for o in objs if o["kind"] in ("Role", "ClusterRole"))
-    check(roles == [("ClusterRole", ""), ("Role", "team-a"), ("Role", "team-b")], "roles: %s" % roles)
+    check(roles == [("ClusterRole", ""), ("ClusterRole", ""), ("Role", "team-a"), ("Role", "team-b")],
+          "roles: %s" % roles)
     for ns in ("team-a", "team-b"):
         cp.kubectl("create", "namespace", ns)
     rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "ClusterRole", "RoleBinding",
@@ -124,7 +127,10 @@ def test():
                        (["list", "deployments.apps", "-n", "team-c"], "no"),
                        (["list", "deployments.apps", "--all-namespaces"], "no"),
                        (["delete", "pods", "-n", "x"], "no"), (["list", "secrets", "-n", NS], "no"),
-                       (["list", "configmaps", "-n", NS], "no")):
+                       (["list", "configmaps", "-n", NS], "no"),
+                       (["get", "customresourcedefinitions.apiextensions.k8s.io/widgets.example.com"], "yes"),
+                       (["get", "customresourcedefinitions.apiextensions.k8s.io/gadgets.example.com"], "no"),
+                       (["list", "customresourcedefinitions.apiextensions.k8s.io"], "no")):
         r = cp.kubectl("auth", "can-i", *args, "--as", sa, check_rc=False)
         check(r.stdout.strip() == want, "can-i %s: %r, want %s" % (" ".join(args), r.stdout.strip(), want))
     cfg = next(o for o in objs if o["kind"] == "ConfigMap")["data"]["kbridge.cfg"]

@@ -92,11 +92,54 @@ static void test_one(void **state) {
     kb_buf_fini(&o);
 }
 
+/* A CRD's printer columns, learned: the JSONPath forms (fields, ['x'], [n],
+ * [-1], [*], ..x, == and != filters), each column type's cell, Go's ways of
+ * printing a number or a map in a string column, and a form not taken; a
+ * column name with quotes is escaped (the fuzz target found it written raw). */
+static void test_crd(void **state) {
+    (void)state;
+    json_t *cols = json_loads(
+        "[{\"name\":\"A\",\"type\":\"string\",\"jsonPath\":\".spec['a']\"},"
+        "{\"name\":\"Last\",\"type\":\"string\",\"jsonPath\":\".spec.l[-1].n\"},"
+        "{\"name\":\"Any\",\"type\":\"string\",\"jsonPath\":\".spec.l[*].n\"},"
+        "{\"name\":\"Deep\",\"type\":\"string\",\"jsonPath\":\"..deep\"},"
+        "{\"name\":\"Not\",\"type\":\"string\",\"jsonPath\":\".spec.l[?(@.n != 'x')].n\"},"
+        "{\"name\":\"Num\",\"type\":\"integer\",\"jsonPath\":\".spec.f\",\"format\":\"int32\",\"priority\":1},"
+        "{\"name\":\"Big\",\"type\":\"string\",\"jsonPath\":\".spec.big\"},"
+        "{\"name\":\"Small\",\"type\":\"number\",\"jsonPath\":\".spec.small\"},"
+        "{\"name\":\"Map\",\"type\":\"string\",\"jsonPath\":\".spec.m\"},"
+        "{\"name\":\"Null\",\"type\":\"string\",\"jsonPath\":\".spec.z\"},"
+        "{\"name\":\"Wrong\",\"type\":\"boolean\",\"jsonPath\":\".spec.a\"},"
+        "{\"name\":\"Slice \\\"q\\\"\",\"type\":\"string\",\"jsonPath\":\".spec.l[0:1]\"}]", 0, NULL);
+    kb_ktable_learn_crd("example.com", "things", cols);
+    json_decref(cols);
+    kb_ktable_t t;
+    bool bad;
+    assert_true(kb_ktable_wanted("application/json;as=Table;v=v1;g=meta.k8s.io", "None", "example.com", "things", &t,
+                                 &bad));
+    const char *obj = "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"a\":\"x\",\"l\":[{\"n\":\"x\"},{\"n\":\"y\"},"
+                      "{\"n\":\"z\"}],\"k\":{\"deep\":7},\"f\":2.9,\"big\":1e6,\"small\":1e-7,"
+                      "\"m\":{\"b\":[1,0.5],\"a\":\"<&>\"},\"z\":null}}";
+    kb_buf_t o = KB_BUF_INIT;
+    kb_ktable_one(&t, &o, obj, strlen(obj));
+    kb_buf_append_char(&o, '\0');
+    assert_non_null(strstr(o.data, "{\"name\":\"Num\",\"type\":\"integer\",\"format\":\"int32\",\"description\":"
+                                   "\"Custom resource definition column (in JSONPath format): .spec.f\",\"priority\":1}"));
+    assert_non_null(strstr(o.data, "{\"name\":\"Slice \\\"q\\\"\",\"type\":\"string\",\"format\":\"\""));
+    const char *cells = strstr(o.data, "\"cells\":");
+    assert_non_null(cells);
+    assert_string_equal(cells, "\"cells\":[\"t1\",\"x\",\"z\",\"x\",\"7\",\"y\",2,\"1e+06\",1e-7,"
+                               "\"{\\\"a\\\":\\\"\\\\u003c\\\\u0026\\\\u003e\\\",\\\"b\\\":[1,0.5]}\",\"<no value>\",null,null],"
+                               "\"object\":null}]}");
+    kb_buf_fini(&o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duration),
         cmocka_unit_test(test_negotiation),
         cmocka_unit_test(test_one),
+        cmocka_unit_test(test_crd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -156,6 +156,35 @@ static void test_route_cases(void **state) {
                         "\"metadata.namespace\"");
 }
 
+/* A CRD's selectableFields, learned: strings, integers and bools as the
+ * server's field set holds them, missing or null ""; the CR wording for an
+ * unknown label; metadata.namespace only when namespaced; the events.k8s.io
+ * Event's own labels. */
+static void test_learned_and_events_v1(void **state) {
+    (void)state;
+    const char *paths[] = {".spec.color", ".spec.size", ".spec.on", ".spec.gone"};
+    assert_string_equal(sel_error("example.com", "gadgets", "spec.color=red"),
+                        "\"spec.color\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"");
+    kb_fields_kind_learn("example.com", "gadgets", true, paths, 4);
+    kb_fields_kind_learn("example.com", "racks", false, paths, 1);
+    const char *g = "{\"spec\":{\"color\":\"red\",\"size\":3,\"on\":true,\"gone\":null}}";
+    assert_true(sel_matches("example.com", "gadgets", "spec.color=red,spec.size=3,spec.on=true", "ns", "g", g));
+    assert_true(sel_matches("example.com", "gadgets", "spec.gone=,metadata.namespace=ns", "ns", "g", g));
+    assert_false(sel_matches("example.com", "gadgets", "spec.on=false", "ns", "g", g));
+    assert_true(sel_matches("example.com", "gadgets", "spec.color=,spec.size=,spec.on=", "ns", "g", "{}"));
+    assert_string_equal(sel_error("example.com", "gadgets", "spec.zone=a"), "field label not supported: spec.zone");
+    assert_string_equal(sel_error("example.com", "racks", "metadata.namespace=a"),
+                        "field label not supported: metadata.namespace");
+    const char *ev = "{\"regarding\":{\"kind\":\"Pod\",\"name\":\"p\"},\"reportingController\":\"kubelet\","
+                     "\"reason\":\"BackOff\",\"type\":\"Warning\"}";
+    assert_true(sel_matches("events.k8s.io", "events", "regarding.kind=Pod,regarding.name=p,regarding.uid=", "ns",
+                            "e", ev));
+    assert_true(sel_matches("events.k8s.io", "events", "reportingController=kubelet,reason=BackOff,type=Warning",
+                            "ns", "e", ev));
+    assert_string_equal(sel_error("events.k8s.io", "events", "involvedObject.name=p"),
+                        "field label not supported: involvedObject.name");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pod_fields),
@@ -164,6 +193,7 @@ int main(void) {
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_escapes),
         cmocka_unit_test(test_route_cases),
+        cmocka_unit_test(test_learned_and_events_v1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

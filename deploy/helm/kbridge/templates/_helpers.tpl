@@ -109,3 +109,17 @@ Call with (dict "v" VALUE "indent" N).
 {{- end -}}
 {{- toJson $scopes -}}
 {{- end -}}
+
+{{- /* The CRD names (<resource>.<group>) of the informers whose group is not one kube-apiserver
+serves itself: kbridge reads these CRDs (get) for their printer columns and selectable fields. */ -}}
+{{- define "kbridge.crdNames" -}}
+{{- $builtin := list "" "apps" "batch" "autoscaling" "policy" "extensions" "networking.k8s.io" "rbac.authorization.k8s.io" "storage.k8s.io" "coordination.k8s.io" "discovery.k8s.io" "events.k8s.io" "certificates.k8s.io" "scheduling.k8s.io" "node.k8s.io" "apiextensions.k8s.io" "apiregistration.k8s.io" "admissionregistration.k8s.io" "flowcontrol.apiserver.k8s.io" "authentication.k8s.io" "authorization.k8s.io" "resource.k8s.io" "internal.apiserver.k8s.io" "storagemigration.k8s.io" -}}
+{{- $names := list -}}
+{{- range $inf := .Values.config.informers -}}
+{{- $group := default "" $inf.group -}}
+{{- if not (has $group $builtin) -}}
+{{- $names = append $names (printf "%s.%s" $inf.resource $group) | uniq -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
