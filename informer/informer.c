@@ -781,17 +781,23 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
 static void kb_inf_list_close(kb_reflector_t *r) {
     kb_informer_t *inf = r->inf;
     const char *list_rv = r->list_rv;
-    /* A list below where we were: the server's history went back (etcd restored). */
+    /* A list below where we were: the server's history went back (etcd restored).
+     * A scope with no resume point (a changed definition lists first) compares
+     * with where state_dir was when this process started. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
+    if (!prev)
+        prev = inf->prior_rv;
     if (prev && now_rv && now_rv < prev) {
+        inf->prior_rv = 0;
         atomic_fetch_add(&inf->st_rv_regressions, 1);
         /* Forget the deletes we remember: their RVs belong to the old history. */
         kb_ledger_forget_graves(inf->ledger);
         KB_WARN("reflector",
-                "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
+                "informer=%s resourceVersion went back from %llu to %s (server restored from a backup?); "
                 "delivering the difference by content, some keys' RVs will go down",
-                inf->conf->name, r->rv, list_rv);
+                inf->conf->name, (unsigned long long)prev, list_rv);
     }
+    kb_ledger_cap_graves(inf->ledger, kb_refl_index(r), now_rv);
     kb_inf_delete_unseen(r, now_rv);
     bool def_last = kb_inf_def_list_close(r);
     if (def_last)
@@ -1275,6 +1281,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
         return KB_ERR_IO;
     }
     kb_inf_set_resume_points(inf);
+    inf->prior_rv = kb_ledger_known_rv(inf->ledger);
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);
     KB_INFOF("informer",
