@@ -787,15 +787,20 @@ static void kb_inf_list_close(kb_reflector_t *r) {
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
     if (!prev)
         prev = inf->prior_rv;
-    if (prev && now_rv && now_rv < prev) {
+    if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {
         inf->prior_rv = 0;
         atomic_fetch_add(&inf->st_rv_regressions, 1);
         /* Forget the deletes we remember: their RVs belong to the old history. */
         kb_ledger_forget_graves(inf->ledger);
-        KB_WARN("reflector",
-                "informer=%s resourceVersion went back from %llu to %s (server restored from a backup?); "
-                "delivering the difference by content, some keys' RVs will go down",
-                inf->conf->name, (unsigned long long)prev, list_rv);
+        if (inf->def_new_server)
+            KB_WARN("reflector", "informer=%s another API server than state_dir's: a new history (counted as a "
+                    "restore); delivering the difference by content, some keys' RVs will go down", inf->conf->name);
+        else
+            KB_WARN("reflector",
+                    "informer=%s resourceVersion went back from %llu to %s (server restored from a backup?); "
+                    "delivering the difference by content, some keys' RVs will go down",
+                    inf->conf->name, (unsigned long long)prev, list_rv);
+        inf->def_new_server = false;
     }
     kb_ledger_cap_graves(inf->ledger, kb_refl_index(r), now_rv);
     kb_inf_delete_unseen(r, now_rv);
@@ -1221,6 +1226,18 @@ static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
         free(pending);
         return kb_state_put_definition(inf->state, inf->def, NULL);
     }
+    char *adopted = kb_definition_adopt(stored, inf->def);
+    if (adopted) {
+        KB_INFO("informer", "informer=%s state_dir=%s records no API server (written by an older kbridge): taking it "
+                "to be the one configured now", inf->conf->name, dir);
+        free(stored);
+        stored = adopted;
+        if (kb_state_put_definition(inf->state, stored, pending) != KB_OK) {
+            free(stored);
+            free(pending);
+            return KB_ERR_IO;
+        }
+    }
     kb_buf_t what = KB_BUF_INIT;
     unsigned diff = kb_definition_diff(stored, inf->def, &what);
     if (pending) {
@@ -1239,6 +1256,7 @@ static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
         for (size_t i = 0; i < inf->n_refl; i++)
             inf->refl[i].def_stale = true;
         inf->def_reshape = (diff & KB_DEF_RESHAPED) != 0;
+        inf->def_new_server = (diff & KB_DEF_SERVER) != 0;
         KB_WARN("informer", "informer=%s definition changed since state_dir was written: %s; listing again instead "
                 "of resuming: objects that no longer match leave as DELETED finalStateUnknown, new matches arrive as "
                 "ADDED%s", inf->conf->name, what.data, inf->def_reshape ? ", every object is sent again in its new "
@@ -1349,7 +1367,7 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     inf->conf = conf;
     inf->api = api;
     inf->tf = tf;
-    inf->def = kb_definition_text(conf);
+    inf->def = kb_definition_text(conf, api ? kb_apiclient_server(api) : cfg->cluster.server);
     inf->def_closing = -1;
     inf->res = kb_resource_new(cfg->cluster.name, conf->name, conf->group, conf->version, conf->resource);
     _Static_assert(KB_CONFIG_INDEX_LABELS_MAX <= KB_INDEXER_MAX_LABELS, "index_labels fit the indexer");

@@ -43,14 +43,15 @@ static void test_text_and_diff(void **state) {
     kb_config_t *a = config("label_selector = \"app=a\"; namespaces = [ \"n2\", \"n1\" ];");
     kb_config_t *b = config("label_selector = \"app=b\"; namespaces = [ \"n1\", \"n2\" ];");
     kb_config_t *c = config("label_selector = \"app=a\"; namespaces = [ \"n1\", \"n2\" ]; keep_fields = [ \"spec\" ];");
-    char *ta = kb_definition_text(&a->informers[0]), *tb = kb_definition_text(&b->informers[0]),
-         *tc = kb_definition_text(&c->informers[0]);
+    const char *srv = "http://127.0.0.1:9";
+    char *ta = kb_definition_text(&a->informers[0], srv), *tb = kb_definition_text(&b->informers[0], srv),
+         *tc = kb_definition_text(&c->informers[0], srv);
     assert_non_null(strstr(ta, "namespaces=[\"n1\",\"n2\"]\n")); /* sorted: the order means nothing */
     assert_non_null(strstr(ta, "label_selector=\"app=a\"\n"));
     /* The fields lists are sets too: their order changes neither objects nor bytes. */
     kb_config_t *d1 = config("drop_fields = [ \"metadata.managedFields\", \"status\" ];");
     kb_config_t *d2 = config("drop_fields = [ \"status\", \"metadata.managedFields\" ];");
-    char *td1 = kb_definition_text(&d1->informers[0]), *td2 = kb_definition_text(&d2->informers[0]);
+    char *td1 = kb_definition_text(&d1->informers[0], srv), *td2 = kb_definition_text(&d2->informers[0], srv);
     assert_string_equal(td1, td2);
     free(td1);
     free(td2);
@@ -141,6 +142,30 @@ static void forget_definition(void) {
     mdb_env_close(env);
 }
 
+/* The API server is part of the definition (another cluster on the same
+ * state_dir lists and diffs); a text stored before it was is taken to be of
+ * the server configured now, not a change. */
+static void test_server(void **state) {
+    (void)state;
+    kb_config_informer_t pods = {.group = "", .version = "v1", .resource = "pods", .label_selector = "",
+                                 .field_selector = ""};
+    char *ta = kb_definition_text(&pods, "https://a:6443"), *tb = kb_definition_text(&pods, "https://b:6443");
+    kb_buf_t what = KB_BUF_INIT;
+    assert_int_equal(kb_definition_diff(ta, tb, &what), KB_DEF_CHANGED | KB_DEF_SERVER);
+    assert_string_equal(what.data, "server \"https://a:6443\" -> \"https://b:6443\"");
+    char *old = strdup(strchr(ta, '\n') + 1); /* without its first line: the server */
+    assert_null(strstr(old, "server="));
+    char *adopted = kb_definition_adopt(old, tb);
+    assert_non_null(adopted);
+    assert_string_equal(adopted, tb);
+    assert_null(kb_definition_adopt(ta, tb)); /* it has one: nothing to adopt */
+    kb_buf_fini(&what);
+    free(adopted);
+    free(old);
+    free(ta);
+    free(tb);
+}
+
 /* Where a redaction writes base64 (a Secret's data), the definition says so:
  * a state_dir written before redactions kept types lacks the key and resends. */
 static void test_redact_base64_reshapes(void **state) {
@@ -150,7 +175,7 @@ static void test_redact_base64_reshapes(void **state) {
                                 .field_selector = "", .redact_fields = {redact, 1}};
     kb_config_informer_t pods = sec;
     pods.resource = "pods";
-    char *ts = kb_definition_text(&sec), *tp = kb_definition_text(&pods);
+    char *ts = kb_definition_text(&sec, ""), *tp = kb_definition_text(&pods, "");
     assert_non_null(strstr(ts, "redact_base64=[\"data\"]\n"));
     assert_null(strstr(tp, "redact_base64"));
     /* the same text without the key: what an older kbridge stored */
@@ -222,6 +247,7 @@ static void test_changed_definition_relists(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_text_and_diff),
                                        cmocka_unit_test(test_redact_base64_reshapes),
+                                       cmocka_unit_test(test_server),
                                        cmocka_unit_test(test_changed_definition_relists)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
