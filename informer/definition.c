@@ -20,7 +20,8 @@
 #include <string.h>
 
 /* The keys that shape an object's bytes rather than choose objects. */
-static const char *const kb_def_reshaping[] = {"drop_fields", "redact_fields", "keep_fields", "redact_base64"};
+static const char *const kb_def_reshaping[] = {"drop_fields", "redact_fields", "keep_fields", "redact_base64",
+                                                "resend"};
 
 static void kb_def_str(kb_buf_t *b, const char *key, const char *v) {
     kb_buf_appendf(b, "%s=", key);

@@ -24,6 +24,11 @@
 #define KB_DEF_RESHAPED 0x2u /* the objects' bytes (drop/redact/keep fields): send unchanged ones again */
 #define KB_DEF_SERVER 0x4u   /* another API server: another history (a new epoch, as after a restore) */
 
+/* The line a pending definition carries when the start that recorded it
+ * re-sends every object in its shape (informer.c): compared with any
+ * definition it is a reshaping change, so a later start re-sends too. */
+#define KB_DEF_RESEND_LINE "resend=true\n"
+
 /* The canonical text of conf's definition against server (the API server's
  * URL; NULL counts as ""). Caller frees. */
 char *kb_definition_text(const kb_config_informer_t *conf, const char *server);

@@ -1204,6 +1204,21 @@ static bool kb_inf_has_state(kb_informer_t *inf) {
     return false;
 }
 
+/* Record this definition as pending. When its lists re-send every object
+ * (a reshape), the record says so (KB_DEF_RESEND_LINE): a start interrupted
+ * after it sent some objects in this shape leaves the next start, whatever
+ * its definition — the same one, the stored one, a third — owing every object
+ * again in its own shape, also when that next start is interrupted too. */
+static kb_err_t kb_inf_put_pending(kb_informer_t *inf) {
+    if (!inf->def_reshape)
+        return kb_state_put_definition(inf->state, NULL, inf->def);
+    kb_buf_t b = KB_BUF_INIT;
+    kb_buf_appendf(&b, "%s%s", inf->def, KB_DEF_RESEND_LINE);
+    kb_err_t err = kb_state_put_definition(inf->state, NULL, b.data);
+    kb_buf_fini(&b);
+    return err;
+}
+
 /* Compare the definition state_dir was written under with this one
  * (informer/definition.h). A change makes every reflector list first and
  * diff, whatever the checkpoint says; the new definition is stored with the
@@ -1261,7 +1276,7 @@ static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
                 "of resuming: objects that no longer match leave as DELETED finalStateUnknown, new matches arrive as "
                 "ADDED%s", inf->conf->name, what.data, inf->def_reshape ? ", every object is sent again in its new "
                 "shape" : "");
-        err = kb_state_put_definition(inf->state, NULL, inf->def);
+        err = kb_inf_put_pending(inf);
     }
     kb_buf_fini(&what);
     return err;

@@ -144,7 +144,8 @@ static void forget_definition(void) {
 
 /* The API server is part of the definition (another cluster on the same
  * state_dir lists and diffs); a text stored before it was is taken to be of
- * the server configured now, not a change. */
+ * the server configured now, not a change. A pending definition marked as
+ * re-sending is a reshape against any other. */
 static void test_server(void **state) {
     (void)state;
     kb_config_informer_t pods = {.group = "", .version = "v1", .resource = "pods", .label_selector = "",
@@ -159,6 +160,14 @@ static void test_server(void **state) {
     assert_non_null(adopted);
     assert_string_equal(adopted, tb);
     assert_null(kb_definition_adopt(ta, tb)); /* it has one: nothing to adopt */
+    /* A pending definition whose start re-sent every object: whatever comes
+     * next (here the very same definition) owes the re-send too. */
+    char *resending = malloc(strlen(tb) + sizeof(KB_DEF_RESEND_LINE));
+    strcpy(resending, tb);
+    strcat(resending, KB_DEF_RESEND_LINE);
+    kb_buf_reset(&what);
+    assert_int_equal(kb_definition_diff(resending, tb, &what), KB_DEF_CHANGED | KB_DEF_RESHAPED);
+    free(resending);
     kb_buf_fini(&what);
     free(adopted);
     free(old);
