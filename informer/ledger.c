@@ -33,12 +33,12 @@
  * RV (kb_ledger_cap_graves: a consistent list comes after every delete of its
  * history kbridge saw, so only another history's graves are above it — this
  * holds where the regression is not visible, say a scope that lists with no
- * resume point after a changed definition); at start-up the journal's tail graves are capped at
- * the scope's resume point, so a restart after a restore does not bring the
- * old history's deletes back as a gate (the epoch persists as the journal's
- * resume points: nothing else needs storing); and the audit (audit.c) takes a
- * grave its list contradicts for one of another history and drops it before
- * its repair meets the gate.
+ * resume point after a changed definition); at start-up the journal's tail
+ * graves are capped at the scope's resume point, so a restart after a restore
+ * does not bring the old history's deletes back as a gate (the epoch persists
+ * as the journal's resume points: nothing else needs storing); and the audit
+ * (audit.c) takes a grave its list contradicts for one of another history and
+ * drops it before its repair meets the gate.
  *
  * Why redeliveries are marked: after a crash the journal's tail is queued
  * again, and some of it may already be at a sink. LATEST compaction would let

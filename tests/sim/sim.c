@@ -48,12 +48,12 @@
  * default.)
  *
  * Checks: (1) the consumer's view equals the server's state (uid and RV of
- * every live object in the final definition's namespaces, in its shape); (2) every message
- * the rule skips is an exact repeat of one delivered before, and only of a
- * change past the checkpoint the restart began from — nothing else goes back
- * (an equal one that is not a repeat is a reshape);
- * (3) every object (uid) the consumer saw that the server no longer has, or
- * that is outside the final definition, got a DELETED.
+ * every live object in the final definition's namespaces, in its shape); (2)
+ * every message the rule skips is an exact repeat of one delivered before,
+ * and only of a change past the checkpoint the restart began from — nothing
+ * else goes back (an equal one that is not a repeat is a reshape); (3) every
+ * object (uid) the consumer saw that the server no longer has, or that is
+ * outside the final definition, got a DELETED.
  *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
@@ -727,8 +727,8 @@ static void check_sink(sim_t *s, int si) {
             *v = (cview_t){true, m->rv, rank, m->type != KB_EV_DELETED, m->fsu, m->uid, m->gen};
             continue;
         }
-        /* Skipped by the rule (or, below, the same state again): it must repeat a message delivered in an earlier
-         * lifetime — same key, uid, RV, DELETED-ness and seq (with "latest" a
+        /* Skipped by the rule (or, below, the same state again): it must
+         * repeat a message delivered in an earlier lifetime — same key, uid, RV, DELETED-ness and seq (with "latest" a
          * key's redeliveries merge, so an ADDED may repeat a MODIFIED) — of a
          * change past the checkpoint its lifetime started from. */
         bool repeat = false;
