@@ -1219,6 +1219,25 @@ static kb_err_t kb_inf_put_pending(kb_informer_t *inf) {
     return err;
 }
 
+/* Definitions an older kbridge stored without the API server are taken to be
+ * of the one configured now (kb_definition_adopt): the stored one is written
+ * back so, a pending one only read so. *stored and *pending are replaced. */
+static kb_err_t kb_inf_adopt_server(kb_informer_t *inf, const char *dir, char **stored, char **pending) {
+    char *pending_adopted = *pending ? kb_definition_adopt(*pending, inf->def) : NULL;
+    if (pending_adopted) {
+        free(*pending);
+        *pending = pending_adopted;
+    }
+    char *adopted = kb_definition_adopt(*stored, inf->def);
+    if (!adopted)
+        return KB_OK;
+    KB_INFO("informer", "informer=%s state_dir=%s records no API server (written by an older kbridge): taking it to "
+            "be the one configured now", inf->conf->name, dir);
+    free(*stored);
+    *stored = adopted;
+    return kb_state_put_definition(inf->state, *stored, *pending);
+}
+
 /* Compare the definition state_dir was written under with this one
  * (informer/definition.h). A change makes every reflector list first and
  * diff, whatever the checkpoint says; the new definition is stored with the
@@ -1241,17 +1260,10 @@ static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
         free(pending);
         return kb_state_put_definition(inf->state, inf->def, NULL);
     }
-    char *adopted = kb_definition_adopt(stored, inf->def);
-    if (adopted) {
-        KB_INFO("informer", "informer=%s state_dir=%s records no API server (written by an older kbridge): taking it "
-                "to be the one configured now", inf->conf->name, dir);
+    if (kb_inf_adopt_server(inf, dir, &stored, &pending) != KB_OK) {
         free(stored);
-        stored = adopted;
-        if (kb_state_put_definition(inf->state, stored, pending) != KB_OK) {
-            free(stored);
-            free(pending);
-            return KB_ERR_IO;
-        }
+        free(pending);
+        return KB_ERR_IO;
     }
     kb_buf_t what = KB_BUF_INIT;
     unsigned diff = kb_definition_diff(stored, inf->def, &what);

@@ -123,8 +123,9 @@ static kb_informer_t *open_inf(kb_config_t *cfg, char *rv, size_t rv_size) {
     return inf;
 }
 
-/* Forget the stored definition, as a state_dir from before definitions were kept. */
-static void forget_definition(void) {
+/* Forget the stored definition, as a state_dir from before definitions were
+ * kept; or with only_server, its server line (from before servers were). */
+static void forget_definition(bool only_server) {
     char path[64];
     snprintf(path, sizeof(path), "%s/pods", dir);
     MDB_env *env;
@@ -136,8 +137,17 @@ static void forget_definition(void) {
     assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
     assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
     assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
-    MDB_val k = {10, (void *)"definition"};
-    assert_int_equal(mdb_del(txn, meta, &k, NULL), 0);
+    MDB_val k = {10, (void *)"definition"}, v;
+    if (only_server) {
+        assert_int_equal(mdb_get(txn, meta, &k, &v), 0);
+        char *text = strndup(v.mv_data, v.mv_size), *rest = strchr(text, '\n') + 1;
+        assert_int_equal(strncmp(text, "server=", 7), 0);
+        v = (MDB_val){strlen(rest), rest};
+        assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+        free(text);
+    } else {
+        assert_int_equal(mdb_del(txn, meta, &k, NULL), 0);
+    }
     assert_int_equal(mdb_txn_commit(txn), 0);
     mdb_env_close(env);
 }
@@ -237,13 +247,21 @@ static void test_changed_definition_relists(void **state) {
     kb_informer_destroy(inf);
 
     /* No definition stored (an older kbridge): the current one is adopted and resumes … */
-    forget_definition();
+    forget_definition(false);
     inf = open_inf(a, rv, sizeof(rv));
     assert_string_equal(rv, "6");
     kb_informer_destroy(inf);
     /* … and is what the next start compares with. */
     inf = open_inf(b, rv, sizeof(rv));
     assert_string_equal(rv, "");
+    assert_int_equal(list(inf, "7", bs, 1), KB_OK);
+    assert_int_equal(kb_ingest_list_end(inf, 0), KB_OK);
+    kb_informer_destroy(inf);
+
+    /* One stored without the API server: taken to be of the server configured now, it resumes. */
+    forget_definition(true);
+    inf = open_inf(b, rv, sizeof(rv));
+    assert_string_equal(rv, "7");
     kb_informer_destroy(inf);
 
     kb_config_free(a);
