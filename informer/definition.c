@@ -6,7 +6,10 @@
  * the two texts alone, without the old config. Each value is a JSON literal,
  * so no selector or field path can break a line or fake a key. A key missing
  * from one side (a definition written by another kbridge version) counts as
- * changed: relisting once is cheap, resuming under a wrong definition is not.
+ * changed: relisting once is cheap, resuming under a wrong definition is not —
+ * except the server, which kbridge did not always store: a text without it is
+ * taken to be of the server configured now (kb_definition_adopt), so an
+ * upgrade does not relist every informer.
  */
 #include "informer/definition.h"
 
@@ -17,7 +20,8 @@
 #include <string.h>
 
 /* The keys that shape an object's bytes rather than choose objects. */
-static const char *const kb_def_reshaping[] = {"drop_fields", "redact_fields", "keep_fields", "redact_base64"};
+static const char *const kb_def_reshaping[] = {"drop_fields", "redact_fields", "keep_fields", "redact_base64",
+                                                "resend"};
 
 static void kb_def_str(kb_buf_t *b, const char *key, const char *v) {
     kb_buf_appendf(b, "%s=", key);
@@ -61,8 +65,9 @@ static void kb_def_redact_base64(kb_buf_t *b, const kb_config_informer_t *conf) 
     kb_def_strs(b, "redact_base64", paths, n, false);
 }
 
-char *kb_definition_text(const kb_config_informer_t *conf) {
+char *kb_definition_text(const kb_config_informer_t *conf, const char *server) {
     kb_buf_t b = KB_BUF_INIT;
+    kb_def_str(&b, "server", server); /* first: kb_definition_adopt puts it before a text that lacks it */
     kb_def_str(&b, "group", conf->group);
     kb_def_str(&b, "version", conf->version);
     kb_def_str(&b, "resource", conf->resource);
@@ -108,7 +113,19 @@ static unsigned kb_def_key(const char *key, size_t key_len, const char *old, con
         kb_buf_append_str(what, "; ");
     kb_buf_appendf(what, "%.*s %.*s -> %.*s", (int)key_len, key, ov ? (int)ol : 6, ov ? ov : "(none)",
                    nv ? (int)nl : 6, nv ? nv : "(none)");
-    return KB_DEF_CHANGED | (kb_def_reshapes(key, key_len) ? KB_DEF_RESHAPED : 0);
+    bool server = key_len == 6 && !memcmp(key, "server", 6);
+    return KB_DEF_CHANGED | (kb_def_reshapes(key, key_len) ? KB_DEF_RESHAPED : 0) | (server ? KB_DEF_SERVER : 0);
+}
+
+char *kb_definition_adopt(const char *stored, const char *now) {
+    static const char key[] = "server";
+    size_t len;
+    const char *v = kb_def_value(now, key, sizeof(key) - 1, &len);
+    if (!v || kb_def_value(stored, key, sizeof(key) - 1, &len))
+        return NULL;
+    kb_buf_t b = KB_BUF_INIT;
+    kb_buf_appendf(&b, "%s=%.*s\n%s", key, (int)len, v, stored);
+    return kb_buf_steal(&b, NULL);
 }
 
 unsigned kb_definition_diff(const char *old, const char *now, kb_buf_t *what) {

@@ -1,7 +1,9 @@
 /* informer/definition.h — an informer's definition, as state_dir keeps it.
  *
  * The definition is everything that decides which objects an informer's
- * consumers get and with which bytes: group, version, resource, namespaces,
+ * consumers get and with which bytes: the API server (cluster.server, or the
+ * one a kubeconfig or the pod's service account names), group, version,
+ * resource, namespaces,
  * label and field selectors, drop/redact/keep fields, compaction. state_dir
  * stores it with the informer's state, so a restart with another definition
  * relists and converges instead of resuming as if nothing changed
@@ -20,9 +22,22 @@
 /* What a change of definition means (kb_definition_diff's flags). */
 #define KB_DEF_CHANGED 0x1u  /* which objects or bytes: relist and diff */
 #define KB_DEF_RESHAPED 0x2u /* the objects' bytes (drop/redact/keep fields): send unchanged ones again */
+#define KB_DEF_SERVER 0x4u   /* another API server: another history (a new epoch, as after a restore) */
 
-/* The canonical text of conf's definition. Caller frees. */
-char *kb_definition_text(const kb_config_informer_t *conf);
+/* The line a pending definition carries when the start that recorded it
+ * re-sends every object in its shape (informer.c): compared with any
+ * definition it is a reshaping change, so a later start re-sends too. */
+#define KB_DEF_RESEND_LINE "resend=true\n"
+
+/* The canonical text of conf's definition against server (the API server's
+ * URL; NULL counts as ""). Caller frees. */
+char *kb_definition_text(const kb_config_informer_t *conf, const char *server);
+
+/* A stored text written before the server was part of the definition (it has
+ * no server key): now's server put in front of it, so that the two compare as
+ * equal when nothing else changed (caller frees); NULL when stored has one
+ * (or now has none). */
+char *kb_definition_adopt(const char *stored, const char *now);
 
 /* Compare a stored definition with the current one (both canonical texts):
  * 0 when equal, else KB_DEF_* flags, and in what (appended) one

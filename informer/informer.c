@@ -781,17 +781,28 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
 static void kb_inf_list_close(kb_reflector_t *r) {
     kb_informer_t *inf = r->inf;
     const char *list_rv = r->list_rv;
-    /* A list below where we were: the server's history went back (etcd restored). */
+    /* A list below where we were: the server's history went back (etcd restored).
+     * A scope with no resume point (a changed definition lists first) compares
+     * with where state_dir was when this process started. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
-    if (prev && now_rv && now_rv < prev) {
+    if (!prev)
+        prev = inf->prior_rv;
+    if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {
+        inf->prior_rv = 0;
         atomic_fetch_add(&inf->st_rv_regressions, 1);
         /* Forget the deletes we remember: their RVs belong to the old history. */
         kb_ledger_forget_graves(inf->ledger);
-        KB_WARN("reflector",
-                "informer=%s resourceVersion went back from %s to %s (server restored from a backup?); "
-                "delivering the difference by content, some keys' RVs will go down",
-                inf->conf->name, r->rv, list_rv);
+        if (inf->def_new_server)
+            KB_WARN("reflector", "informer=%s another API server than state_dir's: a new history (counted as a "
+                    "restore); delivering the difference by content, some keys' RVs will go down", inf->conf->name);
+        else
+            KB_WARN("reflector",
+                    "informer=%s resourceVersion went back from %llu to %s (server restored from a backup?); "
+                    "delivering the difference by content, some keys' RVs will go down",
+                    inf->conf->name, (unsigned long long)prev, list_rv);
+        inf->def_new_server = false;
     }
+    kb_ledger_cap_graves(inf->ledger, kb_refl_index(r), now_rv);
     kb_inf_delete_unseen(r, now_rv);
     bool def_last = kb_inf_def_list_close(r);
     if (def_last)
@@ -1193,6 +1204,40 @@ static bool kb_inf_has_state(kb_informer_t *inf) {
     return false;
 }
 
+/* Record this definition as pending. When its lists re-send every object
+ * (a reshape), the record says so (KB_DEF_RESEND_LINE): a start interrupted
+ * after it sent some objects in this shape leaves the next start, whatever
+ * its definition — the same one, the stored one, a third — owing every object
+ * again in its own shape, also when that next start is interrupted too. */
+static kb_err_t kb_inf_put_pending(kb_informer_t *inf) {
+    if (!inf->def_reshape)
+        return kb_state_put_definition(inf->state, NULL, inf->def);
+    kb_buf_t b = KB_BUF_INIT;
+    kb_buf_appendf(&b, "%s%s", inf->def, KB_DEF_RESEND_LINE);
+    kb_err_t err = kb_state_put_definition(inf->state, NULL, b.data);
+    kb_buf_fini(&b);
+    return err;
+}
+
+/* Definitions an older kbridge stored without the API server are taken to be
+ * of the one configured now (kb_definition_adopt): the stored one is written
+ * back so, a pending one only read so. *stored and *pending are replaced. */
+static kb_err_t kb_inf_adopt_server(kb_informer_t *inf, const char *dir, char **stored, char **pending) {
+    char *pending_adopted = *pending ? kb_definition_adopt(*pending, inf->def) : NULL;
+    if (pending_adopted) {
+        free(*pending);
+        *pending = pending_adopted;
+    }
+    char *adopted = kb_definition_adopt(*stored, inf->def);
+    if (!adopted)
+        return KB_OK;
+    KB_INFO("informer", "informer=%s state_dir=%s records no API server (written by an older kbridge): taking it to "
+            "be the one configured now", inf->conf->name, dir);
+    free(*stored);
+    *stored = adopted;
+    return kb_state_put_definition(inf->state, *stored, *pending);
+}
+
 /* Compare the definition state_dir was written under with this one
  * (informer/definition.h). A change makes every reflector list first and
  * diff, whatever the checkpoint says; the new definition is stored with the
@@ -1215,6 +1260,11 @@ static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
         free(pending);
         return kb_state_put_definition(inf->state, inf->def, NULL);
     }
+    if (kb_inf_adopt_server(inf, dir, &stored, &pending) != KB_OK) {
+        free(stored);
+        free(pending);
+        return KB_ERR_IO;
+    }
     kb_buf_t what = KB_BUF_INIT;
     unsigned diff = kb_definition_diff(stored, inf->def, &what);
     if (pending) {
@@ -1233,11 +1283,12 @@ static kb_err_t kb_inf_check_definition(kb_informer_t *inf, const char *dir) {
         for (size_t i = 0; i < inf->n_refl; i++)
             inf->refl[i].def_stale = true;
         inf->def_reshape = (diff & KB_DEF_RESHAPED) != 0;
+        inf->def_new_server = (diff & KB_DEF_SERVER) != 0;
         KB_WARN("informer", "informer=%s definition changed since state_dir was written: %s; listing again instead "
                 "of resuming: objects that no longer match leave as DELETED finalStateUnknown, new matches arrive as "
                 "ADDED%s", inf->conf->name, what.data, inf->def_reshape ? ", every object is sent again in its new "
                 "shape" : "");
-        err = kb_state_put_definition(inf->state, NULL, inf->def);
+        err = kb_inf_put_pending(inf);
     }
     kb_buf_fini(&what);
     return err;
@@ -1275,6 +1326,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
         return KB_ERR_IO;
     }
     kb_inf_set_resume_points(inf);
+    inf->prior_rv = kb_ledger_known_rv(inf->ledger);
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);
     KB_INFOF("informer",
@@ -1342,7 +1394,7 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
     inf->conf = conf;
     inf->api = api;
     inf->tf = tf;
-    inf->def = kb_definition_text(conf);
+    inf->def = kb_definition_text(conf, api ? kb_apiclient_server(api) : cfg->cluster.server);
     inf->def_closing = -1;
     inf->res = kb_resource_new(cfg->cluster.name, conf->name, conf->group, conf->version, conf->resource);
     _Static_assert(KB_CONFIG_INDEX_LABELS_MAX <= KB_INDEXER_MAX_LABELS, "index_labels fit the indexer");

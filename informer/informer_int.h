@@ -142,6 +142,11 @@ struct kb_informer {
                                     * set before start */
     int def_closing;               /* ingest_mtx: the reflector whose list completes in the open batch
                                     * under the changed definition (-1: none) */
+    bool def_new_server;           /* ingest_mtx: another API server than state_dir's: the first list to
+                                    * complete starts a new epoch, whatever its RV */
+    uint64_t prior_rv;             /* ingest_mtx: what a list of a scope with no resume point compares with
+                                    * to notice a restore: state_dir's newest resume point at start
+                                    * (kb_ledger_known_rv); 0 once a restore was noticed (a new epoch) */
 
     /* The checkpointer: writes the ledger's watermark every 200 ms. */
     pthread_t ckpt_thread;

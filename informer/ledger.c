@@ -26,15 +26,19 @@
  * and the drift audit, asking the same grave, would agree. So no grave may
  * stand above the resume point of its scope (the watch brings only RVs above
  * it; in one history every delete is at or below it, so the rule changes
- * nothing there). Three places keep it: the relist that sees the RV go back
+ * nothing there). Four places keep it: the relist that sees the RV go back
  * (informer.c) forgets every grave, and its inferred DELETEs — which carry
  * the old history's last RV of the object — leave graves at the list's RV at
- * most (accept's ceiling); at start-up the journal's tail graves are capped at
- * the scope's resume point, so a restart after a restore does not bring the
- * old history's deletes back as a gate (the epoch persists as the journal's
- * resume points: nothing else needs storing); and the audit (audit.c) takes a
- * grave its list contradicts for one of another history and drops it before
- * its repair meets the gate.
+ * most (accept's ceiling); every complete list caps its scope's graves at its
+ * RV (kb_ledger_cap_graves: a consistent list comes after every delete of its
+ * history kbridge saw, so only another history's graves are above it — this
+ * holds where the regression is not visible, say a scope that lists with no
+ * resume point after a changed definition); at start-up the journal's tail
+ * graves are capped at the scope's resume point, so a restart after a restore
+ * does not bring the old history's deletes back as a gate (the epoch persists
+ * as the journal's resume points: nothing else needs storing); and the audit
+ * (audit.c) takes a grave its list contradicts for one of another history and
+ * drops it before its repair meets the gate.
  *
  * Why redeliveries are marked: after a crash the journal's tail is queued
  * again, and some of it may already be at a sink. LATEST compaction would let
@@ -100,6 +104,9 @@ struct kb_ledger {
     kb_tail_entry_t *tail;
     size_t n_tail, cap_tail;
     char (*start_rv)[KB_RV_MAX]; /* per scope: where the checkpoint resumes */
+    kb_strmap_t *last_rvs;       /* every scope the journal names, ours or not ("" or "ns") → its newest decimal
+                                  * resume point (uintptr_t), while loading */
+    uint64_t known_rv;           /* the highest of those (kb_ledger_known_rv) */
 
     pthread_mutex_t mtx;        /* guards what follows; a leaf lock */
     kb_slot_t *ring;
@@ -228,6 +235,21 @@ static void kb_parse_rvs(const kb_ledger_t *l, const char *list, char (*rvs)[KB_
 
 /* ---- start-up ------------------------------------------------------------ */
 
+/* Note each resume point of a stored list ("rv" or "ns/rv", joined with ','),
+ * whatever scope it names, as that scope's newest (kb_ledger_known_rv). */
+static void kb_note_rvs(kb_ledger_t *l, const char *list) {
+    for (const char *p = list; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *slash = memchr(p, '/', len), *rv = slash ? slash + 1 : p;
+        size_t ns_len = slash ? (size_t)(slash - p) : 0;
+        uint64_t n = kb_rv_parse(rv, len - (size_t)(rv - p));
+        if (n)
+            kb_strmap_put(l->last_rvs, p, ns_len, kb_fnv1a64(p, ns_len), (void *)(uintptr_t)n);
+        p = comma ? comma + 1 : NULL;
+    }
+}
+
 static void kb_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *rv_after) {
     kb_ledger_t *l = opaque;
     if (l->n_tail == l->cap_tail) {
@@ -240,6 +262,7 @@ static void kb_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *r
     t->ev = ev;
     t->seq = seq;
     t->scope = kb_scope_of(l, rv_after, strlen(rv_after), &rv, &rv_len);
+    kb_note_rvs(l, rv_after);
     t->rv_after = t->scope >= 0 && rv_len ? kb_strndup(rv, rv_len) : NULL;
     if (t->rv_after) /* the journal is ahead of the checkpoint: resume where it ends */
         snprintf(l->start_rv[t->scope], KB_RV_MAX, "%s", t->rv_after);
@@ -249,15 +272,32 @@ static void kb_tail_cb(void *opaque, uint64_t seq, kb_event_t *ev, const char *r
     }
 }
 
-/* Where the scope of key resumes, as a number (0: unknown or not decimal). */
-static uint64_t kb_key_resume_rv(const kb_ledger_t *l, const char *key, size_t len) {
+/* Which scope key belongs to (-1: none of ours). */
+static int kb_key_scope(const kb_ledger_t *l, const char *key, size_t len) {
     const char *slash = memchr(key, '/', len);
     for (size_t i = 0; i < l->n_scopes; i++) {
         const char *ns = l->scope_ns[i];
         if (!ns || (slash && strlen(ns) == (size_t)(slash - key) && !memcmp(ns, key, (size_t)(slash - key))))
-            return kb_rv_parse(l->start_rv[i], strlen(l->start_rv[i]));
+            return (int)i;
     }
-    return 0;
+    return -1;
+}
+
+/* Lower to ceiling[scope of the key] every grave above it (a ceiling of 0
+ * leaves the scope's graves as they are). */
+static void kb_graves_cap(kb_ledger_t *l, const uint64_t *ceiling) {
+    kb_strmap_t *capped = kb_strmap_new(64);
+    size_t pos = 0, len;
+    const char *key;
+    void *v;
+    while (kb_strmap_next(l->graves, &pos, &key, &len, &v)) {
+        int scope = kb_key_scope(l, key, len);
+        if (scope >= 0 && ceiling[scope] && (uintptr_t)v > ceiling[scope])
+            v = (void *)(uintptr_t)ceiling[scope];
+        kb_strmap_put(capped, key, len, kb_fnv1a64(key, len), v);
+    }
+    kb_strmap_destroy(l->graves);
+    l->graves = capped;
 }
 
 /* No grave stands above where its scope resumes (the design note's epochs):
@@ -265,20 +305,34 @@ static uint64_t kb_key_resume_rv(const kb_ledger_t *l, const char *key, size_t l
  * the journal holds is at or below it. A tail grave higher than that is a
  * delete of a history the server went back from (etcd restored), journalled
  * before the relist that saw the restore; left as it is, it would refuse the
- * new history's objects of that name. */
+ * new history's objects of that name. A scope without a resume point lists
+ * first, and its list caps them (kb_ledger_cap_graves). */
 static void kb_graves_cap_at_resume(kb_ledger_t *l) {
-    kb_strmap_t *capped = kb_strmap_new(64);
+    uint64_t *ceiling = kb_calloc(l->n_scopes, sizeof(*ceiling));
+    for (size_t i = 0; i < l->n_scopes; i++)
+        ceiling[i] = kb_rv_parse(l->start_rv[i], strlen(l->start_rv[i]));
+    kb_graves_cap(l, ceiling);
+    free(ceiling);
+}
+
+void kb_ledger_cap_graves(kb_ledger_t *l, int scope, uint64_t rv) {
+    if (scope < 0 || !rv || !kb_strmap_count(l->graves))
+        return;
+    uint64_t *ceiling = kb_calloc(l->n_scopes, sizeof(*ceiling));
+    ceiling[scope] = rv;
+    kb_graves_cap(l, ceiling);
+    free(ceiling);
+}
+
+/* known_rv: the highest of every scope's newest resume point. */
+static void kb_known_rv_settle(kb_ledger_t *l) {
     size_t pos = 0, len;
-    const char *key;
+    const char *ns;
     void *v;
-    while (kb_strmap_next(l->graves, &pos, &key, &len, &v)) {
-        uint64_t resume = kb_key_resume_rv(l, key, len);
-        if (resume && (uintptr_t)v > resume)
-            v = (void *)(uintptr_t)resume;
-        kb_strmap_put(capped, key, len, kb_fnv1a64(key, len), v);
-    }
-    kb_strmap_destroy(l->graves);
-    l->graves = capped;
+    while (kb_strmap_next(l->last_rvs, &pos, &ns, &len, &v))
+        l->known_rv = (uintptr_t)v > l->known_rv ? (uintptr_t)v : l->known_rv;
+    kb_strmap_destroy(l->last_rvs);
+    l->last_rvs = NULL;
 }
 
 kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t errstr_size) {
@@ -286,20 +340,29 @@ kb_err_t kb_ledger_load(kb_ledger_t *l, kb_resource_t *res, char *errstr, size_t
         return KB_OK;
     kb_state_checkpoint_t cp;
     kb_err_t err = kb_state_read_checkpoint(l->state, &cp);
-    if (err == KB_OK)
+    l->last_rvs = kb_strmap_new(16);
+    if (err == KB_OK) {
         kb_parse_rvs(l, cp.rv, l->start_rv); /* the tail's resume points, read next, are newer */
+        kb_note_rvs(l, cp.rv);
+    }
     if (err != KB_OK || kb_state_load_journal(l->state, cp.seq, 0, res, kb_tail_cb, l) != KB_OK) {
         snprintf(errstr, errstr_size, "%s", kb_state_error(l->state));
         kb_state_checkpoint_fini(&cp);
+        kb_known_rv_settle(l);
         return KB_ERR_IO;
     }
     kb_graves_cap_at_resume(l);
+    kb_known_rv_settle(l);
     l->seq = cp.last_seq;
     l->acked = l->saved = l->loaded = cp.seq;
     l->base = cp.seq + 1;
     kb_parse_rvs(l, cp.rv, l->ack_rv);
     kb_state_checkpoint_fini(&cp);
     return KB_OK;
+}
+
+uint64_t kb_ledger_known_rv(const kb_ledger_t *l) {
+    return l->known_rv;
 }
 
 const char *kb_ledger_resume_rv(const kb_ledger_t *l, size_t scope) {

@@ -70,6 +70,12 @@ void kb_ledger_tag(const kb_ledger_t *l, int scope, const char *rv, kb_buf_t *ou
  * checkpoint instead would replay changes already in the journal and stage
  * resume points older than the journal's, moving the watermark's back. */
 const char *kb_ledger_resume_rv(const kb_ledger_t *l, size_t scope);
+/* The highest decimal resume point state_dir held at load, over the newest
+ * one of every scope it names — also scopes of an earlier definition (0:
+ * none). A consistent list taken later in the same history is at or above it:
+ * what a list of a scope with no resume point of its own (a changed
+ * definition) compares with to notice a restore. */
+uint64_t kb_ledger_known_rv(const kb_ledger_t *l);
 size_t kb_ledger_tail_len(const kb_ledger_t *l);
 /* Track every tail entry again and hand each event (a reference the callee
  * owns) to queue(), in seq order. After this the tail is empty. */
@@ -109,6 +115,13 @@ void kb_ledger_batch_committed(kb_ledger_t *l);
 /* The server's history went back (etcd restored): old graves mean nothing.
  * (The graves the relist then leaves stand at its RV at most: see accept.) */
 void kb_ledger_forget_graves(kb_ledger_t *l);
+/* A complete list of scope at rv (decimal, > 0): no grave of the scope's keys
+ * stands above rv any more. A consistent list is taken after every change
+ * kbridge saw of that history, so in one history this changes nothing; a
+ * grave above it is of a history the server went back from (etcd restored),
+ * whether or not the list's RV showed the regression (a scope with no resume
+ * point to compare with: a changed definition, a first list). */
+void kb_ledger_cap_graves(kb_ledger_t *l, int scope, uint64_t rv);
 size_t kb_ledger_graves(const kb_ledger_t *l);
 
 /* ---- in flight (any thread; l->mtx) ---------------------------------------- */

@@ -3,7 +3,8 @@ resourceVersions restart below what kbridge has seen), the consumer's view
 follows the restored state, and a name created again afterwards at an RV
 below the one its old incarnation had is delivered — not taken for a replay
 of the old history, neither by the per-key gate nor by the drift audit —
-also after a restart from state_dir."""
+also after a restart from state_dir, and a restore while kbridge is down is
+noticed by a start with a changed definition too."""
 from kbtest import *
 
 INF = '{ name = "pods"; version = "v1"; resource = "pods"; page_size = 100; audit_seconds = 2; audit_relist_ratio = 0.5; }'
@@ -47,6 +48,19 @@ def test():
     b.start()
     b.wait_converged(sim, timeout=30)
     check(b.view()["ns1/p7"]["uid"] == st["ns1/p7"]["uid"], "the consumer has the new p7 after the restart")
+
+    # A restore while kbridge is down, then a start with another definition: it lists every scope
+    # with no resume point of its own, and still notices the RV going back (what state_dir held).
+    sim.ctl("snapshot")
+    sim.bulk(pod_ops("create", "ns1", ["p10", "p11"]) + pod_ops("delete", "ns1", ["p6"]))
+    b.wait_converged(sim, timeout=30)
+    check(b.stop() == 0, "SIGTERM exits 0")
+    sim.ctl("restore")
+    b.rewrite_config('resource = "pods";', 'resource = "pods"; namespaces = [ "ns1" ];')
+    b.start()
+    b.wait_converged(sim, timeout=30)
+    check("resourceVersion went back" in b.logtext()[b.log_start:],
+          "the restore is noticed by a start with a changed definition:\n%s" % b.logtext()[b.log_start:][-2000:])
     check(b.stop() == 0, "SIGTERM exits 0")
     sim.stop()
 

@@ -43,14 +43,15 @@ static void test_text_and_diff(void **state) {
     kb_config_t *a = config("label_selector = \"app=a\"; namespaces = [ \"n2\", \"n1\" ];");
     kb_config_t *b = config("label_selector = \"app=b\"; namespaces = [ \"n1\", \"n2\" ];");
     kb_config_t *c = config("label_selector = \"app=a\"; namespaces = [ \"n1\", \"n2\" ]; keep_fields = [ \"spec\" ];");
-    char *ta = kb_definition_text(&a->informers[0]), *tb = kb_definition_text(&b->informers[0]),
-         *tc = kb_definition_text(&c->informers[0]);
+    const char *srv = "http://127.0.0.1:9";
+    char *ta = kb_definition_text(&a->informers[0], srv), *tb = kb_definition_text(&b->informers[0], srv),
+         *tc = kb_definition_text(&c->informers[0], srv);
     assert_non_null(strstr(ta, "namespaces=[\"n1\",\"n2\"]\n")); /* sorted: the order means nothing */
     assert_non_null(strstr(ta, "label_selector=\"app=a\"\n"));
     /* The fields lists are sets too: their order changes neither objects nor bytes. */
     kb_config_t *d1 = config("drop_fields = [ \"metadata.managedFields\", \"status\" ];");
     kb_config_t *d2 = config("drop_fields = [ \"status\", \"metadata.managedFields\" ];");
-    char *td1 = kb_definition_text(&d1->informers[0]), *td2 = kb_definition_text(&d2->informers[0]);
+    char *td1 = kb_definition_text(&d1->informers[0], srv), *td2 = kb_definition_text(&d2->informers[0], srv);
     assert_string_equal(td1, td2);
     free(td1);
     free(td2);
@@ -122,8 +123,9 @@ static kb_informer_t *open_inf(kb_config_t *cfg, char *rv, size_t rv_size) {
     return inf;
 }
 
-/* Forget the stored definition, as a state_dir from before definitions were kept. */
-static void forget_definition(void) {
+/* Forget the stored definition, as a state_dir from before definitions were
+ * kept; or with only_server, its server line (from before servers were). */
+static void forget_definition(bool only_server) {
     char path[64];
     snprintf(path, sizeof(path), "%s/pods", dir);
     MDB_env *env;
@@ -135,10 +137,52 @@ static void forget_definition(void) {
     assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
     assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
     assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
-    MDB_val k = {10, (void *)"definition"};
-    assert_int_equal(mdb_del(txn, meta, &k, NULL), 0);
+    MDB_val k = {10, (void *)"definition"}, v;
+    if (only_server) {
+        assert_int_equal(mdb_get(txn, meta, &k, &v), 0);
+        char *text = strndup(v.mv_data, v.mv_size), *rest = strchr(text, '\n') + 1;
+        assert_int_equal(strncmp(text, "server=", 7), 0);
+        v = (MDB_val){strlen(rest), rest};
+        assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+        free(text);
+    } else {
+        assert_int_equal(mdb_del(txn, meta, &k, NULL), 0);
+    }
     assert_int_equal(mdb_txn_commit(txn), 0);
     mdb_env_close(env);
+}
+
+/* The API server is part of the definition (another cluster on the same
+ * state_dir lists and diffs); a text stored before it was is taken to be of
+ * the server configured now, not a change. A pending definition marked as
+ * re-sending is a reshape against any other. */
+static void test_server(void **state) {
+    (void)state;
+    kb_config_informer_t pods = {.group = "", .version = "v1", .resource = "pods", .label_selector = "",
+                                 .field_selector = ""};
+    char *ta = kb_definition_text(&pods, "https://a:6443"), *tb = kb_definition_text(&pods, "https://b:6443");
+    kb_buf_t what = KB_BUF_INIT;
+    assert_int_equal(kb_definition_diff(ta, tb, &what), KB_DEF_CHANGED | KB_DEF_SERVER);
+    assert_string_equal(what.data, "server \"https://a:6443\" -> \"https://b:6443\"");
+    char *old = strdup(strchr(ta, '\n') + 1); /* without its first line: the server */
+    assert_null(strstr(old, "server="));
+    char *adopted = kb_definition_adopt(old, tb);
+    assert_non_null(adopted);
+    assert_string_equal(adopted, tb);
+    assert_null(kb_definition_adopt(ta, tb)); /* it has one: nothing to adopt */
+    /* A pending definition whose start re-sent every object: whatever comes
+     * next (here the very same definition) owes the re-send too. */
+    char *resending = malloc(strlen(tb) + sizeof(KB_DEF_RESEND_LINE));
+    strcpy(resending, tb);
+    strcat(resending, KB_DEF_RESEND_LINE);
+    kb_buf_reset(&what);
+    assert_int_equal(kb_definition_diff(resending, tb, &what), KB_DEF_CHANGED | KB_DEF_RESHAPED);
+    free(resending);
+    kb_buf_fini(&what);
+    free(adopted);
+    free(old);
+    free(ta);
+    free(tb);
 }
 
 /* Where a redaction writes base64 (a Secret's data), the definition says so:
@@ -150,7 +194,7 @@ static void test_redact_base64_reshapes(void **state) {
                                 .field_selector = "", .redact_fields = {redact, 1}};
     kb_config_informer_t pods = sec;
     pods.resource = "pods";
-    char *ts = kb_definition_text(&sec), *tp = kb_definition_text(&pods);
+    char *ts = kb_definition_text(&sec, ""), *tp = kb_definition_text(&pods, "");
     assert_non_null(strstr(ts, "redact_base64=[\"data\"]\n"));
     assert_null(strstr(tp, "redact_base64"));
     /* the same text without the key: what an older kbridge stored */
@@ -203,13 +247,21 @@ static void test_changed_definition_relists(void **state) {
     kb_informer_destroy(inf);
 
     /* No definition stored (an older kbridge): the current one is adopted and resumes … */
-    forget_definition();
+    forget_definition(false);
     inf = open_inf(a, rv, sizeof(rv));
     assert_string_equal(rv, "6");
     kb_informer_destroy(inf);
     /* … and is what the next start compares with. */
     inf = open_inf(b, rv, sizeof(rv));
     assert_string_equal(rv, "");
+    assert_int_equal(list(inf, "7", bs, 1), KB_OK);
+    assert_int_equal(kb_ingest_list_end(inf, 0), KB_OK);
+    kb_informer_destroy(inf);
+
+    /* One stored without the API server: taken to be of the server configured now, it resumes. */
+    forget_definition(true);
+    inf = open_inf(b, rv, sizeof(rv));
+    assert_string_equal(rv, "7");
     kb_informer_destroy(inf);
 
     kb_config_free(a);
@@ -222,6 +274,7 @@ static void test_changed_definition_relists(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_text_and_diff),
                                        cmocka_unit_test(test_redact_base64_reshapes),
+                                       cmocka_unit_test(test_server),
                                        cmocka_unit_test(test_changed_definition_relists)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
