@@ -28,15 +28,30 @@
  * server's http.max_streams slots (bridge/slots.h), 429 beyond.
  *
  * Watches read the informer's history (informer/history.h): one subscriber
- * per informer whatever the number of watchers, each watcher a position in a
- * shared ring of references, so a change costs one reference, and the object
- * bytes — serialized once by the informer — are shared by all watchers; each
- * writes only the fixed frame around them. A watcher whose position is
- * evicted is too slow: its stream ends (the API server does the same) and the
+ * per informer whatever the number of watchers, a shared ring of references,
+ * and per watcher a queue the history fills by index (a spec.nodeName watch
+ * is handed only its node's changes, before and after them, with the type
+ * the enter/leave rule gives it) — so a change costs in proportion to the
+ * watchers it reaches. The object bytes, serialized once by the informer, are
+ * written from the shared event straight into libmicrohttpd's buffer with
+ * only the frame around them (kb_kapi_pend_copy): no copy per watcher
+ * besides the socket's. A watcher that lost changes (one it had not read was
+ * evicted) is too slow: its stream ends (the API server does the same) and the
  * client resumes from its last resourceVersion, getting 410 if that is gone.
  * A watch from unset/"0" sends ADDED for a cut and continues after the cut's
- * position in the ring (no gap, no repeat). Label selectors apply the enter/
- * leave rule with the labels each ring entry remembers from before the change.
+ * position in the ring (no gap, no repeat).
+ *
+ * Why a thread per watch still, and what it costs: libmicrohttpd runs a
+ * thread per connection (bridge/http.c) and a watch's content reader blocks
+ * on it; moving watches to one epoll writer would mean taking the socket
+ * from libmicrohttpd (it offers that only for an HTTP upgrade) and writing
+ * HTTP/1.1 chunking and TLS ourselves. What made threads expensive was not
+ * their number but waking them: now a watch sleeps on its own condition
+ * variable until a change is queued for it, its bookmark or deadline is due,
+ * or the reaper wakes it (its client hung up, the server stops), so an idle
+ * watch costs no CPU, and memory is its thread's touched stack, the
+ * connection's pool and a KB_KAPI_WATCH_BLOCK response buffer (libmicrohttpd
+ * zeroes it: a 64 KB one was resident per watch).
  *
  * Threads: every handler runs on its connection's thread under the bridge's
  * read lock, except while it waits for a resourceVersion (the lock is let go,
@@ -73,6 +88,7 @@
 #define KB_KAPI_WAIT_MS 500
 #define KB_KAPI_IDLE_MS 30000  /* a quiet watch's longest sleep (hang-ups and stops wake it sooner) */
 #define KB_KAPI_PENDING 64     /* events a watch takes from its queue per write */
+#define KB_KAPI_WATCH_BLOCK 8192 /* libmicrohttpd's buffer of a watch (zeroed, so resident: per watch) */
 #define KB_KAPI_RV_WAIT_MS 3000
 #define KB_KAPI_CUTS 16
 #define KB_KAPI_CUT_TTL_MS (300 * 1000)
@@ -113,6 +129,19 @@ typedef struct kb_kapi_cut {
     kb_event_list_t items;      /* sorted by key; only what the labelSelector matches */
 } kb_kapi_cut_t;
 
+/* Why a watch ended (kbridge_api_watches_ended_total{reason}). */
+typedef enum {
+    KB_KAPI_END_STOP,     /* the server stops */
+    KB_KAPI_END_HANGUP,   /* the client hung up */
+    KB_KAPI_END_TIMEOUT,  /* timeoutSeconds, or the server's 30-60 min */
+    KB_KAPI_END_SLOW,     /* lost changes: the client read slower than the window moved */
+    KB_KAPI_END_EXPIRED,  /* a 410 ERROR event */
+    KB_KAPI_END_JOURNAL,  /* state_dir's journal was trimmed under a replay */
+    KB_KAPI_END_COUNT
+} kb_kapi_end_t;
+static const char *const kb_kapi_end_names[KB_KAPI_END_COUNT] = {"stop", "hangup", "timeout", "slow", "expired",
+                                                                "journal"};
+
 typedef struct kb_kapi_counter {
     char verb[16];
     char resource[160];
@@ -142,6 +171,7 @@ struct kb_kapi {
     atomic_ullong events_sent;
     atomic_ullong slow_closed;
     atomic_ullong expired;      /* watches answered 410 (older than the window) */
+    atomic_ullong ended[KB_KAPI_END_COUNT]; /* watches ended, by why */
     pthread_mutex_t reg_mtx;    /* guards the watch list (leaf) */
     struct kb_kapi_stream *watch_list;
     pthread_t reaper;           /* closes watches whose reader fell out of the window */
@@ -987,8 +1017,8 @@ static kb_kapi_stream_t *kb_kapi_stream_new(kb_kapi_t *k, const kb_kapi_res_t *r
 }
 
 static enum MHD_Result kb_kapi_stream_send(struct MHD_Connection *c, kb_kapi_stream_t *s) {
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, KB_KAPI_BLOCK, kb_kapi_stream_read, s, kb_kapi_stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, s->hist ? KB_KAPI_WATCH_BLOCK : KB_KAPI_BLOCK, kb_kapi_stream_read, s, kb_kapi_stream_free);
     if (!r) {
         kb_kapi_stream_free(s);
         return MHD_NO;
@@ -1429,6 +1459,12 @@ static int kb_kapi_idle_ms(const kb_kapi_stream_t *s, int64_t now) {
     return wait < 1 ? 1 : (int)wait;
 }
 
+/* Count why the watch ends; false (the stream's end). */
+static bool kb_kapi_end(kb_kapi_stream_t *s, kb_kapi_end_t why) {
+    atomic_fetch_add(&s->k->ended[why], 1);
+    return false;
+}
+
 /* Live changes: batch what is queued, sleep when nothing is. The watcher is
  * registered with the history at the first call (after the initial events),
  * from the position they end at. */
@@ -1444,8 +1480,10 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
     }
     for (;;) {
         int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
-        if (atomic_load(s->k->stopping) || kb_kapi_peer_gone(s->fd))
-            return false;
+        if (atomic_load(s->k->stopping))
+            return kb_kapi_end(s, KB_KAPI_END_STOP);
+        if (kb_kapi_peer_gone(s->fd))
+            return kb_kapi_end(s, KB_KAPI_END_HANGUP);
         char rv[64];
         bool buffered = s->n_pend || s->out.len;
         if (now >= s->deadline_ms) { /* the API server ends a timed-out watch quietly, after a last bookmark */
@@ -1453,7 +1491,7 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
                 return true;
             if (s->q.bookmarks && kb_history_watcher_rv(w, rv, sizeof(rv)))
                 kb_kapi_bookmark(s, rv, false);
-            return false;
+            return kb_kapi_end(s, KB_KAPI_END_TIMEOUT);
         }
         if (s->n_pend == KB_KAPI_PENDING || s->out.len >= KB_KAPI_BLOCK)
             return true;
@@ -1463,7 +1501,7 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
         if (got < 0) {
             if (!atomic_exchange(&s->slow, true))
                 atomic_fetch_add(&s->k->slow_closed, 1);
-            return false; /* too slow: the client resumes from its last resourceVersion */
+            return kb_kapi_end(s, KB_KAPI_END_SLOW); /* the client resumes from its last resourceVersion */
         }
         if (got > 0) {
             bool send = e.ev->rv_num > s->skip_le;
@@ -1518,7 +1556,7 @@ static bool kb_kapi_watch_journal(kb_kapi_stream_t *s) {
         kb_err_t e = kb_informer_replay(s->hist->inf, s->j_rv, &s->j_after, KB_KAPI_JOURNAL_PAGE,
                                         kb_kapi_journal_collect, s);
         if (e != KB_OK)
-            return false; /* trimmed meanwhile: the client resumes and gets 410 */
+            return kb_kapi_end(s, KB_KAPI_END_JOURNAL); /* the client resumes and gets 410 */
         if (s->j_after == before && s->j_page.n == 0) {
             s->journal = false;
             kb_kapi_slot_give(s);
@@ -1536,7 +1574,7 @@ static bool kb_kapi_watch_fill(kb_kapi_stream_t *s) {
         kb_buf_append_str(&s->out, "{\"type\":\"ERROR\",\"object\":");
         kb_kapi_status_json(&s->out, MHD_HTTP_GONE, "Expired", s->gone_msg, NULL);
         kb_buf_append_str(&s->out, "}\n");
-        return false;
+        return kb_kapi_end(s, KB_KAPI_END_EXPIRED);
     }
     while (s->next < s->items.n && s->out.len < KB_KAPI_BLOCK) {
         kb_event_t *ev = kb_kapi_item(s);
@@ -1633,6 +1671,11 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
     return true;
 }
 
+long kb_kapi_default_timeout_s(const char *resource, int64_t now_ms) {
+    /* Reduced while unsigned: a hash cast to long first is negative half the time. */
+    return 1800 + (long)((kb_fnv1a64(resource, strlen(resource)) ^ (uint64_t)now_ms) % 1800);
+}
+
 static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, const kb_kapi_res_t *r,
                                      const kb_kapi_path_t *p, kb_kapi_query_t *q) {
     if (atomic_fetch_add(&k->watches, 1) >= k->max_watches) {
@@ -1657,9 +1700,7 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     q->fsel = NULL;
     s->filter = (kb_history_filter_t){.ns = s->ns, .sel = s->q.sel, .fsel = s->q.fsel};
     int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
-    /* Without timeoutSeconds (or with 0) the API server picks 30-60 min. */
-    long timeout_s = s->q.timeout_s > 0 ? s->q.timeout_s : 1800 + (long)(kb_fnv1a64(p->resource, strlen(p->resource)) ^
-                                                                        (uint64_t)now) % 1800;
+    long timeout_s = s->q.timeout_s > 0 ? s->q.timeout_s : kb_kapi_default_timeout_s(p->resource, now);
     s->deadline_ms = now + timeout_s * 1000;
     s->next_bookmark_ms = now + k->bookmark_ms;
     if (s->deadline_ms - 2000 < s->next_bookmark_ms && timeout_s > 2)
@@ -1883,6 +1924,11 @@ void kb_kapi_metrics(kb_kapi_t *k, kb_buf_t *o) {
                       "counter\nkbridge_api_watches_expired_total %llu\n",
                    (unsigned long long)atomic_load(&k->events_sent), (unsigned long long)atomic_load(&k->slow_closed),
                    (unsigned long long)atomic_load(&k->expired));
+    kb_buf_append_str(o, "# HELP kbridge_api_watches_ended_total Kubernetes API watches ended, by why.\n"
+                         "# TYPE kbridge_api_watches_ended_total counter\n");
+    for (int i = 0; i < KB_KAPI_END_COUNT; i++)
+        kb_buf_appendf(o, "kbridge_api_watches_ended_total{reason=\"%s\"} %llu\n", kb_kapi_end_names[i],
+                       (unsigned long long)atomic_load(&k->ended[i]));
 }
 
 /* ---- life ------------------------------------------------------------------- */
