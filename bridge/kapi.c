@@ -49,9 +49,13 @@
  * their number but waking them: now a watch sleeps on its own condition
  * variable until a change is queued for it, its bookmark or deadline is due,
  * or the reaper wakes it (its client hung up, the server stops), so an idle
- * watch costs no CPU, and memory is its thread's touched stack, the
- * connection's pool and a KB_KAPI_WATCH_BLOCK response buffer (libmicrohttpd
- * zeroes it: a 64 KB one was resident per watch).
+ * watch costs no CPU. Memory per watch (measured, ~57 KB): the thread's
+ * stack, most of it the static TLS every thread gets (librdkafka alone has
+ * 15.5 KB of it) — the stack pages below a live watch's frame hold next to
+ * nothing, so giving them back gains nothing —, the connection's memory pool
+ * (libmicrohttpd's 32 KB, partly touched), and a KB_KAPI_WATCH_BLOCK
+ * response buffer (libmicrohttpd zeroes it: a 64 KB one was resident per
+ * watch).
  *
  * Threads: every handler runs on its connection's thread under the bridge's
  * read lock, except while it waits for a resourceVersion (the lock is let go,
@@ -81,6 +85,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -174,6 +179,7 @@ struct kb_kapi {
     atomic_ullong ended[KB_KAPI_END_COUNT]; /* watches ended, by why */
     pthread_mutex_t reg_mtx;    /* guards the watch list (leaf) */
     struct kb_kapi_stream *watch_list;
+    int epfd;                   /* live watches' sockets, for hang-ups (under reg_mtx; -1: none) */
     pthread_t reaper;           /* closes watches whose reader fell out of the window */
     bool reaper_started;
     atomic_bool quit;
@@ -951,6 +957,8 @@ static ssize_t kb_kapi_stream_read(void *cls, uint64_t pos, char *buf, size_t ma
 static void kb_kapi_unregister(kb_kapi_stream_t *s) {
     kb_kapi_t *k = s->k;
     pthread_mutex_lock(&k->reg_mtx);
+    if (atomic_load(&s->w) && k->epfd >= 0 && s->fd >= 0)
+        epoll_ctl(k->epfd, EPOLL_CTL_DEL, s->fd, NULL); /* under reg_mtx: the reaper sees no event of s after */
     if (s->reg_prev)
         s->reg_prev->reg_next = s->reg_next;
     else
@@ -1476,6 +1484,9 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
         w = kb_history_watch(s->hist->h, s->pos, &s->filter);
         pthread_mutex_lock(&s->k->reg_mtx);
         atomic_store(&s->w, w);
+        struct epoll_event ee = {.events = EPOLLRDHUP, .data.ptr = s};
+        if (s->k->epfd >= 0 && s->fd >= 0)
+            epoll_ctl(s->k->epfd, EPOLL_CTL_ADD, s->fd, &ee);
         pthread_mutex_unlock(&s->k->reg_mtx);
     }
     for (;;) {
@@ -1731,53 +1742,46 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     return kb_kapi_stream_send(c, s);
 }
 
-/* Once a second: shut down the socket of every watch that lost changes (a
+/* Wake the live watches whose client hung up (an idle watch sleeps until it
+ * has something): the epoll set holds their sockets, so this costs what
+ * hung up, not every watch. With stopping, wake every live watch. With
+ * lost_too, also shut down the socket of every watch that lost changes (a
  * watcher blocked because its client does not read never comes back to
- * notice; its stream then ends), and wake every watch whose client hung up
- * (an idle watch sleeps until it has something). Every 250 ms while the
- * server stops: wake them all. Holds reg_mtx, so no watch is freed meanwhile. */
-static void kb_kapi_reap(kb_kapi_t *k, bool stopping) {
+ * notice; its stream then ends). Holds reg_mtx, under which a stream leaves
+ * the list and the epoll set, so no watch is freed meanwhile. */
+static void kb_kapi_reap(kb_kapi_t *k, bool stopping, bool lost_too) {
     pthread_mutex_lock(&k->reg_mtx);
-    size_t n = 0;
-    for (kb_kapi_stream_t *s = k->watch_list; s; s = s->reg_next)
-        n++;
-    struct pollfd *pf = kb_calloc(n ? n : 1, sizeof(*pf));
-    kb_history_watcher_t **ws = kb_calloc(n ? n : 1, sizeof(*ws));
-    size_t m = 0;
-    for (kb_kapi_stream_t *s = k->watch_list; s; s = s->reg_next) {
+    struct epoll_event ev[256];
+    int n = k->epfd >= 0 ? epoll_wait(k->epfd, ev, 256, 0) : 0;
+    for (int i = 0; i < n; i++) {
+        kb_kapi_stream_t *s = ev[i].data.ptr;
+        epoll_ctl(k->epfd, EPOLL_CTL_DEL, s->fd, NULL); /* once: it ends now */
+        kb_history_watcher_wake(atomic_load(&s->w));
+    }
+    for (kb_kapi_stream_t *s = k->watch_list; (stopping || lost_too) && s; s = s->reg_next) {
         kb_history_watcher_t *w = atomic_load(&s->w);
         if (!w)
             continue; /* not live yet: writing its initial events or the journal */
         if (stopping) {
             kb_history_watcher_wake(w);
-            continue;
-        }
-        if (kb_history_watcher_lost(w) && !atomic_exchange(&s->slow, true)) {
+        } else if (kb_history_watcher_lost(w) && !atomic_exchange(&s->slow, true)) {
             atomic_fetch_add(&k->slow_closed, 1);
             if (s->fd >= 0)
                 shutdown(s->fd, SHUT_RDWR);
         }
-        pf[m] = (struct pollfd){.fd = s->fd, .events = POLLRDHUP};
-        ws[m++] = w;
     }
-    if (m && poll(pf, (nfds_t)m, 0) > 0)
-        for (size_t i = 0; i < m; i++)
-            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
-                kb_history_watcher_wake(ws[i]);
     pthread_mutex_unlock(&k->reg_mtx);
-    free(pf);
-    free(ws);
 }
 
+/* Every 250 ms: hang-ups (and, while the server stops, everything); every
+ * 2 s: watches that lost changes. */
 static void *kb_kapi_reaper(void *arg) {
     kb_kapi_t *k = arg;
     kb_thread_set_name("kb:kapi-reaper");
     for (unsigned tick = 1; !atomic_load(&k->quit); tick++) {
         struct timespec ts = {0, 250 * 1000 * 1000};
         nanosleep(&ts, NULL);
-        bool stopping = atomic_load(k->stopping);
-        if (stopping || tick % 4 == 0)
-            kb_kapi_reap(k, stopping);
+        kb_kapi_reap(k, atomic_load(k->stopping), tick % 8 == 0);
     }
     return NULL;
 }
@@ -1968,6 +1972,7 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *
     }
     kb_bridge_unlock(b);
     k->discoverer_started = k->api && pthread_create(&k->discoverer, NULL, kb_kapi_discover, k) == 0;
+    k->epfd = epoll_create1(EPOLL_CLOEXEC); /* -1: hang-ups are noticed at a watch's next wake-up */
     k->reaper_started = pthread_create(&k->reaper, NULL, kb_kapi_reaper, k) == 0;
     return k;
 }
@@ -1982,6 +1987,8 @@ void kb_kapi_destroy(kb_kapi_t *k) {
     atomic_store(&k->quit, true);
     if (k->reaper_started)
         pthread_join(k->reaper, NULL);
+    if (k->epfd >= 0)
+        close(k->epfd);
     if (k->discoverer_started)
         pthread_join(k->discoverer, NULL);
     kb_apiclient_destroy(k->api);

@@ -126,9 +126,13 @@ struct kb_history {
     kb_strmap_t *buckets;     /* term (dim byte + value) → kb_hbucket_t */
     uint64_t gen;             /* dispatch counter */
     atomic_ullong wakeups;
+    kb_history_watcher_t **wake; /* waiting watchers an append queued for: signalled after mtx is let go */
+    size_t n_wake, cap_wake;
+    pthread_mutex_t sig_mtx;  /* held while signalling them; unwatch takes it so w outlives a signal */
 };
 
 static void kb_history_dispatch(kb_history_t *h, uint64_t pos);
+static void kb_history_unlock_wake(kb_history_t *h);
 
 static kb_history_labels_t *kb_hl_new(const char *s, size_t len, const kb_buf_t *rec) {
     kb_history_labels_t *l = kb_malloc(sizeof(*l) + len + 1 + rec->len);
@@ -221,7 +225,7 @@ static void kb_history_sub(void *opaque, kb_event_t *ev) {
         kb_history_push(h, ev);
     else
         kb_event_list_push(&h->parked, kb_event_ref(ev));
-    pthread_mutex_unlock(&h->mtx);
+    kb_history_unlock_wake(h);
 }
 
 kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
@@ -236,6 +240,7 @@ kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
     atomic_init(&h->wakeups, 0);
     kb_event_list_init(&h->parked);
     pthread_mutex_init(&h->mtx, NULL);
+    pthread_mutex_init(&h->sig_mtx, NULL);
     if (!kb_informer_subscribe(inf, kb_history_sub, h)) {
         kb_history_free(h);
         return NULL;
@@ -256,7 +261,7 @@ kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
             kb_history_push(h, h->parked.ev[i]);
     kb_event_list_fini(&h->parked);
     kb_event_list_init(&h->parked);
-    pthread_mutex_unlock(&h->mtx);
+    kb_history_unlock_wake(h);
     kb_event_list_fini(&cut);
     return h;
 }
@@ -278,6 +283,8 @@ static void kb_history_free(kb_history_t *h) {
     KB_ASSERT(!h->all && !kb_strmap_count(h->buckets)); /* every watcher unregistered */
     kb_strmap_destroy(h->buckets);
     kb_event_list_fini(&h->parked);
+    free(h->wake);
+    pthread_mutex_destroy(&h->sig_mtx);
     pthread_mutex_destroy(&h->mtx);
     free(h->ring);
     free(h);
@@ -404,11 +411,41 @@ static bool kb_history_q_room(kb_history_t *h, kb_history_watcher_t *w) {
     return true;
 }
 
+/* Note w to be woken once mtx is let go (signalling under it would wake w
+ * only to block on mtx). Caller holds mtx. */
 static void kb_history_signal(kb_history_t *h, kb_history_watcher_t *w) {
     if (!w->waiting)
         return;
-    pthread_cond_signal(&w->cond);
-    atomic_fetch_add(&h->wakeups, 1);
+    w->waiting = false; /* once per wait */
+    if (h->n_wake == h->cap_wake) {
+        h->cap_wake = h->cap_wake ? h->cap_wake * 2 : 16;
+        h->wake = kb_realloc(h->wake, h->cap_wake * sizeof(*h->wake));
+    }
+    h->wake[h->n_wake++] = w;
+}
+
+/* Let go of mtx and wake the watchers noted meanwhile. A watcher's reader
+ * may return before its signal (a timeout): the signal is then spurious,
+ * which its wait tolerates; kb_history_unwatch waits on sig_mtx, so the
+ * watcher is not freed under the signal. */
+static void kb_history_unlock_wake(kb_history_t *h) {
+    if (!h->n_wake) {
+        pthread_mutex_unlock(&h->mtx);
+        return;
+    }
+    pthread_mutex_lock(&h->sig_mtx);
+    size_t n = h->n_wake;
+    kb_history_watcher_t *few[64];
+    kb_history_watcher_t **ws = n <= 64 ? few : kb_malloc(n * sizeof(*ws));
+    memcpy(ws, h->wake, n * sizeof(*ws));
+    h->n_wake = 0;
+    pthread_mutex_unlock(&h->mtx);
+    for (size_t i = 0; i < n; i++)
+        pthread_cond_signal(&ws[i]->cond);
+    pthread_mutex_unlock(&h->sig_mtx);
+    atomic_fetch_add(&h->wakeups, n);
+    if (ws != few)
+        free(ws);
 }
 
 /* Decide what w sees of the change at pos and queue it (once per dispatch
@@ -589,7 +626,7 @@ kb_history_watcher_t *kb_history_watch(kb_history_t *h, uint64_t pos, const kb_h
     w->lost = pos < h->first;
     for (uint64_t p = pos; p < h->next && !w->lost; p++)
         kb_history_offer(h, w, p, ++h->gen);
-    pthread_mutex_unlock(&h->mtx);
+    kb_history_unlock_wake(h);
     return w;
 }
 
@@ -599,7 +636,12 @@ void kb_history_unwatch(kb_history_watcher_t *w) {
     kb_history_t *h = w->h;
     pthread_mutex_lock(&h->mtx);
     kb_history_unfile(h, w);
+    for (size_t i = 0; i < h->n_wake; i++) /* (none: every append signals before it returns) */
+        if (h->wake[i] == w)
+            h->wake[i] = h->wake[--h->n_wake];
     pthread_mutex_unlock(&h->mtx);
+    pthread_mutex_lock(&h->sig_mtx); /* an append signalling w (noted before it was unfiled) is done */
+    pthread_mutex_unlock(&h->sig_mtx);
     pthread_cond_destroy(&w->cond);
     free(w->q);
     free(w->term);
@@ -645,7 +687,7 @@ void kb_history_watcher_wake(kb_history_watcher_t *w) {
     pthread_mutex_lock(&w->h->mtx);
     w->kicked = true;
     kb_history_signal(w->h, w);
-    pthread_mutex_unlock(&w->h->mtx);
+    kb_history_unlock_wake(w->h);
 }
 
 bool kb_history_watcher_lost(kb_history_watcher_t *w) {
