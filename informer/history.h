@@ -30,7 +30,8 @@
  * the informer's ingest lock: it takes references, copies labels and queues
  * positions); readers on any thread. Locks: one mutex per history, a leaf
  * inside the informer's subscriber lock; each watcher waits on its own
- * condition variable under that mutex.
+ * condition variable under that mutex, and is signalled after the mutex is
+ * let go, under a second one (sig_mtx, a leaf) that keeps it alive meanwhile.
  */
 #ifndef KB_INFORMER_HISTORY_H
 #define KB_INFORMER_HISTORY_H
