@@ -49,7 +49,7 @@
  * their number but waking them: now a watch sleeps on its own condition
  * variable until a change is queued for it, its bookmark or deadline is due,
  * or the reaper wakes it (its client hung up, the server stops), so an idle
- * watch costs no CPU. Memory per watch (measured, ~57 KB): the thread's
+ * watch costs no CPU. Memory per watch (measured, ~65 KB): the thread's
  * stack, most of it the static TLS every thread gets (librdkafka alone has
  * 15.5 KB of it) — the stack pages below a live watch's frame hold next to
  * nothing, so giving them back gains nothing —, the connection's memory pool
