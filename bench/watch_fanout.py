@@ -448,10 +448,27 @@ def run_setup(args, cp, label, n, cfg, server_pids, port, nodes, work):
                "open_at_end": st["connected"], "failed": st["failed"], "views_checked": checked, "views_wrong": bad, "wrong_examples": examples}
         if churn.errors:
             row["error_examples"] = churn.errors[:3]
+        if label == "kbridge":
+            row["kbridge_metrics"] = kbridge_metrics(cfg["host"], cfg["port"])
         print(json.dumps(row), flush=True)
         return row
     finally:
         client.stop()
+
+
+def kbridge_metrics(host, port):
+    """kbridge's watch counters: why watches ended, wake-ups, events written."""
+    c = http.client.HTTPConnection(host, port, timeout=30)
+    c.request("GET", "/metrics")
+    out = {}
+    for line in c.getresponse().read().decode().splitlines():
+        if line.startswith(("kbridge_api_watches_ended_total", "kbridge_api_watch_wakeups_total",
+                            "kbridge_api_watch_events_sent_total")):
+            k, v = line.rsplit(" ", 1)
+            if float(v):
+                out[k.replace("kbridge_api_", "")] = int(float(v))
+    c.close()
+    return out
 
 
 def table(args, rows, version):
@@ -478,6 +495,9 @@ def table(args, rows, version):
               "RSS %.2f x (target <= 0.20: %s); kbridge p99 %.1f ms (target <= 100 ms: %s)" % (
                   r["n"], cpu_ratio, "met" if cpu_ratio <= 0.2 else "NOT met", mem_ratio,
                   "met" if mem_ratio <= 0.2 else "NOT met", k["p99_ms"], "met" if k["p99_ms"] <= 100 else "NOT met"))
+    for r in rows:
+        if r.get("kbridge_metrics"):
+            print("\nkbridge N=%d counters since it started (all setups so far): %s" % (r["n"], r["kbridge_metrics"]))
     print("\nmachine: %s, %d cores shared with other jobs (a test suite ran beside it; load average %s)" % (
         os.uname().machine, os.cpu_count(), open("/proc/loadavg").read().split()[0]))
 

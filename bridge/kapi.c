@@ -28,15 +28,34 @@
  * server's http.max_streams slots (bridge/slots.h), 429 beyond.
  *
  * Watches read the informer's history (informer/history.h): one subscriber
- * per informer whatever the number of watchers, each watcher a position in a
- * shared ring of references, so a change costs one reference, and the object
- * bytes — serialized once by the informer — are shared by all watchers; each
- * writes only the fixed frame around them. A watcher whose position is
- * evicted is too slow: its stream ends (the API server does the same) and the
+ * per informer whatever the number of watchers, a shared ring of references,
+ * and per watcher a queue the history fills by index (a spec.nodeName watch
+ * is handed only its node's changes, before and after them, with the type
+ * the enter/leave rule gives it) — so a change costs in proportion to the
+ * watchers it reaches. The object bytes, serialized once by the informer, are
+ * written from the shared event straight into libmicrohttpd's buffer with
+ * only the frame around them (kb_kapi_pend_copy): no copy per watcher
+ * besides the socket's. A watcher that lost changes (one it had not read was
+ * evicted) is too slow: its stream ends (the API server does the same) and the
  * client resumes from its last resourceVersion, getting 410 if that is gone.
  * A watch from unset/"0" sends ADDED for a cut and continues after the cut's
- * position in the ring (no gap, no repeat). Label selectors apply the enter/
- * leave rule with the labels each ring entry remembers from before the change.
+ * position in the ring (no gap, no repeat).
+ *
+ * Why a thread per watch still, and what it costs: libmicrohttpd runs a
+ * thread per connection (bridge/http.c) and a watch's content reader blocks
+ * on it; moving watches to one epoll writer would mean taking the socket
+ * from libmicrohttpd (it offers that only for an HTTP upgrade) and writing
+ * HTTP/1.1 chunking and TLS ourselves. What made threads expensive was not
+ * their number but waking them: now a watch sleeps on its own condition
+ * variable until a change is queued for it, its bookmark or deadline is due,
+ * or the reaper wakes it (its client hung up, the server stops), so an idle
+ * watch costs no CPU. Memory per watch (measured, ~65 KB): the thread's
+ * stack, most of it the static TLS every thread gets (librdkafka alone has
+ * 15.5 KB of it) — the stack pages below a live watch's frame hold next to
+ * nothing, so giving them back gains nothing —, the connection's memory pool
+ * (libmicrohttpd's 32 KB, partly touched), and a KB_KAPI_WATCH_BLOCK
+ * response buffer (libmicrohttpd zeroes it: a 64 KB one was resident per
+ * watch).
  *
  * Threads: every handler runs on its connection's thread under the bridge's
  * read lock, except while it waits for a resourceVersion (the lock is let go,
@@ -67,11 +86,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define KB_KAPI_BLOCK 65536
 #define KB_KAPI_WAIT_MS 500
+#define KB_KAPI_IDLE_MS 30000  /* a quiet watch's longest sleep (hang-ups and stops wake it sooner) */
+#define KB_KAPI_PENDING 64     /* events a watch takes from its queue per write */
+#define KB_KAPI_WATCH_BLOCK 8192 /* libmicrohttpd's buffer of a watch (zeroed, so resident: per watch) */
 #define KB_KAPI_RV_WAIT_MS 3000
 #define KB_KAPI_CUTS 16
 #define KB_KAPI_CUT_TTL_MS (300 * 1000)
@@ -112,6 +136,19 @@ typedef struct kb_kapi_cut {
     kb_event_list_t items;      /* sorted by key; only what the labelSelector matches */
 } kb_kapi_cut_t;
 
+/* Why a watch ended (kbridge_api_watches_ended_total{reason}). */
+typedef enum {
+    KB_KAPI_END_STOP,     /* the server stops */
+    KB_KAPI_END_HANGUP,   /* the client hung up */
+    KB_KAPI_END_TIMEOUT,  /* timeoutSeconds, or the server's 30-60 min */
+    KB_KAPI_END_SLOW,     /* lost changes: the client read slower than the window moved */
+    KB_KAPI_END_EXPIRED,  /* a 410 ERROR event */
+    KB_KAPI_END_JOURNAL,  /* state_dir's journal was trimmed under a replay */
+    KB_KAPI_END_COUNT
+} kb_kapi_end_t;
+static const char *const kb_kapi_end_names[KB_KAPI_END_COUNT] = {"stop", "hangup", "timeout", "slow", "expired",
+                                                                "journal"};
+
 typedef struct kb_kapi_counter {
     char verb[16];
     char resource[160];
@@ -142,12 +179,21 @@ struct kb_kapi {
     atomic_ullong events_sent;
     atomic_ullong slow_closed;
     atomic_ullong expired;      /* watches answered 410 (older than the window) */
+    atomic_ullong ended[KB_KAPI_END_COUNT]; /* watches ended, by why */
     pthread_mutex_t reg_mtx;    /* guards the watch list (leaf) */
     struct kb_kapi_stream *watch_list;
+    int epfd;                   /* live watches' sockets, for hang-ups (under reg_mtx; -1: none) */
     pthread_t reaper;           /* closes watches whose reader fell out of the window */
     bool reaper_started;
     atomic_bool quit;
 };
+
+#ifndef PR_FUTEX_HASH /* Linux 6.16: a process's own futex hash (prctl(2)) */
+#define PR_FUTEX_HASH 78
+#define PR_FUTEX_HASH_SET_SLOTS 1
+#define PR_FUTEX_HASH_GET_SLOTS 2
+#endif
+#define KB_KAPI_FUTEX_SLOTS_MAX 16384 /* 1 MB of kernel memory at most */
 
 /* Core resources that are cluster-scoped (when discovery cannot be read). */
 static const char *const kb_kapi_cluster_scoped[] = {
@@ -757,29 +803,10 @@ static unsigned kb_kapi_query_parse(struct MHD_Connection *c, const kb_fields_ki
     return 0;
 }
 
-/* Does ev (its object readable) match q's field selector? rec is ev's field
- * record when known (the history's), else NULL: read here when needed. */
-static bool kb_kapi_fields_match(const kb_kapi_query_t *q, const kb_fields_kind_t *kind, const kb_event_t *ev,
-                                 const char *rec, size_t rec_len) {
-    if (!q->fsel)
-        return true;
-    kb_buf_t own;
-    kb_buf_init(&own);
-    if (!rec && kb_fieldsel_needs_record(q->fsel)) {
-        kb_fields_extract(kind, ev->obj, ev->obj_len, &own);
-        rec = own.data;
-        rec_len = own.len;
-    }
-    bool ok = kb_fieldsel_match(q->fsel, ev->ns, ev->ns_len, ev->name, ev->name_len, rec, rec_len);
-    kb_buf_fini(&own);
-    return ok;
-}
-
 /* Does ev (its object readable) match both of q's selectors? */
 static bool kb_kapi_matches(const kb_kapi_query_t *q, const kb_fields_kind_t *kind, const kb_event_t *ev) {
-    return kb_kapi_fields_match(q, kind, ev, NULL, 0) &&
-           (!q->sel || kb_selector_match_json(q->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL,
-                                              ev->labels_len));
+    kb_history_filter_t f = {.sel = q->sel, .fsel = q->fsel};
+    return kb_history_matches(kind, &f, ev, NULL, 0);
 }
 
 static const kb_fields_kind_t *kb_kapi_kind(kb_informer_t *inf) {
@@ -813,7 +840,8 @@ static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_kapi_query_
             match = kb_kapi_matches(q, kind, full);
             kb_event_unref(full);
         } else {
-            match = kb_kapi_fields_match(q, kind, all->ev[i], NULL, 0);
+            kb_history_filter_t f = {.fsel = q->fsel};
+            match = kb_history_matches(kind, &f, all->ev[i], NULL, 0);
         }
         if (match)
             all->ev[keep++] = all->ev[i];
@@ -890,7 +918,13 @@ struct kb_kapi_stream {
     size_t j_next;
     int64_t deadline_ms, next_bookmark_ms;
     int fd;                 /* a dup of the client's socket (the reaper may shut it down) */
-    _Atomic uint64_t live_pos; /* pos, for the reaper */
+    kb_history_filter_t filter; /* ns and q's selectors, for the history */
+    _Atomic(kb_history_watcher_t *) w; /* registered once live (the reaper reads it under reg_mtx) */
+    struct kb_kapi_pend {   /* live events to write: the shared object bytes in a frame */
+        kb_event_t *ev;
+        kb_event_type_t type;
+    } pend[KB_KAPI_PENDING];
+    size_t n_pend, pend_i, pend_off; /* pend[pend_i] is written up to pend_off bytes of its line */
     atomic_bool slow;       /* counted as too slow once */
     struct kb_kapi_stream *reg_prev, *reg_next;
     bool registered;
@@ -898,25 +932,65 @@ struct kb_kapi_stream {
     struct MHD_Connection *conn; /* a watch's connection (its idle timeout is lifted after the initial events) */
 };
 
+/* Copy up to max bytes of the pending events' lines ({"type":…,"object":<the
+ * informer's bytes>}\n) into buf: the object is never copied anywhere else. */
+static size_t kb_kapi_pend_copy(kb_kapi_stream_t *s, char *buf, size_t max) {
+    size_t n = 0;
+    while (n < max && s->pend_i < s->n_pend) {
+        struct kb_kapi_pend *p = &s->pend[s->pend_i];
+        char head[48];
+        int hl = snprintf(head, sizeof(head), "{\"type\":\"%s\",\"object\":", kb_event_type_name(p->type));
+        const char *part[3] = {head, p->ev->obj, "}\n"};
+        size_t len[3] = {(size_t)hl, p->ev->obj_len, 2};
+        size_t off = s->pend_off;
+        for (int i = 0; i < 3 && n < max; i++) {
+            if (off >= len[i]) {
+                off -= len[i];
+                continue;
+            }
+            size_t c = len[i] - off < max - n ? len[i] - off : max - n;
+            memcpy(buf + n, part[i] + off, c);
+            n += c;
+            s->pend_off += c;
+            off = 0;
+        }
+        if (s->pend_off < len[0] + len[1] + len[2])
+            break;
+        kb_event_unref(p->ev);
+        p->ev = NULL;
+        s->pend_i++;
+        s->pend_off = 0;
+    }
+    if (s->pend_i == s->n_pend)
+        s->n_pend = s->pend_i = 0;
+    return n;
+}
+
 static ssize_t kb_kapi_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     kb_kapi_stream_t *s = cls;
     KB_UNUSED(pos);
-    while (s->out_off == s->out.len) {
+    while (s->out_off == s->out.len && s->pend_i == s->n_pend) {
         if (s->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
         kb_buf_reset(&s->out);
         s->out_off = 0;
         s->ended = !s->fill(s);
     }
-    size_t n = s->out.len - s->out_off < max ? s->out.len - s->out_off : max;
-    memcpy(buf, s->out.data + s->out_off, n);
-    s->out_off += n;
+    size_t n = 0;
+    if (s->out_off < s->out.len) {
+        n = s->out.len - s->out_off < max ? s->out.len - s->out_off : max;
+        memcpy(buf, s->out.data + s->out_off, n);
+        s->out_off += n;
+    }
+    n += kb_kapi_pend_copy(s, buf + n, max - n);
     return (ssize_t)n;
 }
 
 static void kb_kapi_unregister(kb_kapi_stream_t *s) {
     kb_kapi_t *k = s->k;
     pthread_mutex_lock(&k->reg_mtx);
+    if (atomic_load(&s->w) && k->epfd >= 0 && s->fd >= 0)
+        epoll_ctl(k->epfd, EPOLL_CTL_DEL, s->fd, NULL); /* under reg_mtx: the reaper sees no event of s after */
     if (s->reg_prev)
         s->reg_prev->reg_next = s->reg_next;
     else
@@ -951,6 +1025,9 @@ static void kb_kapi_stream_free(void *cls) {
     kb_kapi_slot_give(s);
     if (s->registered)
         kb_kapi_unregister(s);
+    kb_history_unwatch(atomic_load(&s->w));
+    for (size_t i = s->pend_i; i < s->n_pend; i++)
+        kb_event_unref(s->pend[i].ev);
     if (s->fd >= 0)
         close(s->fd);
     if (s->hist) {
@@ -980,8 +1057,8 @@ static kb_kapi_stream_t *kb_kapi_stream_new(kb_kapi_t *k, const kb_kapi_res_t *r
 }
 
 static enum MHD_Result kb_kapi_stream_send(struct MHD_Connection *c, kb_kapi_stream_t *s) {
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, KB_KAPI_BLOCK, kb_kapi_stream_read, s, kb_kapi_stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, s->hist ? KB_KAPI_WATCH_BLOCK : KB_KAPI_BLOCK, kb_kapi_stream_read, s, kb_kapi_stream_free);
     if (!r) {
         kb_kapi_stream_free(s);
         return MHD_NO;
@@ -1384,31 +1461,6 @@ static void kb_kapi_bookmark(kb_kapi_stream_t *s, const char *rv, bool initial_e
     s->next_bookmark_ms = kb_now_mono_ns() / KB_NS_PER_MS + s->k->bookmark_ms;
 }
 
-/* The type this watcher sees for a change, or -1 to skip it: the enter/leave
- * rule, for both selectors — a change that makes the object match is an
- * ADDED, one that makes it stop matching a DELETED (with the labels and the
- * field record the history remembers from before the change). */
-static int kb_kapi_watch_type(const kb_kapi_stream_t *s, const kb_history_entry_t *e) {
-    const kb_kapi_query_t *q = &s->q;
-    const kb_event_t *ev = e->ev;
-    if (s->ns[0] && (strlen(s->ns) != ev->ns_len || memcmp(s->ns, ev->ns, ev->ns_len)))
-        return -1;
-    if (!q->sel && !q->fsel)
-        return (int)ev->type;
-    const kb_fields_kind_t *kind = kb_kapi_kind(s->hist->inf);
-    bool now = ev->type != KB_EV_DELETED && kb_kapi_fields_match(q, kind, ev, e->fields, e->fields_len) &&
-               (!q->sel || kb_selector_match_json(q->sel, ev->labels_len ? ev->obj + ev->labels_off : NULL,
-                                                  ev->labels_len));
-    bool before = ev->type == KB_EV_DELETED && kb_kapi_matches(q, kind, ev);
-    if (e->prev_exists)
-        before = kb_fieldsel_match(q->fsel, ev->ns, ev->ns_len, ev->name, ev->name_len, e->prev_fields,
-                                   e->prev_fields_len) &&
-                 (!q->sel || kb_selector_match_json(q->sel, e->prev_labels, e->prev_labels_len));
-    if (now)
-        return before ? KB_EV_MODIFIED : KB_EV_ADDED;
-    return before ? KB_EV_DELETED : -1;
-}
-
 static bool kb_kapi_peer_gone(int fd) {
     if (fd < 0)
         return false;
@@ -1426,44 +1478,96 @@ static bool kb_kapi_after_from(kb_kapi_stream_t *s, const kb_event_t *ev) {
     return false;
 }
 
-/* Live changes: batch what is there, wait when nothing is. */
+/* Queue ev for writing as a change of this type: a reference in pend (the
+ * object's bytes go out as they are), or, for a Table, its row in out. */
+static void kb_kapi_queue(kb_kapi_stream_t *s, kb_event_type_t type, kb_event_t *ev) {
+    if (s->q.as_table) {
+        kb_kapi_frame(s, type, ev);
+        return;
+    }
+    s->pend[s->n_pend].ev = kb_event_ref(ev);
+    s->pend[s->n_pend++].type = type;
+    atomic_fetch_add(&s->k->events_sent, 1);
+}
+
+/* How long an idle watch may sleep: until its deadline or its next bookmark,
+ * at most KB_KAPI_IDLE_MS (the reaper wakes it on a hang-up or a stop). */
+static int kb_kapi_idle_ms(const kb_kapi_stream_t *s, int64_t now) {
+    int64_t wait = KB_KAPI_IDLE_MS;
+    if (s->deadline_ms - now < wait)
+        wait = s->deadline_ms - now;
+    if (s->q.bookmarks) {
+        int64_t due = s->next_bookmark_ms - now;
+        if (due <= 0)
+            due = KB_KAPI_WAIT_MS; /* due but the progress is not known yet: look again soon */
+        if (due < wait)
+            wait = due;
+    }
+    return wait < 1 ? 1 : (int)wait;
+}
+
+/* Count why the watch ends; false (the stream's end). */
+static bool kb_kapi_end(kb_kapi_stream_t *s, kb_kapi_end_t why) {
+    atomic_fetch_add(&s->k->ended[why], 1);
+    return false;
+}
+
+/* Live changes: batch what is queued, sleep when nothing is. The watcher is
+ * registered with the history at the first call (after the initial events),
+ * from the position they end at. */
 static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
-    kb_history_t *h = s->hist->h;
+    kb_history_watcher_t *w = atomic_load(&s->w);
+    if (!w) {
+        kb_buf_fini(&s->out); /* the initial events' block: from here on, bookmarks only */
+        kb_buf_init(&s->out);
+        w = kb_history_watch(s->hist->h, s->pos, &s->filter);
+        pthread_mutex_lock(&s->k->reg_mtx);
+        atomic_store(&s->w, w);
+        struct epoll_event ee = {.events = EPOLLRDHUP, .data.ptr = s};
+        if (s->k->epfd >= 0 && s->fd >= 0)
+            epoll_ctl(s->k->epfd, EPOLL_CTL_ADD, s->fd, &ee);
+        pthread_mutex_unlock(&s->k->reg_mtx);
+    }
     for (;;) {
         int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
-        if (atomic_load(s->k->stopping) || kb_kapi_peer_gone(s->fd))
-            return false;
+        if (atomic_load(s->k->stopping))
+            return kb_kapi_end(s, KB_KAPI_END_STOP);
+        if (kb_kapi_peer_gone(s->fd))
+            return kb_kapi_end(s, KB_KAPI_END_HANGUP);
         char rv[64];
+        bool buffered = s->n_pend || s->out.len;
         if (now >= s->deadline_ms) { /* the API server ends a timed-out watch quietly, after a last bookmark */
-            if (s->q.bookmarks && kb_history_rv(h, s->pos, rv, sizeof(rv)))
+            if (buffered)
+                return true;
+            if (s->q.bookmarks && kb_history_watcher_rv(w, rv, sizeof(rv)))
                 kb_kapi_bookmark(s, rv, false);
-            return false;
+            return kb_kapi_end(s, KB_KAPI_END_TIMEOUT);
         }
+        if (s->n_pend == KB_KAPI_PENDING || s->out.len >= KB_KAPI_BLOCK)
+            return true;
         kb_history_entry_t e = {0};
-        int wait = s->out.len ? 0 : KB_KAPI_WAIT_MS;
-        int got = kb_history_next(h, &s->pos, wait, &e);
+        kb_event_type_t type = KB_EV_MODIFIED;
+        int got = kb_history_watcher_next(w, buffered ? 0 : kb_kapi_idle_ms(s, now), &e, &type);
         if (got < 0) {
             if (!atomic_exchange(&s->slow, true))
                 atomic_fetch_add(&s->k->slow_closed, 1);
-            return false; /* too slow: the client resumes from its last resourceVersion */
+            return kb_kapi_end(s, KB_KAPI_END_SLOW); /* the client resumes from its last resourceVersion */
         }
-        atomic_store(&s->live_pos, s->pos);
         if (got > 0) {
-            int type = e.ev->rv_num > s->skip_le ? kb_kapi_watch_type(s, &e) : -1;
-            if (type >= 0 && !kb_kapi_after_from(s, e.ev)) {
+            bool send = e.ev->rv_num > s->skip_le;
+            if (send && !kb_kapi_after_from(s, e.ev)) {
                 kb_history_entry_fini(&e);
                 return true; /* what is buffered, then the ERROR */
             }
-            if (type >= 0)
-                kb_kapi_frame(s, (kb_event_type_t)type, e.ev);
+            if (send)
+                kb_kapi_queue(s, type, e.ev);
             kb_history_entry_fini(&e);
-            if (s->out.len >= KB_KAPI_BLOCK)
-                return true;
             continue;
         }
-        if (s->out.len)
+        if (buffered)
             return true;
-        if (s->q.bookmarks && now >= s->next_bookmark_ms && kb_history_rv(h, s->pos, rv, sizeof(rv))) {
+        now = kb_now_mono_ns() / KB_NS_PER_MS;
+        if (s->q.bookmarks && now >= s->next_bookmark_ms && kb_history_watcher_rv(w, rv, sizeof(rv))) {
             kb_kapi_bookmark(s, rv, false);
             return true;
         }
@@ -1487,7 +1591,7 @@ static bool kb_kapi_watch_journal(kb_kapi_stream_t *s) {
             kb_event_t *ev = s->j_page.ev[s->j_next++];
             bool change = ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED || ev->type == KB_EV_DELETED;
             kb_history_entry_t e = {.ev = ev};
-            int type = change ? kb_kapi_watch_type(s, &e) : -1;
+            int type = change ? kb_history_entry_type(kb_kapi_kind(s->inf), &s->filter, &e) : -1;
             if (type >= 0 && !kb_kapi_after_from(s, ev))
                 return true; /* what is buffered, then the ERROR */
             if (type >= 0)
@@ -1502,13 +1606,12 @@ static bool kb_kapi_watch_journal(kb_kapi_stream_t *s) {
         kb_err_t e = kb_informer_replay(s->hist->inf, s->j_rv, &s->j_after, KB_KAPI_JOURNAL_PAGE,
                                         kb_kapi_journal_collect, s);
         if (e != KB_OK)
-            return false; /* trimmed meanwhile: the client resumes and gets 410 */
+            return kb_kapi_end(s, KB_KAPI_END_JOURNAL); /* the client resumes and gets 410 */
         if (s->j_after == before && s->j_page.n == 0) {
             s->journal = false;
             kb_kapi_slot_give(s);
             MHD_set_connection_option(s->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
             s->pos = kb_history_after_seq(s->hist->h, s->j_seq);
-            atomic_store(&s->live_pos, s->pos);
             return true;
         }
     }
@@ -1521,7 +1624,7 @@ static bool kb_kapi_watch_fill(kb_kapi_stream_t *s) {
         kb_buf_append_str(&s->out, "{\"type\":\"ERROR\",\"object\":");
         kb_kapi_status_json(&s->out, MHD_HTTP_GONE, "Expired", s->gone_msg, NULL);
         kb_buf_append_str(&s->out, "}\n");
-        return false;
+        return kb_kapi_end(s, KB_KAPI_END_EXPIRED);
     }
     while (s->next < s->items.n && s->out.len < KB_KAPI_BLOCK) {
         kb_event_t *ev = kb_kapi_item(s);
@@ -1618,6 +1721,11 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
     return true;
 }
 
+long kb_kapi_default_timeout_s(const char *resource, int64_t now_ms) {
+    /* Reduced while unsigned: a hash cast to long first is negative half the time. */
+    return 1800 + (long)((kb_fnv1a64(resource, strlen(resource)) ^ (uint64_t)now_ms) % 1800);
+}
+
 static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, const kb_kapi_res_t *r,
                                      const kb_kapi_path_t *p, kb_kapi_query_t *q) {
     if (atomic_fetch_add(&k->watches, 1) >= k->max_watches) {
@@ -1640,10 +1748,9 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     s->q = *q;
     q->sel = NULL; /* the stream owns them now */
     q->fsel = NULL;
+    s->filter = (kb_history_filter_t){.ns = s->ns, .sel = s->q.sel, .fsel = s->q.fsel};
     int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
-    /* Without timeoutSeconds (or with 0) the API server picks 30-60 min. */
-    long timeout_s = s->q.timeout_s > 0 ? s->q.timeout_s : 1800 + (long)(kb_fnv1a64(p->resource, strlen(p->resource)) ^
-                                                                        (uint64_t)now) % 1800;
+    long timeout_s = s->q.timeout_s > 0 ? s->q.timeout_s : kb_kapi_default_timeout_s(p->resource, now);
     s->deadline_ms = now + timeout_s * 1000;
     s->next_bookmark_ms = now + k->bookmark_ms;
     if (s->deadline_ms - 2000 < s->next_bookmark_ms && timeout_s > 2)
@@ -1664,7 +1771,6 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     s->conn = c;
     if (!s->slot)
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-    atomic_store(&s->live_pos, s->journal ? UINT64_MAX : s->pos);
     pthread_mutex_lock(&k->reg_mtx);
     s->reg_next = k->watch_list;
     if (k->watch_list)
@@ -1675,27 +1781,46 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
     return kb_kapi_stream_send(c, s);
 }
 
-/* A watcher blocked because its client does not read never comes back to
- * notice that the window moved past it; once a second, shut down the socket
- * of every watch whose position was evicted (its stream then ends). */
+/* Wake the live watches whose client hung up (an idle watch sleeps until it
+ * has something): the epoll set holds their sockets, so this costs what
+ * hung up, not every watch. With stopping, wake every live watch. With
+ * lost_too, also shut down the socket of every watch that lost changes (a
+ * watcher blocked because its client does not read never comes back to
+ * notice; its stream then ends). Holds reg_mtx, under which a stream leaves
+ * the list and the epoll set, so no watch is freed meanwhile. */
+static void kb_kapi_reap(kb_kapi_t *k, bool stopping, bool lost_too) {
+    pthread_mutex_lock(&k->reg_mtx);
+    struct epoll_event ev[256];
+    int n = k->epfd >= 0 ? epoll_wait(k->epfd, ev, 256, 0) : 0;
+    for (int i = 0; i < n; i++) {
+        kb_kapi_stream_t *s = ev[i].data.ptr;
+        epoll_ctl(k->epfd, EPOLL_CTL_DEL, s->fd, NULL); /* once: it ends now */
+        kb_history_watcher_wake(atomic_load(&s->w));
+    }
+    for (kb_kapi_stream_t *s = k->watch_list; (stopping || lost_too) && s; s = s->reg_next) {
+        kb_history_watcher_t *w = atomic_load(&s->w);
+        if (!w)
+            continue; /* not live yet: writing its initial events or the journal */
+        if (stopping) {
+            kb_history_watcher_wake(w);
+        } else if (kb_history_watcher_lost(w) && !atomic_exchange(&s->slow, true)) {
+            atomic_fetch_add(&k->slow_closed, 1);
+            if (s->fd >= 0)
+                shutdown(s->fd, SHUT_RDWR);
+        }
+    }
+    pthread_mutex_unlock(&k->reg_mtx);
+}
+
+/* Every 250 ms: hang-ups (and, while the server stops, everything); every
+ * 2 s: watches that lost changes. */
 static void *kb_kapi_reaper(void *arg) {
     kb_kapi_t *k = arg;
     kb_thread_set_name("kb:kapi-reaper");
-    while (!atomic_load(&k->quit)) {
+    for (unsigned tick = 1; !atomic_load(&k->quit); tick++) {
         struct timespec ts = {0, 250 * 1000 * 1000};
-        for (int i = 0; i < 4 && !atomic_load(&k->quit); i++)
-            nanosleep(&ts, NULL);
-        pthread_mutex_lock(&k->reg_mtx);
-        for (kb_kapi_stream_t *s = k->watch_list; s; s = s->reg_next) {
-            if (atomic_load(&s->live_pos) >= kb_history_oldest(s->hist->h))
-                continue;
-            if (!atomic_exchange(&s->slow, true)) {
-                atomic_fetch_add(&k->slow_closed, 1);
-                if (s->fd >= 0)
-                    shutdown(s->fd, SHUT_RDWR);
-            }
-        }
-        pthread_mutex_unlock(&k->reg_mtx);
+        nanosleep(&ts, NULL);
+        kb_kapi_reap(k, atomic_load(k->stopping), tick % 8 == 0);
     }
     return NULL;
 }
@@ -1827,7 +1952,14 @@ void kb_kapi_metrics(kb_kapi_t *k, kb_buf_t *o) {
         kb_buf_appendf(o, "kbridge_api_watchers{resource=\"%s%s%s\"} %d\n", ic->resource, *ic->group ? "." : "",
                        ic->group, atomic_load(&k->hist[i]->watchers));
     }
+    unsigned long long wakeups = 0;
+    for (size_t i = 0; i < k->n_hist; i++)
+        wakeups += kb_history_wakeups(k->hist[i]->h);
     pthread_mutex_unlock(&k->mtx);
+    kb_buf_appendf(o, "# HELP kbridge_api_watch_wakeups_total Times a sleeping watch was woken because a change "
+                      "was queued for it (or to notice a hang-up or a stop).\n"
+                      "# TYPE kbridge_api_watch_wakeups_total counter\nkbridge_api_watch_wakeups_total %llu\n",
+                   wakeups);
     kb_buf_appendf(o, "# HELP kbridge_api_watch_events_sent_total Watch events written to Kubernetes API watches.\n"
                       "# TYPE kbridge_api_watch_events_sent_total counter\nkbridge_api_watch_events_sent_total %llu\n"
                       "# HELP kbridge_api_watches_closed_slow_total Watches ended because the client read slower "
@@ -1838,9 +1970,30 @@ void kb_kapi_metrics(kb_kapi_t *k, kb_buf_t *o) {
                       "counter\nkbridge_api_watches_expired_total %llu\n",
                    (unsigned long long)atomic_load(&k->events_sent), (unsigned long long)atomic_load(&k->slow_closed),
                    (unsigned long long)atomic_load(&k->expired));
+    kb_buf_append_str(o, "# HELP kbridge_api_watches_ended_total Kubernetes API watches ended, by why.\n"
+                         "# TYPE kbridge_api_watches_ended_total counter\n");
+    for (int i = 0; i < KB_KAPI_END_COUNT; i++)
+        kb_buf_appendf(o, "kbridge_api_watches_ended_total{reason=\"%s\"} %llu\n", kb_kapi_end_names[i],
+                       (unsigned long long)atomic_load(&k->ended[i]));
 }
 
 /* ---- life ------------------------------------------------------------------- */
+
+/* Size the process's futex hash for max_watches waiting threads. Since Linux
+ * 6.16 a process gets a private hash of 4 slots per thread but at most 4 per
+ * online CPU: 16 slots on two cores, so with 5,000 watches asleep every
+ * wake-up walked a chain of ~300 waiters under a spinlock (a third of
+ * kbridge's CPU under churn; a signal to one of 5,000 waiting threads took
+ * 26 us against 9 us with 16,384 slots). Older kernels refuse the call: the
+ * global hash they use is sized by CPUs, and nothing changes. */
+static void kb_kapi_futex_hash(int max_watches) {
+    unsigned long want = 1024;
+    while (want < 2UL * (unsigned long)max_watches && want < KB_KAPI_FUTEX_SLOTS_MAX)
+        want *= 2;
+    int have = prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_GET_SLOTS, 0, 0, 0);
+    if (have > 0 && (unsigned long)have < want && prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, want, 0, 0) == 0)
+        KB_DEBUG("kapi", "futex hash: %d -> %lu slots for up to %d watches", have, want, max_watches);
+}
 
 kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *slots) {
     const kb_config_t *cfg = kb_bridge_config(b);
@@ -1878,6 +2031,8 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *
     kb_bridge_unlock(b);
     if (k->api)
         kb_kapi_discoverer_start(k);
+    k->epfd = epoll_create1(EPOLL_CLOEXEC); /* -1: hang-ups are noticed at a watch's next wake-up */
+    kb_kapi_futex_hash(k->max_watches);
     k->reaper_started = pthread_create(&k->reaper, NULL, kb_kapi_reaper, k) == 0;
     return k;
 }
@@ -1892,6 +2047,8 @@ void kb_kapi_destroy(kb_kapi_t *k) {
     atomic_store(&k->quit, true);
     if (k->reaper_started)
         pthread_join(k->reaper, NULL);
+    if (k->epfd >= 0)
+        close(k->epfd);
     if (k->discoverer_started)
         pthread_join(k->discoverer, NULL);
     kb_apiclient_destroy(k->api);

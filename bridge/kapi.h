@@ -33,6 +33,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct kb_kapi kb_kapi_t;
 
@@ -51,6 +52,11 @@ int kb_kapi_max_watches(const kb_kapi_t *k);
 bool kb_kapi_owns(const char *url);
 /* Answer one request (authentication is the caller's). */
 enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, const char *url, const char *method);
+
+/* The timeout of a watch that asked for none (or 0), in seconds: 30 to 60
+ * minutes as the API server picks, spread by resource and start time (now_ms,
+ * monotonic) so that watches opened together do not all end together. */
+long kb_kapi_default_timeout_s(const char *resource, int64_t now_ms);
 
 /* Append the kbridge_api_* metrics (Prometheus text). Thread: any. */
 void kb_kapi_metrics(kb_kapi_t *k, kb_buf_t *out);

@@ -445,7 +445,7 @@ bool kb_fieldsel_needs_record(const kb_fieldsel_t *fs) {
 }
 
 /* Field i of a record ("" when the record is short: a record of another kind). */
-static const char *kb_fields_rec_get(const char *rec, size_t rec_len, int i, size_t *len) {
+const char *kb_fields_rec_value(const char *rec, size_t rec_len, int i, size_t *len) {
     size_t off = 0;
     for (int k = 0; k < i && off < rec_len; k++)
         off += strnlen(rec + off, rec_len - off) + 1;
@@ -464,10 +464,23 @@ bool kb_fieldsel_match(const kb_fieldsel_t *fs, const char *ns, size_t ns_len, c
         const char *have = r->field == KB_FIELD_NAME ? name : ns;
         size_t hl = r->field == KB_FIELD_NAME ? name_len : ns_len;
         if (r->field >= 0)
-            have = kb_fields_rec_get(rec, rec_len, r->field, &hl);
+            have = kb_fields_rec_value(rec, rec_len, r->field, &hl);
         bool eq = hl == r->len && (!hl || !memcmp(have, r->value, hl));
         if (eq == r->neg)
             return false;
     }
+    return true;
+}
+
+bool kb_fieldsel_own_equality(const kb_fieldsel_t *fs, int *field, const char **value, size_t *len) {
+    const kb_fieldsel_req_t *best = NULL;
+    for (size_t i = 0; fs && i < fs->n; i++)
+        if (fs->req[i].field >= 0 && !fs->req[i].neg && (!best || fs->req[i].field < best->field))
+            best = &fs->req[i];
+    if (!best)
+        return false;
+    *field = best->field;
+    *value = best->value;
+    *len = best->len;
     return true;
 }

@@ -69,4 +69,14 @@ bool kb_fieldsel_needs_record(const kb_fieldsel_t *fs);
 bool kb_fieldsel_match(const kb_fieldsel_t *fs, const char *ns, size_t ns_len, const char *name, size_t name_len,
                        const char *rec, size_t rec_len);
 
+/* The equality requirement (label=value, not !=) of fs on the kind's own
+ * field that comes first in the kind's table (a pod's spec.nodeName before
+ * its status.phase): true with the field's index in the record and the value
+ * (borrowed from fs). An object fs matches has that value there — what the
+ * watch history files a watcher under. False for NULL or when there is none. */
+bool kb_fieldsel_own_equality(const kb_fieldsel_t *fs, int *field, const char **value, size_t *len);
+/* Field i (an index as above) of a record: [ret, ret + *len); "" when the
+ * record has none. */
+const char *kb_fields_rec_value(const char *rec, size_t rec_len, int i, size_t *len);
+
 #endif
