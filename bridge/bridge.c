@@ -38,6 +38,12 @@
  * the new instance in seq order before the workers may hand it anything newer
  * — they share one ledger slot, which therefore keeps moving (CLOSE).
  *
+ * What a sink's answer means — acknowledged, refused (dead letter or stop),
+ * parked for a successor, held, or left below the watermark — and the
+ * hand-over's order and held gate are decided by informer/sinkslot.h, which
+ * has no threads or clocks, so that tests/sim steps the same decisions; this
+ * file carries them out (locks, condition variables, sends, log lines).
+ *
  * Shutdown: stop the informers (reflectors joined, FIFOs closed), let the
  * workers drain the FIFOs into the sinks until the deadline, flush the sinks
  * with what time remains, write the checkpoints. Anything undelivered at the
@@ -61,6 +67,7 @@
 #include "informer/apiclient.h"
 #include "informer/informer.h"
 #include "informer/ledger.h"
+#include "informer/sinkslot.h"
 #include "sinks/envelope.h"
 #include "sinks/heartbeat.h"
 #include "sinks/noop.h"
@@ -100,15 +107,15 @@ typedef struct kb_bsink {
     char why[512];                 /* what stopped it: the object and the reason */
     _Atomic(struct kb_bsink *) dl; /* on_refused = "dead_letter": where refused messages go */
     _Atomic uint64_t dead_letters; /* refused messages this sink handed to its dead-letter sink */
-    /* Hand-over of a rebuilt sink (kb_reload_retire_sinks). On the retired
-     * instance, collect: an ack with KB_ERR_STOPPED parks the message in back[]
-     * for the successor instead of leaving it. On the successor, held: it takes
-     * nothing from the workers until its predecessor's messages are in. */
-    _Atomic bool collect, held;
-    pthread_mutex_t back_mtx;      /* guards back, n_back; with back_cv, the held gate */
-    pthread_cond_t back_cv;        /* held went false */
-    struct kb_msg_ack **back;      /* parked messages, in the order the sink gave them back */
-    size_t n_back;
+    /* Hand-over of a rebuilt sink (kb_reload_retire_sinks; informer/sinkslot.h).
+     * On the retired instance, collecting: a message it gives back without a
+     * verdict is parked for the successor instead of left. On the successor,
+     * held: it takes nothing from the workers until its predecessor's
+     * messages are in. */
+    kb_handover_t ho;              /* parked messages: back_mtx */
+    _Atomic(struct kb_bsink *) succ; /* a retired instance: the one that replaced it (refusals stop that one) */
+    pthread_mutex_t back_mtx;      /* guards ho's parked set; with back_cv, the held gate */
+    pthread_cond_t back_cv;        /* ho.held went false */
     struct {                       /* refusals by reason (kb_err_name), first come, first slot */
         _Atomic(const char *) reason;
         _Atomic uint64_t n;
@@ -380,18 +387,31 @@ static bool kb_dead_letter(kb_delivery_t *d, size_t slot, kb_err_t why, const ch
     return true;
 }
 
-/* A message of slot was refused for good (a failed ack, or produce() said no). */
-static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_letter, const char *topic,
-                       const char *key) {
+/* What err means for a message of bs (informer/sinkslot.h decides).
+ * collecting: bs may park it (the message is one it took). */
+static kb_fate_t kb_fate_of(kb_bsink_t *bs, kb_err_t err, bool dead_letter, bool collecting) {
+    kb_verdict_t v = {.err = err, .refusal = kb_sink_refused(err), .dead_letter = dead_letter,
+                      .to_dead_letter = bs->conf->on_refused == KB_REFUSED_DEAD_LETTER,
+                      .collecting = collecting && kb_handover_collecting(&bs->ho)};
+    return kb_sinkslot_fate(&v);
+}
+
+/* A message of slot was refused for good (a failed ack, or produce() said no):
+ * fate is KB_FATE_DEAD_LETTER or KB_FATE_REFUSED. A retired instance's refusal
+ * stops the instance that replaced it: that is the sink SIGHUP tries again,
+ * and the slot's bit stays until it does. */
+static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, kb_fate_t fate, bool dead_letter,
+                       const char *topic, const char *key) {
     kb_bsink_t *bs = d->s[slot].bs;
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
     kb_bsink_t *dl = atomic_load(&bs->dl);
     kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
-    if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
+    if (fate == KB_FATE_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
-    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true,
-                  d->p->bridge->journal);
+    kb_bsink_t *succ = atomic_load(&bs->succ);
+    kb_bsink_stop(succ ? succ : bs, d->ev, d->seq,
+                  dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true, d->p->bridge->journal);
 }
 
 /* A message of slot given up without a verdict (sinks/sink.h: KB_ERR_STOPPED
@@ -402,11 +422,11 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_le
  * again. A sink that gave up while it runs (anything but a stop: a retry
  * limit, a message timeout) is held like a stopped one, so that nothing after
  * it passes it for good; SIGHUP tries it again. */
-static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err) {
+static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err, kb_fate_t fate) {
     kb_bsink_t *bs = d->s[slot].bs;
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
-    if (err != KB_ERR_STOPPED)
+    if (fate == KB_FATE_HOLD)
         kb_bsink_stop(bs, d->ev, d->seq, kb_err_str(err), false, d->p->bridge->journal);
 }
 
@@ -416,13 +436,10 @@ static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err) {
  * kb_hand_over, which gives it to the successor. */
 static bool kb_park(kb_msg_ack_t *ma) {
     kb_bsink_t *bs = ma->d->s[ma->slot].bs;
-    if (ma->dead_letter || !atomic_load(&bs->collect))
-        return false;
     pthread_mutex_lock(&bs->back_mtx);
-    bs->back = kb_realloc(bs->back, (bs->n_back + 1) * sizeof(*bs->back));
-    bs->back[bs->n_back++] = ma;
+    bool parked = kb_handover_park(&bs->ho, ma, (uintptr_t)ma->d->p, ma->d->seq);
     pthread_mutex_unlock(&bs->back_mtx);
-    return true;
+    return parked;
 }
 
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
@@ -430,21 +447,24 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_delivery_t *d = ma->d;
     kb_pipeline_t *p = d->p;
     kb_bsink_t *bs = d->s[ma->slot].bs;
-    if (err == KB_OK) {
+    kb_fate_t fate = kb_fate_of(bs, err, ma->dead_letter, true);
+    if (fate == KB_FATE_PARK && kb_park(ma))
+        return;
+    if (fate == KB_FATE_PARK) /* the hand-over was taken meanwhile: too late to park */
+        fate = kb_fate_of(bs, err, ma->dead_letter, false);
+    if (fate == KB_FATE_ACKED) {
         atomic_fetch_add(&p->delivered, 1);
         kb_bsink_t *dl = atomic_load(&bs->dl);
         atomic_fetch_add(ma->dead_letter && dl ? &dl->acked : &bs->acked, 1);
         if (!ma->dead_letter)
             kb_histogram_observe_ns(&bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
         kb_slot_acked(d, ma->slot);
-    } else if (kb_sink_refused(err)) {
+    } else if (fate == KB_FATE_DEAD_LETTER || fate == KB_FATE_REFUSED) {
         /* The topic and key are not known here any more: a dead letter after a
          * failed delivery report goes with the object's key and no topic. */
-        kb_refused(d, ma->slot, err, ma->dead_letter, NULL, d->ev->key);
-    } else if (kb_park(ma)) {
-        return;
+        kb_refused(d, ma->slot, err, fate, ma->dead_letter, NULL, d->ev->key);
     } else {
-        kb_not_delivered(d, ma->slot, err);
+        kb_not_delivered(d, ma->slot, err, fate);
     }
     atomic_fetch_sub(&p->inflight, 1);
     free(ma);
@@ -474,10 +494,10 @@ static size_t kb_delivery_slot(kb_delivery_t *d, kb_bsink_t *bs, int lidx) {
 /* A rebuilt sink's successor takes nothing until its predecessor's messages
  * were handed to it (kb_hand_over, on main, bounded by shutdown_timeout). */
 static void kb_bsink_wait_handover(kb_bsink_t *bs) {
-    if (!atomic_load(&bs->held))
+    if (!kb_handover_held(&bs->ho))
         return;
     pthread_mutex_lock(&bs->back_mtx);
-    while (atomic_load(&bs->held))
+    while (kb_handover_held(&bs->ho))
         pthread_cond_wait(&bs->back_cv, &bs->back_mtx);
     pthread_mutex_unlock(&bs->back_mtx);
 }
@@ -523,12 +543,13 @@ static void kb_send(kb_delivery_t *d, size_t slot, const kb_route_t *route, kb_b
         atomic_fetch_sub(&p->inflight, 1);
         atomic_fetch_sub(&d->pending, 1);
         free(ma);
-        if (kb_sink_refused(err))
-            kb_refused(d, slot, err, false, topic->data, key->data);
-        else if (err == KB_ERR_FULL) /* this pipeline abandons (a stop), or a hand-over's deadline passed */
-            kb_not_delivered(d, slot, atomic_load(&p->abandon) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT);
+        if (err == KB_ERR_FULL) /* this pipeline abandons (a stop), or a hand-over's deadline passed */
+            err = atomic_load(&p->abandon) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT;
+        kb_fate_t fate = kb_fate_of(d->s[slot].bs, err, false, false); /* not taken: nothing to park */
+        if (fate == KB_FATE_DEAD_LETTER || fate == KB_FATE_REFUSED)
+            kb_refused(d, slot, err, fate, false, topic->data, key->data);
         else
-            kb_not_delivered(d, slot, err);
+            kb_not_delivered(d, slot, err, fate);
         return;
     }
 }
@@ -690,6 +711,7 @@ static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, co
     bs->sink = sink;
     bs->conf = conf;
     pthread_mutex_init(&bs->why_mtx, NULL);
+    kb_handover_init(&bs->ho);
     pthread_mutex_init(&bs->back_mtx, NULL);
     pthread_cond_init(&bs->back_cv, NULL);
     if (sink->ops->is_transactional && sink->ops->is_transactional(sink->state) &&
@@ -1100,12 +1122,11 @@ static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
         bool all_done = true;
         for (size_t s = 0; s < p->n_workers && all_done; s++)
             all_done = !p->workers[s].started || atomic_load(&p->workers[s].done);
-        if (all_done)
-            break;
-        if (kb_now_mono_ns() >= deadline) {
+        kb_drain_step_t step = kb_drain_step(all_done, kb_now_mono_ns(), deadline);
+        if (step == KB_DRAIN_ABANDON)
             atomic_store(&p->abandon, true);
+        if (step != KB_DRAIN_WAIT)
             break;
-        }
         kb_sleep_ms_interruptible(10, NULL);
     }
     for (size_t s = 0; s < p->n_workers; s++)
@@ -1439,7 +1460,7 @@ static kb_err_t kb_reload_sinks(kb_bridge_t *b, kb_reload_plan_t *pl, char *errs
             return KB_ERR_CONFIG;
         if (pred) { /* held until what pred still holds is handed over (kb_reload_retire_sinks) */
             pl->pred[i] = pred;
-            atomic_store(&pl->nsinks[i]->held, true);
+            kb_handover_hold(&pl->nsinks[i]->ho);
         }
     }
     return KB_OK;
@@ -1628,23 +1649,6 @@ static kb_bsink_t **kb_reload_publish(kb_bridge_t *b, kb_reload_plan_t *pl, size
     return dropped;
 }
 
-/* Order for a hand-over: by pipeline, then seq (a key's changes in the order
- * they were accepted), then the order the sink gave them back. */
-typedef struct kb_parked {
-    kb_msg_ack_t *ma;
-    size_t order;
-} kb_parked_t;
-
-static int kb_parked_cmp(const void *a, const void *b) {
-    const kb_parked_t *x = a, *y = b;
-    uintptr_t px = (uintptr_t)x->ma->d->p, py = (uintptr_t)y->ma->d->p;
-    if (px != py)
-        return px < py ? -1 : 1;
-    if (x->ma->d->seq != y->ma->d->seq)
-        return x->ma->d->seq < y->ma->d->seq ? -1 : 1;
-    return x->order < y->order ? -1 : x->order > y->order;
-}
-
 static bool kb_bridge_has_pipe(const kb_bridge_t *b, const kb_pipeline_t *p) {
     for (size_t i = 0; i < b->n_pipes; i++)
         if (b->pipes[i] == p)
@@ -1659,8 +1663,9 @@ static bool kb_bridge_has_pipe(const kb_bridge_t *b, const kb_pipeline_t *p) {
  * watermark of its state_dir. The reload thread. */
 static void kb_hand_over_slot(kb_bridge_t *b, kb_parked_t *v, size_t n, kb_bsink_t *succ, int64_t deadline,
                               kb_buf_t *topic, kb_buf_t *key) {
-    kb_delivery_t *d = v[0].ma->d;
-    size_t slot = v[0].ma->slot;
+    kb_msg_ack_t *first = v[0].msg;
+    kb_delivery_t *d = first->d;
+    size_t slot = first->slot;
     kb_pipeline_t *p = d->p;
     bool live = kb_bridge_has_pipe(b, p);
     if (live) {
@@ -1681,7 +1686,7 @@ static void kb_hand_over_slot(kb_bridge_t *b, kb_parked_t *v, size_t n, kb_bsink
         else
             atomic_fetch_add(&p->failed, 1);
         atomic_fetch_sub(&p->inflight, 1);
-        free(v[i].ma);
+        free(v[i].msg);
         kb_delivery_release(d);
     }
 }
@@ -1689,20 +1694,15 @@ static void kb_hand_over_slot(kb_bridge_t *b, kb_parked_t *v, size_t n, kb_bsink
 /* What pred gave back when it was closed goes to succ, in order, before succ
  * takes anything from the workers (it is held until then). The reload thread. */
 static void kb_hand_over(kb_bridge_t *b, kb_bsink_t *pred, kb_bsink_t *succ, int64_t deadline) {
+    size_t n;
     pthread_mutex_lock(&pred->back_mtx);
-    size_t n = pred->n_back;
-    kb_parked_t *v = kb_calloc(n ? n : 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++)
-        v[i] = (kb_parked_t){pred->back[i], i};
-    free(pred->back);
-    pred->back = NULL;
-    pred->n_back = 0;
-    atomic_store(&pred->collect, false);
+    kb_parked_t *v = kb_handover_take(&pred->ho, &n); /* in hand-over order */
     pthread_mutex_unlock(&pred->back_mtx);
-    qsort(v, n, sizeof(*v), kb_parked_cmp);
     kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && v[j].ma->d == v[i].ma->d && v[j].ma->slot == v[i].ma->slot; j++)
+        const kb_msg_ack_t *mi = v[i].msg;
+        for (j = i + 1; j < n && ((kb_msg_ack_t *)v[j].msg)->d == mi->d && ((kb_msg_ack_t *)v[j].msg)->slot == mi->slot;
+             j++)
             ;
         kb_hand_over_slot(b, v + i, j - i, succ, deadline, &topic, &key);
     }
@@ -1726,7 +1726,8 @@ static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, k
         for (size_t j = 0; j < pl->nn && !succ; j++) /* published: b->sinks is the plan's nsinks */
             if (pl->pred[j] == dropped[i])
                 succ = b->sinks[j];
-        atomic_store(&dropped[i]->collect, succ != NULL);
+        atomic_store(&dropped[i]->succ, succ);
+        kb_handover_retire(&dropped[i]->ho, succ != NULL);
         int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_ms * KB_NS_PER_MS;
         kb_bsink_close(dropped[i], timeout_ms);
         if (succ)
@@ -1734,10 +1735,10 @@ static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, k
     }
     for (size_t j = 0; j < pl->nn; j++) {
         kb_bsink_t *bs = b->sinks[j];
-        if (!atomic_load(&bs->held))
+        if (!kb_handover_held(&bs->ho))
             continue;
         pthread_mutex_lock(&bs->back_mtx);
-        atomic_store(&bs->held, false);
+        kb_handover_release(&bs->ho);
         pthread_cond_broadcast(&bs->back_cv);
         pthread_mutex_unlock(&bs->back_mtx);
     }
