@@ -52,6 +52,19 @@
  * (3) every object (uid) the consumer saw that the server no longer has, or
  * that is outside the final definition, got a DELETED.
  *
+ * One state_dir history in three also has an operator (ops_*, below): at any
+ * step a SIGHUP that rebuilds a sink while it holds unacknowledged messages
+ * (the hand-over), a SIGTERM whose deadline passes with the sinks stalled,
+ * and refusals of a sink with on_refused = "dead_letter" — the decisions
+ * taken by informer/sinkslot.h, the module bridge/bridge.c calls. Two more
+ * checks then: (4) a dead letter carries the destination's verdict, never a
+ * stop; (5) once caught up, every sink's watermark and the checkpoint reached
+ * the last change. Each fix of issue 24 the operator touches, reverted once
+ * in that module, was found within the CI seeds: a stop dead-lettered (seed
+ * 7), a retired instance's messages left instead of handed over (seed 4), a
+ * successor not held during its hand-over (seed 7), a hand-over out of seq
+ * order (seed 4).
+ *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
  */
@@ -63,6 +76,8 @@
 #include "informer/informer.h"
 #include "informer/ingest.h"
 #include "informer/ledger.h"
+#include "informer/sinkslot.h"
+#include "sinks/sink.h" /* kb_sink_refused: what the bridge counts as a destination's verdict */
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -172,6 +187,7 @@ typedef struct {
     uint64_t seq;
     unsigned gen;
     int life;       /* which process lifetime delivered it */
+    int dl_err;     /* dead-lettered (the consumer reads it from the dead-letter sink, here): the reason; 0: not */
 } cmsg_t;
 
 typedef struct { cmsg_t *v; size_t n, cap; } clog_t;
@@ -242,7 +258,10 @@ typedef struct {
     uint64_t acked_at_start[64]; /* per lifetime: the checkpoint it began from */
     uint64_t tail_end[64];       /* per lifetime: the last seq of the journal tail it re-queued */
     unsigned crashes, restarts, redefined, lists, gones, steps, msgs;
+    struct sim_ops *ops;    /* the operator's hands (SIGHUP rebuilds, SIGTERM at a deadline, dead letters), or NULL */
 } sim_t;
+
+static bool ops_held(const sim_t *s);
 
 static void refl_reset(refl_t *f) {
     free(f->snap);
@@ -330,7 +349,7 @@ static void deliver(sim_t *s, kb_event_t *ev) {
             k->log.v = realloc(k->log.v, k->log.cap * sizeof(*k->log.v));
         }
         k->log.v[k->log.n++] = (cmsg_t){ev->type, ev->final_state_unknown, ns, name, (unsigned)atoi(ev->uid + 1),
-                                        ev->rv_num, ev->seq, 0, s->life};
+                                        ev->rv_num, ev->seq, 0, s->life, 0};
         s->msgs++;
         if (k->n == k->cap) {
             k->cap = k->cap ? k->cap * 2 : 64;
@@ -344,21 +363,30 @@ static void deliver(sim_t *s, kb_event_t *ev) {
           ev->key, ev->uid, ev->rv, ev->final_state_unknown ? " fsu" : "", ev->redelivery ? " (redelivery)" : "");
 }
 
+/* In order per key: a message may be answered only when no earlier one of
+ * its key was passed over (blocked). */
+typedef struct { char key[NAMES * MAX_NS][16]; int n; } blocked_t;
+static bool key_blocked(const blocked_t *bl, const char *key) {
+    for (int b = 0; b < bl->n; b++)
+        if (!strcmp(bl->key[b], key))
+            return true;
+    return false;
+}
+static void key_block(blocked_t *bl, const char *key) {
+    if (!key_blocked(bl, key) && bl->n < NAMES * MAX_NS)
+        snprintf(bl->key[bl->n++], 16, "%s", key);
+}
+
 /* Acknowledge some of a sink's messages: any order across keys, in order per key. */
 static void sink_acks(sim_t *s, msink_t *k, bool all) {
-    char blocked[NAMES * MAX_NS][16];
-    int n_blocked = 0;
+    blocked_t bl = {.n = 0};
     size_t keep = 0;
     for (size_t i = 0; i < k->n; i++) {
-        bool is_blocked = false;
-        for (int b = 0; b < n_blocked; b++)
-            is_blocked |= !strcmp(blocked[b], k->v[i].key);
-        if (!is_blocked && (all || chance(&s->r, k->ack_pct))) {
+        if (!key_blocked(&bl, k->v[i].key) && (all || chance(&s->r, k->ack_pct))) {
             kb_ledger_sink_done(kb_informer_ledger(s->inf), k->v[i].seq, k->lidx);
             continue;
         }
-        if (!is_blocked && n_blocked < NAMES * MAX_NS)
-            snprintf(blocked[n_blocked++], 16, "%s", k->v[i].key);
+        key_block(&bl, k->v[i].key);
         k->v[keep++] = k->v[i];
     }
     k->n = keep;
@@ -377,6 +405,8 @@ static void checkpoint(sim_t *s) {
 }
 
 static void pop_shard(sim_t *s, size_t shard) {
+    if (ops_held(s))
+        return; /* a rebuilt sink waits for its hand-over: the worker waits with it (kb_bsink_wait_handover) */
     kb_deltas_t d;
     kb_deltas_init(&d);
     if (kb_deltafifo_pop(kb_informer_fifo(s->inf, shard), &d, 0) == KB_OK)
@@ -419,6 +449,318 @@ static void clean_stop(sim_t *s) {
     }
     checkpoint(s); /* the last one, as kb_informer_destroy writes it */
     kb_gone(s, false);
+}
+
+/* ---- the operator's hands (issue 24) ---------------------------------------
+ *
+ * Some histories (state_dir, one in three) also let an operator act at any
+ * step, and run what bridge/bridge.c decides through the same module it
+ * calls (informer/sinkslot.h): what a sink's answer means and a rebuilt
+ * sink's hand-over.
+ *   - SIGHUP changing a sink's path while it holds unacknowledged messages:
+ *     the old instance flushes (acknowledges some, later steps), the new one
+ *     is held (the workers wait); at the close deadline what the old one
+ *     still holds is given back (KB_ERR_STOPPED), parked, and re-sent to the
+ *     new one in hand-over order, then the workers go on.
+ *   - SIGTERM at the deadline with a stalled sink: what the sinks hold is
+ *     given back unwritten (KB_ERR_STOPPED); the next start delivers it.
+ *   - a sink with on_refused = "dead_letter" whose destination refuses a
+ *     message: it goes to the dead-letter sink (which takes everything), and
+ *     its consumer reads it there, in the refused message's place.
+ * A message given back was not written: it leaves the consumer's log (the
+ * model sink logs at take). Checks, literal to docs/guarantees.md: a dead
+ * letter carries a destination's verdict, never a stop; and once kbridge
+ * caught up, every sink's watermark and the checkpoint reached the last
+ * change (a stop or a rebuild never freezes them). */
+
+typedef struct {
+    bool dl;                 /* on_refused = "dead_letter" */
+    bool rebuilding;         /* a SIGHUP rebuilt it: the old instance flushes, the new one is held */
+    inflight_t *old;         /* the old instance's unacknowledged messages ... */
+    cmsg_t *old_msg;         /* ... and what they say (not written yet: out of the consumer's log) */
+    size_t n_old;
+    kb_handover_t ho;        /* the old instance's give-backs */
+    kb_handover_t gate;      /* the new instance: held until they are in */
+} sinkops_t;
+
+struct sim_ops {
+    rng_t r;                 /* its own stream: the histories without an operator stay as they were */
+    sinkops_t k[MAX_SINKS];
+    unsigned rebuilds, handed, terms, left, dead_letters;
+};
+
+static bool ops_held(const sim_t *s) {
+    for (int i = 0; s->ops && i < s->n_sinks; i++)
+        if (kb_handover_held(&s->ops->k[i].gate))
+            return true;
+    return false;
+}
+
+static bool ops_pending(const sim_t *s) {
+    for (int i = 0; s->ops && i < s->n_sinks; i++)
+        if (s->ops->k[i].rebuilding)
+            return true;
+    return false;
+}
+
+static void clog_push(clog_t *log, cmsg_t m) {
+    if (log->n == log->cap) {
+        log->cap = log->cap ? log->cap * 2 : 256;
+        log->v = realloc(log->v, log->cap * sizeof(*log->v));
+    }
+    log->v[log->n++] = m;
+}
+
+/* The consumer's entry of seq (key) delivered in this lifetime, or -1. */
+static long clog_find(const sim_t *s, const msink_t *k, uint64_t seq, const char *key) {
+    for (size_t j = k->log.n; j-- > 0;) {
+        const cmsg_t *m = &k->log.v[j];
+        char mk[16];
+        snprintf(mk, sizeof(mk), "%s/n%d", ns_names[m->ns], m->name);
+        if (m->seq == seq && m->life == s->life && !strcmp(mk, key))
+            return (long)j;
+    }
+    return -1;
+}
+
+/* seq was not written after all: out of the consumer's log. */
+static void clog_unwrite(sim_t *s, msink_t *k, uint64_t seq, const char *key) {
+    long j = clog_find(s, k, seq, key);
+    if (j >= 0) {
+        memmove(&k->log.v[j], &k->log.v[j + 1], (k->log.n - (size_t)j - 1) * sizeof(*k->log.v));
+        k->log.n--;
+    }
+}
+
+/* Sink i's answer err to one message m; the module decides, the sim carries
+ * it out as bridge.c does (kb_bridge_ack). collecting: the old instance of a
+ * rebuild. True when it was parked for the successor. */
+static bool ops_answer(sim_t *s, int i, inflight_t *m, kb_err_t err, bool collecting) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    kb_ledger_t *l = kb_informer_ledger(s->inf);
+    kb_verdict_t v = {.err = err, .refusal = kb_sink_refused(err), .dead_letter = false, .to_dead_letter = o->dl,
+                      .collecting = collecting && kb_handover_collecting(&o->ho)};
+    kb_fate_t f = kb_sinkslot_fate(&v);
+    TRACE("  sink %d: seq %llu %s answered %s: %s\n", i, (unsigned long long)m->seq, m->key, kb_err_name(err),
+          kb_fate_name(f));
+    long j;
+    switch (f) {
+    case KB_FATE_ACKED:
+        kb_ledger_sink_done(l, m->seq, k->lidx);
+        return false;
+    case KB_FATE_DEAD_LETTER: /* the dead-letter sink takes it at once */
+        if ((j = clog_find(s, k, m->seq, m->key)) >= 0)
+            k->log.v[j].dl_err = err;
+        s->ops->dead_letters++;
+        kb_ledger_sink_done(l, m->seq, k->lidx);
+        return false;
+    case KB_FATE_PARK:
+        return kb_handover_park(&o->ho, m, 0, m->seq);
+    case KB_FATE_REFUSED:
+    case KB_FATE_HOLD: /* the sink stops (a retired instance's: the one that replaced it); SIGHUP or a start retries */
+        k->stopped = true;
+        k->missed = true;
+        break;
+    case KB_FATE_LEAVE:
+        s->ops->left++;
+        break;
+    }
+    if (!collecting) /* an old instance's messages are out of the log already */
+        clog_unwrite(s, k, m->seq, m->key);
+    return false;
+}
+
+/* SIGHUP changes sink i's path: its running instance retires with what it
+ * holds; the new one is held (kb_reload_sinks, kb_reload_retire_sinks). */
+static void ops_rebuild_begin(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    if (o->rebuilding || k->stopped)
+        return;
+    TRACE("SIGHUP: sink %d path changed, %zu unacknowledged\n", i, k->n);
+    o->old = k->v;
+    o->n_old = k->n;
+    o->old_msg = calloc(k->n ? k->n : 1, sizeof(*o->old_msg));
+    for (size_t m = 0; m < k->n; m++) { /* the old instance has not written them yet */
+        long j = clog_find(s, k, k->v[m].seq, k->v[m].key);
+        if (j >= 0)
+            o->old_msg[m] = k->log.v[j];
+        clog_unwrite(s, k, k->v[m].seq, k->v[m].key);
+    }
+    k->v = NULL;
+    k->n = k->cap = 0;
+    kb_handover_hold(&o->gate);
+    kb_handover_retire(&o->ho, true);
+    o->rebuilding = true;
+    s->ops->rebuilds++;
+}
+
+/* The old instance flushes: some of its messages are written and acknowledged
+ * (in order per key). */
+static void ops_rebuild_flush(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    blocked_t bl = {.n = 0};
+    size_t keep = 0;
+    for (size_t m = 0; m < o->n_old; m++) {
+        if (!key_blocked(&bl, o->old[m].key) && chance(&s->ops->r, 50)) {
+            clog_push(&k->log, o->old_msg[m]);
+            kb_ledger_sink_done(kb_informer_ledger(s->inf), o->old[m].seq, k->lidx);
+            continue;
+        }
+        key_block(&bl, o->old[m].key);
+        o->old_msg[keep] = o->old_msg[m];
+        o->old[keep++] = o->old[m];
+    }
+    o->n_old = keep;
+}
+
+/* The close deadline: the old instance gives back what it holds; it goes to
+ * the new one in hand-over order; then the workers may go on (kb_hand_over). */
+static void ops_rebuild_end(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    for (size_t m = 0; m < o->n_old; m++)
+        ops_answer(s, i, &o->old[m], KB_ERR_STOPPED, true);
+    size_t n;
+    kb_parked_t *v = kb_handover_take(&o->ho, &n);
+    for (size_t p = 0; p < n; p++) {
+        inflight_t *m = v[p].msg;
+        clog_push(&k->log, o->old_msg[m - o->old]);
+        if (k->n == k->cap) {
+            k->cap = k->cap ? k->cap * 2 : 64;
+            k->v = realloc(k->v, k->cap * sizeof(*k->v));
+        }
+        k->v[k->n++] = *m;
+        s->ops->handed++;
+    }
+    TRACE("  sink %d: %zu message(s) handed over to the new instance\n", i, n);
+    free(v);
+    free(o->old);
+    free(o->old_msg);
+    o->old = NULL;
+    o->old_msg = NULL;
+    o->n_old = 0;
+    o->rebuilding = false;
+    kb_handover_release(&o->gate);
+}
+
+/* Every reload in progress ends (before a stop, a crash or the end). */
+static void ops_settle(sim_t *s) {
+    for (int i = 0; s->ops && i < s->n_sinks; i++)
+        if (s->ops->k[i].rebuilding)
+            ops_rebuild_end(s, i);
+}
+
+/* A sink with on_refused = "dead_letter" gets its destination's verdict on
+ * one message it holds — the oldest of its key: verdicts, like
+ * acknowledgements, come in order per key. */
+static void ops_refusal(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    if (!s->ops->k[i].dl || !k->n)
+        return;
+    size_t m = rnd(&s->ops->r, (unsigned)k->n);
+    for (size_t j = 0; j < m; j++)
+        if (!strcmp(k->v[j].key, k->v[m].key)) {
+            m = j;
+            break;
+        }
+    inflight_t it = k->v[m];
+    memmove(&k->v[m], &k->v[m + 1], (k->n - m - 1) * sizeof(*k->v));
+    k->n--;
+    ops_answer(s, i, &it, KB_ERR_TOOBIG, false);
+}
+
+/* SIGTERM, and the deadline passes with the sinks stalled: the workers drain
+ * some of what is queued, the sinks acknowledge some, then give the rest
+ * back unwritten; the last checkpoint; the next start. */
+static void ops_term_at_deadline(sim_t *s) {
+    ops_settle(s);
+    TRACE("SIGTERM: the deadline passes with the sinks stalled\n");
+    s->ops->terms++;
+    for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
+        kb_deltafifo_close(kb_informer_fifo(s->inf, sh));
+    for (unsigned n = rnd(&s->ops->r, 6); n > 0; n--)
+        pop_shard(s, rnd(&s->ops->r, (unsigned)kb_informer_shards(s->inf)));
+    for (int i = 0; i < s->n_sinks; i++) {
+        msink_t *k = &s->sinks[i];
+        sink_acks(s, k, false);
+        for (size_t m = 0; m < k->n; m++)
+            ops_answer(s, i, &k->v[m], KB_ERR_STOPPED, false);
+        k->n = 0;
+    }
+    checkpoint(s);
+    kb_gone(s, false);
+    kb_open(s);
+}
+
+/* One step of the operator. */
+static void ops_step(sim_t *s) {
+    int i = (int)rnd(&s->ops->r, (unsigned)s->n_sinks);
+    unsigned w = rnd(&s->ops->r, 100);
+    if (s->ops->k[i].rebuilding)
+        w < 60 ? ops_rebuild_flush(s, i) : ops_rebuild_end(s, i);
+    else if (w < 45)
+        ops_rebuild_begin(s, i);
+    else if (w < 85)
+        ops_refusal(s, i);
+    else
+        ops_term_at_deadline(s);
+}
+
+/* Whether this history has an operator, and which sinks dead-letter. */
+static void ops_configure(sim_t *s, uint64_t seed) {
+    rng_t r = {seed * 0xD1B54A32D192ED03ull + 7};
+    if (s->memory || rnd(&r, 3) != 0)
+        return;
+    s->ops = calloc(1, sizeof(*s->ops));
+    s->ops->r = r;
+    for (int i = 0; i < s->n_sinks; i++) {
+        kb_handover_init(&s->ops->k[i].ho);
+        kb_handover_init(&s->ops->k[i].gate);
+        s->ops->k[i].dl = chance(&s->ops->r, 50);
+        if (s->ops->k[i].dl)
+            s->sinks[i].refuse_pct = 0; /* its refusals come as verdicts (ops_refusal) */
+    }
+}
+
+static void ops_free(sim_t *s) {
+    for (int i = 0; s->ops && i < MAX_SINKS; i++) {
+        free(s->ops->k[i].old);
+        free(s->ops->k[i].old_msg);
+        kb_handover_fini(&s->ops->k[i].ho);
+        kb_handover_fini(&s->ops->k[i].gate);
+    }
+    free(s->ops);
+    s->ops = NULL;
+}
+
+/* Checks of the operator's histories and of every history's end. */
+static void check_dead_letters(sim_t *s, int si) {
+    const msink_t *k = &s->sinks[si];
+    for (size_t i = 0; i < k->log.n && !failed; i++)
+        if (k->log.v[i].dl_err && !kb_sink_refused((kb_err_t)k->log.v[i].dl_err))
+            fail("sink %d message %zu: seq %llu was dead-lettered for \"%s\", which is not the destination's verdict "
+                 "(a stop, a deadline or a retired instance leaves a message below the watermark)", si, i,
+                 (unsigned long long)k->log.v[i].seq, kb_err_str((kb_err_t)k->log.v[i].dl_err));
+}
+
+/* Caught up, nothing stopped: every sink acknowledged every change, so its
+ * watermark and the checkpoint reached the last one. */
+static void check_progress(sim_t *s) {
+    kb_ledger_stats_t st;
+    kb_ledger_stats(kb_informer_ledger(s->inf), &st);
+    size_t n;
+    kb_ledger_sink_t *sk = kb_ledger_sinks(kb_informer_ledger(s->inf), &n);
+    for (size_t j = 0; j < n && !failed; j++)
+        if (sk[j].watermark < st.seq)
+            fail("sink %s's watermark is frozen at seq %llu (the last change is %llu) although it runs and nothing is "
+                 "in flight", sk[j].name, (unsigned long long)sk[j].watermark, (unsigned long long)st.seq);
+    free(sk);
+    if (!failed && st.acked < st.seq)
+        fail("the checkpoint is frozen at seq %llu (the last change is %llu) although nothing is in flight",
+             (unsigned long long)st.acked, (unsigned long long)st.seq);
 }
 
 /* ---- the reflector, as the real one behaves, over the model server ---------- */
@@ -924,11 +1266,18 @@ static bool run_history(uint64_t seed, unsigned steps) {
         exit(2);
     }
     configure(s);
+    ops_configure(s, seed);
     kb_open(s);
     for (unsigned i = 0; i < steps && !failed; i++) {
+        if (s->ops && chance(&s->ops->r, 8)) {
+            ops_step(s);
+            continue;
+        }
         unsigned w = rnd(&s->r, 100);
         s->steps++;
         s->clock++;
+        if (w >= 97 && ops_pending(s))
+            ops_settle(s); /* a stop or a crash: the reload in progress ended first */
         if (w < 25) {
             if (s->restores && chance(&s->r, 4))
                 srv_backup_or_restore(s);
@@ -963,8 +1312,14 @@ static bool run_history(uint64_t seed, unsigned steps) {
             kb_open(s);
         }
     }
-    if (!failed)
+    if (!failed) {
+        ops_settle(s);
         quiesce(s);
+    }
+    if (!failed)
+        check_progress(s);
+    for (int i = 0; i < s->n_sinks && !failed; i++)
+        check_dead_letters(s, i);
     for (int i = 0; i < s->n_sinks && !failed; i++)
         check_sink(s, i);
     if (s->inf)
@@ -977,18 +1332,24 @@ static bool run_history(uint64_t seed, unsigned steps) {
         free(s->sinks[i].v);
         free(s->sinks[i].log.v);
     }
+    char opsline[160] = "";
+    if (s->ops)
+        snprintf(opsline, sizeof(opsline), "; operator: %u sink rebuilds (%u messages handed over), %u stops at a "
+                 "deadline (%u messages left), %u dead letters", s->ops->rebuilds, s->ops->handed, s->ops->terms,
+                 s->ops->left, s->ops->dead_letters);
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
                "%u crashes, %u restarts, %u redefinitions, %u restores, %u messages%s)\n",
                (unsigned long long)seed, failed ? "FAILED: " : "ok", failed ? failure : "", "",
                s->latest ? (s->window ? "latest+window" : "latest") : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
-               s->crashes, s->restarts, s->redefined, s->restored, s->msgs, s->memory ? ", no state_dir" : "");
+               s->crashes, s->restarts, s->redefined, s->restored, s->msgs, s->memory ? ", no state_dir" : opsline);
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "kb_sim: could not remove %s\n", s->dir);
     free(s->srv.hist);
     kb_config_free(s->cfg);
+    ops_free(s);
     bool ok = !failed;
     free(s);
     return ok;
