@@ -161,7 +161,7 @@ struct kb_pipeline {
      * more to sinks (what they hold stays unacknowledged, below the
      * watermark). Set only by kb_pipeline_drain of this pipeline — never a
      * flag of the bridge: no pipeline's stop may make another skip work. */
-    _Atomic bool abandon;
+    kb_drain_t drain;
     _Atomic int64_t last_change_real_ns; /* newest ADDED/MODIFIED/DELETED seen by kb_deliver (metrics) */
     kb_histogram_t handle[KB_EV_TYPE_COUNT]; /* worker time per event, by type */
 };
@@ -534,7 +534,7 @@ static void kb_send(kb_delivery_t *d, size_t slot, const kb_route_t *route, kb_b
             atomic_fetch_add(&p->routed, 1);
             return;
         }
-        if (err == KB_ERR_FULL && !atomic_load(&p->abandon) && (!deadline || kb_now_mono_ns() < deadline)) {
+        if (err == KB_ERR_FULL && !kb_drain_abandoned(&p->drain) && (!deadline || kb_now_mono_ns() < deadline)) {
             static kb_ratelimit_t rl;
             if (kb_ratelimit_allow(&rl, 10000, NULL))
                 KB_WARN("bridge", "sink=%s is full; holding the informer's queue (backpressure)", route->sink->name);
@@ -544,7 +544,7 @@ static void kb_send(kb_delivery_t *d, size_t slot, const kb_route_t *route, kb_b
         atomic_fetch_sub(&d->pending, 1);
         free(ma);
         if (err == KB_ERR_FULL) /* this pipeline abandons (a stop), or a hand-over's deadline passed */
-            err = atomic_load(&p->abandon) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT;
+            err = kb_drain_abandoned(&p->drain) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT;
         kb_fate_t fate = kb_fate_of(d->s[slot].bs, err, false, false); /* not taken: nothing to park */
         if (fate == KB_FATE_DEAD_LETTER || fate == KB_FATE_REFUSED)
             kb_refused(d, slot, err, fate, false, topic->data, key->data);
@@ -640,9 +640,9 @@ static void kb_deliver_none(kb_pipeline_t *p, kb_event_t *ev) {
 static bool kb_deliver_gated(kb_pipeline_t *p, kb_deltas_t *d, kb_buf_t *topic, kb_buf_t *key) {
     kb_ha_t *ha = p->bridge->ha;
     const char *name = kb_informer_conf(p->inf)->name;
-    for (size_t i = 0; i < d->n && !atomic_load(&p->abandon); i++) {
+    for (size_t i = 0; i < d->n && !kb_drain_abandoned(&p->drain); i++) {
         uint64_t tracked = kb_ledger_tracked_rv(kb_informer_ledger(p->inf));
-        kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->abandon);
+        kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->drain.abandon);
         if (a == KB_HA_DROP)
             return false; /* unacknowledged: it stays in the journal */
         pthread_rwlock_rdlock(&p->route_lock);
@@ -673,7 +673,7 @@ static void *kb_worker_main(void *arg) {
             continue;
         }
         pthread_rwlock_rdlock(&p->route_lock);
-        for (size_t i = 0; i < d.n && !atomic_load(&p->abandon); i++)
+        for (size_t i = 0; i < d.n && !kb_drain_abandoned(&p->drain); i++)
             kb_deliver(p, d.ev[i], &topic, &key);
         pthread_rwlock_unlock(&p->route_lock);
         kb_deltas_fini(&d);
@@ -748,6 +748,7 @@ static kb_pipeline_t *kb_pipeline_new(kb_bridge_t *b, const kb_config_t *cfg, co
     p->bridge = b;
     p->inf = inf;
     kb_rwlock_init_writer_first(&p->route_lock);
+    kb_drain_init(&p->drain);
     p->n_workers = kb_informer_shards(inf);
     p->workers = kb_calloc(p->n_workers, sizeof(*p->workers));
     for (size_t s = 0; s < p->n_workers; s++) {
@@ -1112,7 +1113,7 @@ static void kb_pipeline_start(kb_pipeline_t *p) {
 }
 
 /* Stop reading, let the workers drain until the deadline, join them. Past the
- * deadline this pipeline's workers are told to abandon (p->abandon); no other
+ * deadline this pipeline's workers are told to abandon (p->drain); no other
  * pipeline is touched. */
 static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
     kb_hbs_destroy(p->hbs);
@@ -1122,10 +1123,7 @@ static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
         bool all_done = true;
         for (size_t s = 0; s < p->n_workers && all_done; s++)
             all_done = !p->workers[s].started || atomic_load(&p->workers[s].done);
-        kb_drain_step_t step = kb_drain_step(all_done, kb_now_mono_ns(), deadline);
-        if (step == KB_DRAIN_ABANDON)
-            atomic_store(&p->abandon, true);
-        if (step != KB_DRAIN_WAIT)
+        if (kb_drain_look(&p->drain, all_done, kb_now_mono_ns(), deadline) != KB_DRAIN_WAIT)
             break;
         kb_sleep_ms_interruptible(10, NULL);
     }

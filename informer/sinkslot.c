@@ -96,8 +96,19 @@ void kb_handover_release(kb_handover_t *h) {
     KB_ASSERT(was); /* released once, and only a held successor */
 }
 
-kb_drain_step_t kb_drain_step(bool workers_done, int64_t now, int64_t deadline) {
+void kb_drain_init(kb_drain_t *dr) {
+    atomic_init(&dr->abandon, false);
+}
+
+kb_drain_step_t kb_drain_look(kb_drain_t *dr, bool workers_done, int64_t now, int64_t deadline) {
     if (workers_done)
         return KB_DRAIN_DONE;
-    return now >= deadline ? KB_DRAIN_ABANDON : KB_DRAIN_WAIT;
+    if (now < deadline)
+        return KB_DRAIN_WAIT;
+    atomic_store(&dr->abandon, true);
+    return KB_DRAIN_ABANDON;
+}
+
+bool kb_drain_abandoned(const kb_drain_t *dr) {
+    return atomic_load(&dr->abandon);
 }

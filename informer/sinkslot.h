@@ -107,10 +107,20 @@ void kb_handover_release(kb_handover_t *h);
 
 /* ---- a drain with a deadline -------------------------------------------- */
 
+/* One per pipeline (an informer's workers), never one per process: a drain
+ * that passes its deadline abandons its own pipeline only — what that one
+ * still holds stays below its own watermark, and no other pipeline skips
+ * anything (issue 24: a bridge-wide flag made every pipeline skip work). */
+typedef struct kb_drain {
+    _Atomic bool abandon;  /* set once, by kb_drain_look past the deadline */
+} kb_drain_t;
+
 typedef enum kb_drain_step { KB_DRAIN_DONE, KB_DRAIN_WAIT, KB_DRAIN_ABANDON } kb_drain_step_t;
-/* One look at a pipeline's drain: done when its workers are; past the
- * deadline (same clock as now) it abandons — that pipeline only: what it still
- * holds stays below its own watermark, no other pipeline is touched. */
-kb_drain_step_t kb_drain_step(bool workers_done, int64_t now, int64_t deadline);
+void kb_drain_init(kb_drain_t *dr);
+/* One look at dr's drain: done when its workers are; past the deadline (the
+ * clock of now) it abandons (dr only). Thread: the one draining. */
+kb_drain_step_t kb_drain_look(kb_drain_t *dr, bool workers_done, int64_t now, int64_t deadline);
+/* Should dr's workers hand nothing more to the sinks? Any thread, no lock. */
+bool kb_drain_abandoned(const kb_drain_t *dr);
 
 #endif

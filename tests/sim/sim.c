@@ -55,18 +55,20 @@
  * One state_dir history in three also has an operator (ops_*, below): at any
  * step a SIGHUP that rebuilds a sink while it holds unacknowledged messages
  * (the hand-over), a SIGHUP that removes a sink (or its route) and one that
- * puts it back, a SIGTERM whose deadline passes with the sinks stalled, and
+ * puts it back, a SIGHUP that removes another informer whose drain passes
+ * its deadline, a SIGTERM whose deadline passes with the sinks stalled, and
  * refusals of a sink with on_refused = "dead_letter" — the decisions taken by
- * informer/sinkslot.h, the module bridge/bridge.c calls. Two more checks then
- * (on every history): (4) a dead letter carries the destination's verdict,
- * never a stop; (5) once caught up, every sink's watermark and the
+ * informer/sinkslot.h, the module bridge/bridge.c calls. Two more checks
+ * then (on every history): (4) a dead letter carries the destination's
+ * verdict, never a stop; (5) once caught up, every sink's watermark and the
  * checkpoint reached the last change. Each fix of issue 24 the operator
  * touches, reverted once in that module, was found within the CI seeds: a
- * stop taken for a refusal (seed 7: a delete never delivered), a retired
- * instance's messages left instead of handed over (seed 4: a change goes
- * back), a successor not held during its hand-over (seed 22: goes back), a
- * hand-over out of seq order (seed 9: a delete never delivered); a removed
- * sink the ledger still waits for, seed 153 (the checkpoint frozen).
+ * stop taken for a refusal (seed 4: the consumer left at an old RV), a
+ * retired instance's messages left instead of handed over (seed 4: a change
+ * goes back), a successor not held during its hand-over (seed 22: goes
+ * back), a hand-over out of seq order (seed 4: goes back), one abandon flag
+ * for the process (seed 4: a watermark frozen); and a removed sink the ledger
+ * still waits for (seed 153: the checkpoint frozen).
  *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
@@ -266,6 +268,7 @@ typedef struct {
 
 static bool ops_held(const sim_t *s);
 static bool ops_removed(const sim_t *s, int i);
+static bool ops_abandoned(const sim_t *s);
 
 static void refl_reset(refl_t *f) {
     free(f->snap);
@@ -416,7 +419,7 @@ static void pop_shard(sim_t *s, size_t shard) {
     kb_deltas_t d;
     kb_deltas_init(&d);
     if (kb_deltafifo_pop(kb_informer_fifo(s->inf, shard), &d, 0) == KB_OK)
-        for (size_t i = 0; i < d.n; i++)
+        for (size_t i = 0; i < d.n && !ops_abandoned(s); i++) /* as kb_worker_main */
             deliver(s, d.ev[i]);
     kb_deltas_fini(&d);
 }
@@ -494,8 +497,13 @@ typedef struct {
 struct sim_ops {
     rng_t r;                 /* its own stream: the histories without an operator stay as they were */
     sinkops_t k[MAX_SINKS];
-    unsigned rebuilds, handed, terms, left, dead_letters, removals;
+    kb_drain_t drain;        /* this informer's pipeline (bridge.c: p->drain) */
+    unsigned rebuilds, handed, terms, left, dead_letters, removals, informers_removed;
 };
+
+static bool ops_abandoned(const sim_t *s) {
+    return s->ops && kb_drain_abandoned(&s->ops->drain);
+}
 
 static bool ops_removed(const sim_t *s, int i) {
     return s->ops && s->ops->k[i].removed;
@@ -699,6 +707,9 @@ static void ops_term_at_deadline(sim_t *s) {
         kb_deltafifo_close(kb_informer_fifo(s->inf, sh));
     for (unsigned n = rnd(&s->ops->r, 6); n > 0; n--)
         pop_shard(s, rnd(&s->ops->r, (unsigned)kb_informer_shards(s->inf)));
+    kb_drain_look(&s->ops->drain, false, s->clock, s->clock); /* the deadline: what a worker pops now is skipped */
+    for (unsigned n = rnd(&s->ops->r, 3); n > 0; n--)
+        pop_shard(s, rnd(&s->ops->r, (unsigned)kb_informer_shards(s->inf)));
     for (int i = 0; i < s->n_sinks; i++) {
         msink_t *k = &s->sinks[i];
         sink_acks(s, k, false);
@@ -708,6 +719,7 @@ static void ops_term_at_deadline(sim_t *s) {
     }
     checkpoint(s);
     kb_gone(s, false);
+    kb_drain_init(&s->ops->drain); /* the next start's pipeline */
     kb_open(s);
 }
 
@@ -734,6 +746,16 @@ static void ops_remove_or_add(sim_t *s, int i) {
     s->ops->removals++;
 }
 
+/* SIGHUP removes another informer, and its drain runs past the deadline:
+ * that pipeline abandons — and this one goes on (kb_reload_drain_removed). */
+static void ops_remove_other_informer(sim_t *s) {
+    kb_drain_t other;
+    kb_drain_init(&other);
+    TRACE("SIGHUP: another informer removed; its drain passes the deadline\n");
+    kb_drain_look(&other, false, s->clock, s->clock);
+    s->ops->informers_removed++;
+}
+
 /* One step of the operator. */
 static void ops_step(sim_t *s) {
     int i = (int)rnd(&s->ops->r, (unsigned)s->n_sinks);
@@ -742,6 +764,8 @@ static void ops_step(sim_t *s) {
         w < 60 ? ops_rebuild_flush(s, i) : ops_rebuild_end(s, i);
     else if (w < 8)
         ops_remove_or_add(s, i);
+    else if (w < 12)
+        ops_remove_other_informer(s);
     else if (s->ops->k[i].removed)
         return;
     else if (w < 45)
@@ -759,6 +783,7 @@ static void ops_configure(sim_t *s, uint64_t seed) {
         return;
     s->ops = calloc(1, sizeof(*s->ops));
     s->ops->r = r;
+    kb_drain_init(&s->ops->drain);
     for (int i = 0; i < s->n_sinks; i++) {
         kb_handover_init(&s->ops->k[i].ho);
         kb_handover_init(&s->ops->k[i].gate);
@@ -1379,8 +1404,9 @@ static bool run_history(uint64_t seed, unsigned steps) {
     char opsline[256] = "";
     if (s->ops)
         snprintf(opsline, sizeof(opsline), "; operator: %u sink rebuilds (%u messages handed over), %u stops at a "
-                 "deadline (%u messages left), %u dead letters, %u sink removals", s->ops->rebuilds, s->ops->handed,
-                 s->ops->terms, s->ops->left, s->ops->dead_letters, s->ops->removals);
+                 "deadline (%u messages left), %u dead letters, %u sink removals, %u informer removals", s->ops->rebuilds,
+                 s->ops->handed, s->ops->terms, s->ops->left, s->ops->dead_letters, s->ops->removals,
+                 s->ops->informers_removed);
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
                "%u crashes, %u restarts, %u redefinitions, %u restores, %u messages%s)\n",

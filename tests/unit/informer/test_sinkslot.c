@@ -74,9 +74,15 @@ static void test_held_until_released(void **state) {
 
 static void test_drain_abandons_only_past_its_deadline(void **state) {
     (void)state;
-    assert_int_equal(kb_drain_step(true, 100, 50), KB_DRAIN_DONE);
-    assert_int_equal(kb_drain_step(false, 49, 50), KB_DRAIN_WAIT);
-    assert_int_equal(kb_drain_step(false, 50, 50), KB_DRAIN_ABANDON);
+    kb_drain_t a, b;
+    kb_drain_init(&a);
+    kb_drain_init(&b);
+    assert_int_equal(kb_drain_look(&a, true, 100, 50), KB_DRAIN_DONE);
+    assert_int_equal(kb_drain_look(&a, false, 49, 50), KB_DRAIN_WAIT);
+    assert_false(kb_drain_abandoned(&a));
+    assert_int_equal(kb_drain_look(&a, false, 50, 50), KB_DRAIN_ABANDON);
+    assert_true(kb_drain_abandoned(&a));
+    assert_false(kb_drain_abandoned(&b)); /* issue 24 finding 4: one pipeline's deadline is not another's */
 }
 
 int main(void) {
