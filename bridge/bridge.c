@@ -1115,7 +1115,7 @@ static void kb_pipeline_start(kb_pipeline_t *p) {
 /* Stop reading, let the workers drain until the deadline, join them. Past the
  * deadline this pipeline's workers are told to abandon (p->drain); no other
  * pipeline is touched. */
-static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
+static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline, const _Atomic bool *cut) {
     kb_hbs_destroy(p->hbs);
     p->hbs = NULL;
     kb_informer_stop(p->inf);
@@ -1123,7 +1123,8 @@ static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
         bool all_done = true;
         for (size_t s = 0; s < p->n_workers && all_done; s++)
             all_done = !p->workers[s].started || atomic_load(&p->workers[s].done);
-        if (kb_drain_look(&p->drain, all_done, kb_now_mono_ns(), deadline) != KB_DRAIN_WAIT)
+        int64_t now = cut && atomic_load(cut) ? deadline : kb_now_mono_ns(); /* asked to give up: the deadline is now */
+        if (kb_drain_look(&p->drain, all_done, now, deadline) != KB_DRAIN_WAIT)
             break;
         kb_sleep_ms_interruptible(10, NULL);
     }
@@ -1255,7 +1256,7 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_informer_stop(b->pipes[i]->inf);
     for (size_t i = 0; i < b->n_pipes; i++)
-        kb_pipeline_drain(b->pipes[i], deadline);
+        kb_pipeline_drain(b->pipes[i], deadline, NULL);
     kb_err_t result = KB_OK;
     for (size_t i = 0; i < b->cfg->n_sinks; i++) {
         int64_t left_ms = (deadline - kb_now_mono_ns()) / KB_NS_PER_MS;
@@ -1531,11 +1532,13 @@ static bool kb_reload_keeps_sink(const kb_reload_plan_t *pl, const kb_bsink_t *b
     return false;
 }
 
-/* Stop and drain the informers that go away (into their old routes). */
-static void kb_reload_drain_removed(kb_reload_plan_t *pl) {
+/* Stop and drain the informers that go away (into their old routes), until
+ * shutdown_timeout or until the reload is asked to give up (a stop, a newer
+ * SIGHUP): what they still hold is left in their own state_dir. */
+static void kb_reload_drain_removed(kb_reload_plan_t *pl, const _Atomic bool *abandon) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
     for (size_t j = 0; j < pl->n_gone; j++) {
-        kb_pipeline_drain(pl->gone[j], deadline);
+        kb_pipeline_drain(pl->gone[j], deadline, abandon);
         kb_informer_close_state(pl->gone[j]->inf);
         pl->removed++;
     }
@@ -1712,34 +1715,50 @@ static void kb_hand_over(kb_bridge_t *b, kb_bsink_t *pred, kb_bsink_t *succ, int
     free(v);
 }
 
-/* Step 5 of a reload: close the sink instances nothing routes to any more.
- * A rebuilt sink's old instance flushes (up to shutdown_timeout); what it
- * still holds then is given back (KB_ERR_STOPPED) and handed to its
- * successor, which takes nothing from the workers before that. A sink
- * removed for good leaves what it held: the ledger waits for it no more. */
-static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, kb_bsink_t **dropped, size_t n) {
-    int timeout_ms = pl->ncfg->shutdown_timeout * 1000;
-    for (size_t i = 0; i < n; i++) {
-        kb_bsink_t *succ = NULL;
-        for (size_t j = 0; j < pl->nn && !succ; j++) /* published: b->sinks is the plan's nsinks */
-            if (pl->pred[j] == dropped[i])
-                succ = b->sinks[j];
-        atomic_store(&dropped[i]->succ, succ);
-        kb_handover_retire(&dropped[i]->ho, succ != NULL);
-        int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_ms * KB_NS_PER_MS;
-        kb_bsink_close(dropped[i], timeout_ms);
-        if (succ)
-            kb_hand_over(b, dropped[i], succ, deadline + (int64_t)timeout_ms * KB_NS_PER_MS);
-    }
-    for (size_t j = 0; j < pl->nn; j++) {
-        kb_bsink_t *bs = b->sinks[j];
-        if (!kb_handover_held(&bs->ho))
-            continue;
-        pthread_mutex_lock(&bs->back_mtx);
-        kb_handover_release(&bs->ho);
-        pthread_cond_broadcast(&bs->back_cv);
-        pthread_mutex_unlock(&bs->back_mtx);
-    }
+/* A successor has its predecessor's messages: the workers may hand it more. */
+static void kb_bsink_release(kb_bsink_t *bs) {
+    pthread_mutex_lock(&bs->back_mtx);
+    kb_handover_release(&bs->ho);
+    pthread_cond_broadcast(&bs->back_cv);
+    pthread_mutex_unlock(&bs->back_mtx);
+}
+
+/* The new instance dropped[i] hands over to, or NULL (removed for good). */
+static kb_bsink_t *kb_reload_successor(const kb_bridge_t *b, const kb_reload_plan_t *pl, const kb_bsink_t *old) {
+    for (size_t j = 0; j < pl->nn; j++) /* published: b->sinks is the plan's nsinks */
+        if (pl->pred[j] == old)
+            return b->sinks[j];
+    return NULL;
+}
+
+/* Step 5 of a reload: close the sink instances nothing routes to any more,
+ * all within one shutdown_timeout, cut short when the reload is asked to give
+ * up (a stop, a newer SIGHUP). Rebuilt sinks first: an old instance flushes;
+ * what it still holds then is given back (KB_ERR_STOPPED) and handed to its
+ * successor, which is let go at once — it waits for its own predecessor
+ * only, never for another sink's close. Then the sinks removed for good,
+ * which leave what they held: the ledger waits for them no more. */
+static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, kb_bsink_t **dropped, size_t n,
+                                   const _Atomic bool *abandon) {
+    int64_t span = (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
+    int64_t deadline = kb_now_mono_ns() + span;
+    for (int rebuilt = 1; rebuilt >= 0; rebuilt--)
+        for (size_t i = 0; i < n; i++) {
+            kb_bsink_t *succ = kb_reload_successor(b, pl, dropped[i]);
+            if ((succ != NULL) != rebuilt)
+                continue;
+            atomic_store(&dropped[i]->succ, succ);
+            kb_handover_retire(&dropped[i]->ho, succ != NULL);
+            int64_t left_ms = atomic_load(abandon) ? 0 : (deadline - kb_now_mono_ns()) / KB_NS_PER_MS;
+            kb_bsink_close(dropped[i], left_ms > 0 ? (int)left_ms : 0);
+            if (!succ)
+                continue;
+            kb_hand_over(b, dropped[i], succ, kb_now_mono_ns() + span);
+            kb_bsink_release(succ);
+        }
+    for (size_t j = 0; j < pl->nn; j++) /* a successor whose predecessor was not dropped (none expected) */
+        if (kb_handover_held(&b->sinks[j]->ho))
+            kb_bsink_release(b->sinks[j]);
 }
 
 kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool *abandon, char *errstr,
@@ -1771,7 +1790,7 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool 
     kb_reload_swap_routes(b, &pl);
     size_t n_dropped;
     kb_bsink_t **dropped = kb_reload_publish(b, &pl, &n_dropped);
-    kb_reload_drain_removed(&pl);
+    kb_reload_drain_removed(&pl, abandon);
     for (size_t i = 0; i < pl.ni; i++)
         if (pl.pipe_new[i]) {
             if (b->started)
@@ -1779,7 +1798,7 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool 
             pl.added++;
         }
     /* 5. Sinks nothing routes to any more: flush and close; a rebuilt one hands over. */
-    kb_reload_retire_sinks(b, &pl, dropped, n_dropped);
+    kb_reload_retire_sinks(b, &pl, dropped, n_dropped, abandon);
     free(dropped);
     KB_INFOF("bridge",
              KB_FIELDS(KB_F("config", ncfg->path), KB_FU("informers_kept", pl.ni - pl.added),
@@ -1808,7 +1827,7 @@ size_t kb_bridge_stopped_sinks(kb_bridge_t *b, char ***names) {
     return n;
 }
 
-/* Does p route to a sink named in names? Caller holds b->lock. */
+/* Does p route to a sink named in names? The reload thread (the only one that changes routes). */
 static bool kb_pipeline_routes_to(const kb_pipeline_t *p, char *const *names, size_t n) {
     for (size_t r = 0; r < p->router->n; r++)
         for (size_t i = 0; i < n; i++)
@@ -1841,20 +1860,25 @@ static kb_pipeline_t *kb_pipeline_reopen(kb_bridge_t *b, const kb_pipeline_t *p,
 size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n) {
     if (!n)
         return 0;
-    pthread_rwlock_wrlock(&b->lock);
+    /* Drain first (the stopped sinks are still skipped, so nothing reaches them
+     * out of order), then let them take messages again, then reopen. The
+     * drain, up to shutdown_timeout, runs without b->lock: only this thread
+     * changes b's sets, and HTTP readers (and the shutdown watchdog) must not
+     * wait for it; closing the state and swapping take the write lock. */
     const kb_config_t *cfg = b->cfg;
     int64_t deadline = kb_now_mono_ns() + (int64_t)cfg->shutdown_timeout * KB_NS_PER_MS * 1000;
     kb_pipeline_t **reopened = kb_calloc(b->n_pipes ? b->n_pipes : 1, sizeof(*reopened));
-    /* Drain first (the stopped sinks are still skipped, so nothing reaches them
-     * out of order), then let them take messages again, then reopen. */
     for (size_t k = 0; k < b->n_pipes; k++) {
         kb_pipeline_t *p = b->pipes[k];
         if (!p->started || !kb_pipeline_routes_to(p, names, n))
             continue;
-        kb_pipeline_drain(p, deadline);
-        kb_informer_close_state(p->inf);
+        kb_pipeline_drain(p, deadline, NULL);
         reopened[k] = p;
     }
+    pthread_rwlock_wrlock(&b->lock);
+    for (size_t k = 0; k < b->n_pipes; k++)
+        if (reopened[k])
+            kb_informer_close_state(reopened[k]->inf);
     for (size_t i = 0; i < cfg->n_sinks; i++)
         for (size_t j = 0; j < n; j++)
             if (!strcmp(cfg->sinks[i].name, names[j]) && atomic_exchange(&b->sinks[i]->stopped, false))
