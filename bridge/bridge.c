@@ -112,8 +112,7 @@ typedef struct kb_bsink {
      * verdict is parked for the successor instead of left. On the successor,
      * held: it takes nothing from the workers until its predecessor's
      * messages are in. */
-    kb_handover_t ho;              /* parked messages: back_mtx */
-    _Atomic(struct kb_bsink *) succ; /* a retired instance: the one that replaced it (refusals stop that one) */
+    kb_handover_t ho;              /* parked messages: back_mtx; a retired instance's successor */
     pthread_mutex_t back_mtx;      /* guards ho's parked set; with back_cv, the held gate */
     pthread_cond_t back_cv;        /* ho.held went false */
     struct {                       /* refusals by reason (kb_err_name), first come, first slot */
@@ -409,8 +408,7 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, kb_fate_t fa
     kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
     if (fate == KB_FATE_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
-    kb_bsink_t *succ = atomic_load(&bs->succ);
-    kb_bsink_stop(succ ? succ : bs, d->ev, d->seq,
+    kb_bsink_stop(kb_handover_stops(&bs->ho, bs), d->ev, d->seq,
                   dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true, d->p->bridge->journal);
 }
 
@@ -427,7 +425,7 @@ static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err, kb_fat
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
     if (fate == KB_FATE_HOLD)
-        kb_bsink_stop(bs, d->ev, d->seq, kb_err_str(err), false, d->p->bridge->journal);
+        kb_bsink_stop(kb_handover_stops(&bs->ho, bs), d->ev, d->seq, kb_err_str(err), false, d->p->bridge->journal);
 }
 
 /* A retiring instance gave ma's message up without a verdict (stopped, or
@@ -1747,8 +1745,7 @@ static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, k
             kb_bsink_t *succ = kb_reload_successor(b, pl, dropped[i]);
             if ((succ != NULL) != rebuilt)
                 continue;
-            atomic_store(&dropped[i]->succ, succ);
-            kb_handover_retire(&dropped[i]->ho, succ != NULL);
+            kb_handover_retire(&dropped[i]->ho, succ);
             int64_t left_ms = atomic_load(abandon) ? 0 : (deadline - kb_now_mono_ns()) / KB_NS_PER_MS;
             kb_bsink_close(dropped[i], left_ms > 0 ? (int)left_ms : 0);
             if (!succ)

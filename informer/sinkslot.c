@@ -34,6 +34,7 @@ void kb_handover_init(kb_handover_t *h) {
     memset(h, 0, sizeof(*h));
     atomic_init(&h->collect, false);
     atomic_init(&h->held, false);
+    atomic_init(&h->successor, NULL);
 }
 
 void kb_handover_fini(kb_handover_t *h) {
@@ -50,8 +51,14 @@ bool kb_handover_held(const kb_handover_t *h) {
     return atomic_load(&h->held);
 }
 
-void kb_handover_retire(kb_handover_t *h, bool has_successor) {
-    atomic_store(&h->collect, has_successor);
+void kb_handover_retire(kb_handover_t *h, void *successor) {
+    atomic_store(&h->successor, successor);
+    atomic_store(&h->collect, successor != NULL);
+}
+
+void *kb_handover_stops(const kb_handover_t *h, void *self) {
+    void *succ = atomic_load(&h->successor);
+    return succ ? succ : self;
 }
 
 bool kb_handover_collecting(const kb_handover_t *h) {

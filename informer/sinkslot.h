@@ -82,6 +82,7 @@ typedef struct kb_parked {
 
 typedef struct kb_handover {
     _Atomic bool collect;  /* retiring, a successor waits: give-backs are parked */
+    _Atomic(void *) successor; /* retired: the instance that replaced it (NULL: removed for good) */
     _Atomic bool held;     /* a successor: takes nothing from the workers until released */
     kb_parked_t *v;        /* parked (caller's lock) */
     size_t n, cap;
@@ -93,8 +94,14 @@ void kb_handover_fini(kb_handover_t *h); /* frees the array, not the messages */
 /* A successor, before anything can reach it: held. */
 void kb_handover_hold(kb_handover_t *h);
 bool kb_handover_held(const kb_handover_t *h); /* any thread, no lock */
-/* The instance retires; with a successor, what it gives back is parked. */
-void kb_handover_retire(kb_handover_t *h, bool has_successor);
+/* The instance retires; with a successor (the caller's instance, opaque),
+ * what it gives back is parked. */
+void kb_handover_retire(kb_handover_t *h, void *successor);
+/* Which instance a refusal or a give-up of self's stops: self, or — once self
+ * retired with a successor — the successor, which is the sink a SIGHUP tries
+ * again (a retired instance is tried by no one, and the slot it shares with
+ * its successor would hold the watermark for good). Any thread, no lock. */
+void *kb_handover_stops(const kb_handover_t *h, void *self);
 bool kb_handover_collecting(const kb_handover_t *h); /* any thread, no lock */
 /* Park msg (caller's lock). False (nothing parked) unless collecting. */
 bool kb_handover_park(kb_handover_t *h, void *msg, uintptr_t owner, uint64_t seq);

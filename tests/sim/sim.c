@@ -54,21 +54,24 @@
  *
  * One state_dir history in three also has an operator (ops_*, below): at any
  * step a SIGHUP that rebuilds a sink while it holds unacknowledged messages
- * (the hand-over), a SIGHUP that removes a sink (or its route) and one that
- * puts it back, a SIGHUP that removes another informer whose drain passes
- * its deadline, a SIGTERM whose deadline passes with the sinks stalled, and
- * refusals of a sink with on_refused = "dead_letter" — the decisions taken by
- * informer/sinkslot.h, the module bridge/bridge.c calls. Two more checks
- * then (on every history): (4) a dead letter carries the destination's
- * verdict, never a stop; (5) once caught up, every sink's watermark and the
- * checkpoint reached the last change. Each fix of issue 24 the operator
- * touches, reverted once in that module, was found within the CI seeds: a
- * stop taken for a refusal (seed 4: the consumer left at an old RV), a
- * retired instance's messages left instead of handed over (seed 4: a change
- * goes back), a successor not held during its hand-over (seed 22: goes
- * back), a hand-over out of seq order (seed 4: goes back), one abandon flag
- * for the process (seed 4: a watermark frozen); and a removed sink the ledger
- * still waits for (seed 153: the checkpoint frozen).
+ * (the hand-over; its destination may refuse one while it flushes), a
+ * SIGHUP that removes a sink (or its route) and one that puts it back, a
+ * SIGHUP that removes another informer whose drain passes its deadline, a
+ * SIGTERM whose deadline passes with the sinks stalled, and refusals of a
+ * sink with on_refused = "dead_letter" — the decisions taken by
+ * informer/sinkslot.h, the module bridge/bridge.c calls. Two more checks then
+ * (on every history): (4) a dead letter carries the destination's verdict,
+ * never a stop; (5) once caught up, every sink's watermark and the
+ * checkpoint reached the last change. Each lifecycle fix of issue 24,
+ * reverted once in that module, is found within the CI seeds (first failing
+ * seed, and what it says): a stop taken for a refusal (4: dead-lettered for
+ * "stopped"), a retired instance's messages left instead of handed over (4:
+ * a change goes back), a successor not held during its hand-over (22: goes
+ * back), a hand-over out of seq order (4: goes back), one abandon flag for
+ * the process (4: a watermark frozen), a refusal during a hand-over stopping
+ * the retired instance instead of its successor (1427: a watermark frozen);
+ * and, in the ledger, a removed sink still waited for (29: the checkpoint
+ * frozen).
  *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
@@ -491,6 +494,7 @@ typedef struct {
     kb_handover_t ho;        /* the old instance's give-backs */
     kb_handover_t gate;      /* the new instance: held until they are in */
     bool removed;            /* a SIGHUP removed it (its route, or the sink) */
+    bool retired_stopped;    /* an old instance was stopped (the address kb_handover_stops gives for it) */
     bool partial;            /* removed once: its consumer missed what happened meanwhile (not checked) */
 } sinkops_t;
 
@@ -573,9 +577,14 @@ static bool ops_answer(sim_t *s, int i, inflight_t *m, kb_err_t err, bool collec
     case KB_FATE_ACKED:
         kb_ledger_sink_done(l, m->seq, k->lidx);
         return false;
-    case KB_FATE_DEAD_LETTER: /* the dead-letter sink takes it at once */
-        if ((j = clog_find(s, k, m->seq, m->key)) >= 0)
+    case KB_FATE_DEAD_LETTER: /* the dead-letter sink takes it at once, in the message's place */
+        if (collecting) {
+            cmsg_t c = o->old_msg[m - o->old];
+            c.dl_err = err;
+            clog_push(&k->log, c);
+        } else if ((j = clog_find(s, k, m->seq, m->key)) >= 0) {
             k->log.v[j].dl_err = err;
+        }
         s->ops->dead_letters++;
         kb_ledger_sink_done(l, m->seq, k->lidx);
         return false;
@@ -583,8 +592,15 @@ static bool ops_answer(sim_t *s, int i, inflight_t *m, kb_err_t err, bool collec
         return kb_handover_park(&o->ho, m, 0, m->seq);
     case KB_FATE_REFUSED:
     case KB_FATE_HOLD: /* the sink stops (a retired instance's: the one that replaced it); SIGHUP or a start retries */
-        k->stopped = true;
-        k->missed = true;
+        if (kb_handover_stops(&o->ho, &o->retired_stopped) == k) {
+            k->stopped = true;
+            k->missed = true;
+        } else if (collecting) {
+            o->retired_stopped = true; /* no one tries a retired instance again: its slot holds the watermark */
+        } else {
+            k->stopped = true;
+            k->missed = true;
+        }
         break;
     case KB_FATE_LEAVE:
         s->ops->left++;
@@ -615,7 +631,7 @@ static void ops_rebuild_begin(sim_t *s, int i) {
     k->v = NULL;
     k->n = k->cap = 0;
     kb_handover_hold(&o->gate);
-    kb_handover_retire(&o->ho, true);
+    kb_handover_retire(&o->ho, k);
     o->rebuilding = true;
     s->ops->rebuilds++;
 }
@@ -628,6 +644,20 @@ static void ops_rebuild_flush(sim_t *s, int i) {
     blocked_t bl = {.n = 0};
     size_t keep = 0;
     for (size_t m = 0; m < o->n_old; m++) {
+        if (!key_blocked(&bl, o->old[m].key) && chance(&s->ops->r, 4)) {
+            /* Its destination refuses it while it flushes. Without a dead-letter sink it writes nothing more of
+             * the key (as a refusal at take stops the sink before its next message): those are left below the
+             * watermark. */
+            ops_answer(s, i, &o->old[m], KB_ERR_TOOBIG, true);
+            for (size_t later = m + 1; later < o->n_old && !o->dl; later++)
+                if (!strcmp(o->old[later].key, o->old[m].key)) {
+                    ops_answer(s, i, &o->old[later], KB_ERR_STOPPED, false);
+                    o->old[later].key[0] = '\0'; /* gone from the old instance (dropped below) */
+                }
+            continue;
+        }
+        if (!o->old[m].key[0])
+            continue;
         if (!key_blocked(&bl, o->old[m].key) && chance(&s->ops->r, 50)) {
             clog_push(&k->log, o->old_msg[m]);
             kb_ledger_sink_done(kb_informer_ledger(s->inf), o->old[m].seq, k->lidx);

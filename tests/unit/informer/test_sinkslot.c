@@ -41,8 +41,11 @@ static void test_hand_over_order(void **state) {
     kb_handover_t h;
     kb_handover_init(&h);
     int m[5];
+    int self, succ;
     assert_false(kb_handover_park(&h, &m[0], 1, 9)); /* not retiring: nothing parks */
-    kb_handover_retire(&h, true);
+    assert_ptr_equal(kb_handover_stops(&h, &self), &self);
+    kb_handover_retire(&h, &succ);
+    assert_ptr_equal(kb_handover_stops(&h, &self), &succ); /* a refusal during the hand-over stops the successor */
     assert_true(kb_handover_park(&h, &m[0], 2, 5));
     assert_true(kb_handover_park(&h, &m[1], 1, 9));
     assert_true(kb_handover_park(&h, &m[2], 1, 3));
