@@ -38,6 +38,12 @@
  * the new instance in seq order before the workers may hand it anything newer
  * — they share one ledger slot, which therefore keeps moving (CLOSE).
  *
+ * What a sink's answer means — acknowledged, refused (dead letter or stop),
+ * parked for a successor, held, or left below the watermark — and the
+ * hand-over's order and held gate are decided by informer/sinkslot.h, which
+ * has no threads or clocks, so that tests/sim steps the same decisions; this
+ * file carries them out (locks, condition variables, sends, log lines).
+ *
  * Shutdown: stop the informers (reflectors joined, FIFOs closed), let the
  * workers drain the FIFOs into the sinks until the deadline, flush the sinks
  * with what time remains, write the checkpoints. Anything undelivered at the
@@ -61,6 +67,7 @@
 #include "informer/apiclient.h"
 #include "informer/informer.h"
 #include "informer/ledger.h"
+#include "informer/sinkslot.h"
 #include "sinks/envelope.h"
 #include "sinks/heartbeat.h"
 #include "sinks/noop.h"
@@ -100,15 +107,14 @@ typedef struct kb_bsink {
     char why[512];                 /* what stopped it: the object and the reason */
     _Atomic(struct kb_bsink *) dl; /* on_refused = "dead_letter": where refused messages go */
     _Atomic uint64_t dead_letters; /* refused messages this sink handed to its dead-letter sink */
-    /* Hand-over of a rebuilt sink (kb_reload_retire_sinks). On the retired
-     * instance, collect: an ack with KB_ERR_STOPPED parks the message in back[]
-     * for the successor instead of leaving it. On the successor, held: it takes
-     * nothing from the workers until its predecessor's messages are in. */
-    _Atomic bool collect, held;
-    pthread_mutex_t back_mtx;      /* guards back, n_back; with back_cv, the held gate */
-    pthread_cond_t back_cv;        /* held went false */
-    struct kb_msg_ack **back;      /* parked messages, in the order the sink gave them back */
-    size_t n_back;
+    /* Hand-over of a rebuilt sink (kb_reload_retire_sinks; informer/sinkslot.h).
+     * On the retired instance, collecting: a message it gives back without a
+     * verdict is parked for the successor instead of left. On the successor,
+     * held: it takes nothing from the workers until its predecessor's
+     * messages are in. */
+    kb_handover_t ho;              /* parked messages: back_mtx; a retired instance's successor */
+    pthread_mutex_t back_mtx;      /* guards ho's parked set; with back_cv, the held gate */
+    pthread_cond_t back_cv;        /* ho.held went false */
     struct {                       /* refusals by reason (kb_err_name), first come, first slot */
         _Atomic(const char *) reason;
         _Atomic uint64_t n;
@@ -154,7 +160,7 @@ struct kb_pipeline {
      * more to sinks (what they hold stays unacknowledged, below the
      * watermark). Set only by kb_pipeline_drain of this pipeline — never a
      * flag of the bridge: no pipeline's stop may make another skip work. */
-    _Atomic bool abandon;
+    kb_drain_t drain;
     _Atomic int64_t last_change_real_ns; /* newest ADDED/MODIFIED/DELETED seen by kb_deliver (metrics) */
     kb_histogram_t handle[KB_EV_TYPE_COUNT]; /* worker time per event, by type */
 };
@@ -380,18 +386,30 @@ static bool kb_dead_letter(kb_delivery_t *d, size_t slot, kb_err_t why, const ch
     return true;
 }
 
-/* A message of slot was refused for good (a failed ack, or produce() said no). */
-static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_letter, const char *topic,
-                       const char *key) {
+/* What err means for a message of bs (informer/sinkslot.h decides).
+ * collecting: bs may park it (the message is one it took). */
+static kb_fate_t kb_fate_of(kb_bsink_t *bs, kb_err_t err, bool dead_letter, bool collecting) {
+    kb_verdict_t v = {.err = err, .refusal = kb_sink_refused(err), .dead_letter = dead_letter,
+                      .to_dead_letter = bs->conf->on_refused == KB_REFUSED_DEAD_LETTER,
+                      .collecting = collecting && kb_handover_collecting(&bs->ho)};
+    return kb_sinkslot_fate(&v);
+}
+
+/* A message of slot was refused for good (a failed ack, or produce() said no):
+ * fate is KB_FATE_DEAD_LETTER or KB_FATE_REFUSED. A retired instance's refusal
+ * stops the instance that replaced it: that is the sink SIGHUP tries again,
+ * and the slot's bit stays until it does. */
+static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, kb_fate_t fate, bool dead_letter,
+                       const char *topic, const char *key) {
     kb_bsink_t *bs = d->s[slot].bs;
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
     kb_bsink_t *dl = atomic_load(&bs->dl);
     kb_bsink_count_refusal(dead_letter && dl ? dl : bs, err);
-    if (!dead_letter && bs->conf->on_refused == KB_REFUSED_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
+    if (fate == KB_FATE_DEAD_LETTER && kb_dead_letter(d, slot, err, topic, key))
         return; /* the slot is done when the dead-letter sink acknowledges it */
-    kb_bsink_stop(bs, d->ev, d->seq, dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true,
-                  d->p->bridge->journal);
+    kb_bsink_stop(kb_handover_stops(&bs->ho, bs), d->ev, d->seq,
+                  dead_letter ? "its dead-letter sink refused it too" : kb_err_str(err), true, d->p->bridge->journal);
 }
 
 /* A message of slot given up without a verdict (sinks/sink.h: KB_ERR_STOPPED
@@ -402,12 +420,12 @@ static void kb_refused(kb_delivery_t *d, size_t slot, kb_err_t err, bool dead_le
  * again. A sink that gave up while it runs (anything but a stop: a retry
  * limit, a message timeout) is held like a stopped one, so that nothing after
  * it passes it for good; SIGHUP tries it again. */
-static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err) {
+static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err, kb_fate_t fate) {
     kb_bsink_t *bs = d->s[slot].bs;
     atomic_fetch_add(&bs->failed, 1);
     atomic_fetch_add(&d->p->failed, 1);
-    if (err != KB_ERR_STOPPED)
-        kb_bsink_stop(bs, d->ev, d->seq, kb_err_str(err), false, d->p->bridge->journal);
+    if (fate == KB_FATE_HOLD)
+        kb_bsink_stop(kb_handover_stops(&bs->ho, bs), d->ev, d->seq, kb_err_str(err), false, d->p->bridge->journal);
 }
 
 /* A retiring instance gave ma's message up without a verdict (stopped, or
@@ -416,13 +434,10 @@ static void kb_not_delivered(kb_delivery_t *d, size_t slot, kb_err_t err) {
  * kb_hand_over, which gives it to the successor. */
 static bool kb_park(kb_msg_ack_t *ma) {
     kb_bsink_t *bs = ma->d->s[ma->slot].bs;
-    if (ma->dead_letter || !atomic_load(&bs->collect))
-        return false;
     pthread_mutex_lock(&bs->back_mtx);
-    bs->back = kb_realloc(bs->back, (bs->n_back + 1) * sizeof(*bs->back));
-    bs->back[bs->n_back++] = ma;
+    bool parked = kb_handover_park(&bs->ho, ma, (uintptr_t)ma->d->p, ma->d->seq);
     pthread_mutex_unlock(&bs->back_mtx);
-    return true;
+    return parked;
 }
 
 static void kb_bridge_ack(void *opaque, kb_err_t err) {
@@ -430,21 +445,24 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_delivery_t *d = ma->d;
     kb_pipeline_t *p = d->p;
     kb_bsink_t *bs = d->s[ma->slot].bs;
-    if (err == KB_OK) {
+    kb_fate_t fate = kb_fate_of(bs, err, ma->dead_letter, true);
+    if (fate == KB_FATE_PARK && kb_park(ma))
+        return;
+    if (fate == KB_FATE_PARK) /* the hand-over was taken meanwhile: too late to park */
+        fate = kb_fate_of(bs, err, ma->dead_letter, false);
+    if (fate == KB_FATE_ACKED) {
         atomic_fetch_add(&p->delivered, 1);
         kb_bsink_t *dl = atomic_load(&bs->dl);
         atomic_fetch_add(ma->dead_letter && dl ? &dl->acked : &bs->acked, 1);
         if (!ma->dead_letter)
             kb_histogram_observe_ns(&bs->delivery, kb_now_mono_ns() - d->read_mono_ns);
         kb_slot_acked(d, ma->slot);
-    } else if (kb_sink_refused(err)) {
+    } else if (fate == KB_FATE_DEAD_LETTER || fate == KB_FATE_REFUSED) {
         /* The topic and key are not known here any more: a dead letter after a
          * failed delivery report goes with the object's key and no topic. */
-        kb_refused(d, ma->slot, err, ma->dead_letter, NULL, d->ev->key);
-    } else if (kb_park(ma)) {
-        return;
+        kb_refused(d, ma->slot, err, fate, ma->dead_letter, NULL, d->ev->key);
     } else {
-        kb_not_delivered(d, ma->slot, err);
+        kb_not_delivered(d, ma->slot, err, fate);
     }
     atomic_fetch_sub(&p->inflight, 1);
     free(ma);
@@ -474,10 +492,10 @@ static size_t kb_delivery_slot(kb_delivery_t *d, kb_bsink_t *bs, int lidx) {
 /* A rebuilt sink's successor takes nothing until its predecessor's messages
  * were handed to it (kb_hand_over, on main, bounded by shutdown_timeout). */
 static void kb_bsink_wait_handover(kb_bsink_t *bs) {
-    if (!atomic_load(&bs->held))
+    if (!kb_handover_held(&bs->ho))
         return;
     pthread_mutex_lock(&bs->back_mtx);
-    while (atomic_load(&bs->held))
+    while (kb_handover_held(&bs->ho))
         pthread_cond_wait(&bs->back_cv, &bs->back_mtx);
     pthread_mutex_unlock(&bs->back_mtx);
 }
@@ -514,7 +532,7 @@ static void kb_send(kb_delivery_t *d, size_t slot, const kb_route_t *route, kb_b
             atomic_fetch_add(&p->routed, 1);
             return;
         }
-        if (err == KB_ERR_FULL && !atomic_load(&p->abandon) && (!deadline || kb_now_mono_ns() < deadline)) {
+        if (err == KB_ERR_FULL && !kb_drain_abandoned(&p->drain) && (!deadline || kb_now_mono_ns() < deadline)) {
             static kb_ratelimit_t rl;
             if (kb_ratelimit_allow(&rl, 10000, NULL))
                 KB_WARN("bridge", "sink=%s is full; holding the informer's queue (backpressure)", route->sink->name);
@@ -523,12 +541,13 @@ static void kb_send(kb_delivery_t *d, size_t slot, const kb_route_t *route, kb_b
         atomic_fetch_sub(&p->inflight, 1);
         atomic_fetch_sub(&d->pending, 1);
         free(ma);
-        if (kb_sink_refused(err))
-            kb_refused(d, slot, err, false, topic->data, key->data);
-        else if (err == KB_ERR_FULL) /* this pipeline abandons (a stop), or a hand-over's deadline passed */
-            kb_not_delivered(d, slot, atomic_load(&p->abandon) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT);
+        if (err == KB_ERR_FULL) /* this pipeline abandons (a stop), or a hand-over's deadline passed */
+            err = kb_drain_abandoned(&p->drain) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT;
+        kb_fate_t fate = kb_fate_of(d->s[slot].bs, err, false, false); /* not taken: nothing to park */
+        if (fate == KB_FATE_DEAD_LETTER || fate == KB_FATE_REFUSED)
+            kb_refused(d, slot, err, fate, false, topic->data, key->data);
         else
-            kb_not_delivered(d, slot, err);
+            kb_not_delivered(d, slot, err, fate);
         return;
     }
 }
@@ -619,9 +638,9 @@ static void kb_deliver_none(kb_pipeline_t *p, kb_event_t *ev) {
 static bool kb_deliver_gated(kb_pipeline_t *p, kb_deltas_t *d, kb_buf_t *topic, kb_buf_t *key) {
     kb_ha_t *ha = p->bridge->ha;
     const char *name = kb_informer_conf(p->inf)->name;
-    for (size_t i = 0; i < d->n && !atomic_load(&p->abandon); i++) {
+    for (size_t i = 0; i < d->n && !kb_drain_abandoned(&p->drain); i++) {
         uint64_t tracked = kb_ledger_tracked_rv(kb_informer_ledger(p->inf));
-        kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->abandon);
+        kb_ha_admit_t a = kb_ha_admit(ha, name, d->ev[i], tracked, &p->drain.abandon);
         if (a == KB_HA_DROP)
             return false; /* unacknowledged: it stays in the journal */
         pthread_rwlock_rdlock(&p->route_lock);
@@ -652,7 +671,7 @@ static void *kb_worker_main(void *arg) {
             continue;
         }
         pthread_rwlock_rdlock(&p->route_lock);
-        for (size_t i = 0; i < d.n && !atomic_load(&p->abandon); i++)
+        for (size_t i = 0; i < d.n && !kb_drain_abandoned(&p->drain); i++)
             kb_deliver(p, d.ev[i], &topic, &key);
         pthread_rwlock_unlock(&p->route_lock);
         kb_deltas_fini(&d);
@@ -690,6 +709,7 @@ static kb_bsink_t *kb_bsink_new(kb_bridge_t *b, const kb_config_sink_t *conf, co
     bs->sink = sink;
     bs->conf = conf;
     pthread_mutex_init(&bs->why_mtx, NULL);
+    kb_handover_init(&bs->ho);
     pthread_mutex_init(&bs->back_mtx, NULL);
     pthread_cond_init(&bs->back_cv, NULL);
     if (sink->ops->is_transactional && sink->ops->is_transactional(sink->state) &&
@@ -726,6 +746,7 @@ static kb_pipeline_t *kb_pipeline_new(kb_bridge_t *b, const kb_config_t *cfg, co
     p->bridge = b;
     p->inf = inf;
     kb_rwlock_init_writer_first(&p->route_lock);
+    kb_drain_init(&p->drain);
     p->n_workers = kb_informer_shards(inf);
     p->workers = kb_calloc(p->n_workers, sizeof(*p->workers));
     for (size_t s = 0; s < p->n_workers; s++) {
@@ -1090,9 +1111,9 @@ static void kb_pipeline_start(kb_pipeline_t *p) {
 }
 
 /* Stop reading, let the workers drain until the deadline, join them. Past the
- * deadline this pipeline's workers are told to abandon (p->abandon); no other
+ * deadline this pipeline's workers are told to abandon (p->drain); no other
  * pipeline is touched. */
-static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
+static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline, const _Atomic bool *cut) {
     kb_hbs_destroy(p->hbs);
     p->hbs = NULL;
     kb_informer_stop(p->inf);
@@ -1100,12 +1121,9 @@ static void kb_pipeline_drain(kb_pipeline_t *p, int64_t deadline) {
         bool all_done = true;
         for (size_t s = 0; s < p->n_workers && all_done; s++)
             all_done = !p->workers[s].started || atomic_load(&p->workers[s].done);
-        if (all_done)
+        int64_t now = cut && atomic_load(cut) ? deadline : kb_now_mono_ns(); /* asked to give up: the deadline is now */
+        if (kb_drain_look(&p->drain, all_done, now, deadline) != KB_DRAIN_WAIT)
             break;
-        if (kb_now_mono_ns() >= deadline) {
-            atomic_store(&p->abandon, true);
-            break;
-        }
         kb_sleep_ms_interruptible(10, NULL);
     }
     for (size_t s = 0; s < p->n_workers; s++)
@@ -1236,7 +1254,7 @@ kb_err_t kb_bridge_stop(kb_bridge_t *b, int timeout_ms) {
     for (size_t i = 0; i < b->n_pipes; i++)
         kb_informer_stop(b->pipes[i]->inf);
     for (size_t i = 0; i < b->n_pipes; i++)
-        kb_pipeline_drain(b->pipes[i], deadline);
+        kb_pipeline_drain(b->pipes[i], deadline, NULL);
     kb_err_t result = KB_OK;
     for (size_t i = 0; i < b->cfg->n_sinks; i++) {
         int64_t left_ms = (deadline - kb_now_mono_ns()) / KB_NS_PER_MS;
@@ -1439,7 +1457,7 @@ static kb_err_t kb_reload_sinks(kb_bridge_t *b, kb_reload_plan_t *pl, char *errs
             return KB_ERR_CONFIG;
         if (pred) { /* held until what pred still holds is handed over (kb_reload_retire_sinks) */
             pl->pred[i] = pred;
-            atomic_store(&pl->nsinks[i]->held, true);
+            kb_handover_hold(&pl->nsinks[i]->ho);
         }
     }
     return KB_OK;
@@ -1512,11 +1530,13 @@ static bool kb_reload_keeps_sink(const kb_reload_plan_t *pl, const kb_bsink_t *b
     return false;
 }
 
-/* Stop and drain the informers that go away (into their old routes). */
-static void kb_reload_drain_removed(kb_reload_plan_t *pl) {
+/* Stop and drain the informers that go away (into their old routes), until
+ * shutdown_timeout or until the reload is asked to give up (a stop, a newer
+ * SIGHUP): what they still hold is left in their own state_dir. */
+static void kb_reload_drain_removed(kb_reload_plan_t *pl, const _Atomic bool *abandon) {
     int64_t deadline = kb_now_mono_ns() + (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
     for (size_t j = 0; j < pl->n_gone; j++) {
-        kb_pipeline_drain(pl->gone[j], deadline);
+        kb_pipeline_drain(pl->gone[j], deadline, abandon);
         kb_informer_close_state(pl->gone[j]->inf);
         pl->removed++;
     }
@@ -1628,23 +1648,6 @@ static kb_bsink_t **kb_reload_publish(kb_bridge_t *b, kb_reload_plan_t *pl, size
     return dropped;
 }
 
-/* Order for a hand-over: by pipeline, then seq (a key's changes in the order
- * they were accepted), then the order the sink gave them back. */
-typedef struct kb_parked {
-    kb_msg_ack_t *ma;
-    size_t order;
-} kb_parked_t;
-
-static int kb_parked_cmp(const void *a, const void *b) {
-    const kb_parked_t *x = a, *y = b;
-    uintptr_t px = (uintptr_t)x->ma->d->p, py = (uintptr_t)y->ma->d->p;
-    if (px != py)
-        return px < py ? -1 : 1;
-    if (x->ma->d->seq != y->ma->d->seq)
-        return x->ma->d->seq < y->ma->d->seq ? -1 : 1;
-    return x->order < y->order ? -1 : x->order > y->order;
-}
-
 static bool kb_bridge_has_pipe(const kb_bridge_t *b, const kb_pipeline_t *p) {
     for (size_t i = 0; i < b->n_pipes; i++)
         if (b->pipes[i] == p)
@@ -1659,8 +1662,9 @@ static bool kb_bridge_has_pipe(const kb_bridge_t *b, const kb_pipeline_t *p) {
  * watermark of its state_dir. The reload thread. */
 static void kb_hand_over_slot(kb_bridge_t *b, kb_parked_t *v, size_t n, kb_bsink_t *succ, int64_t deadline,
                               kb_buf_t *topic, kb_buf_t *key) {
-    kb_delivery_t *d = v[0].ma->d;
-    size_t slot = v[0].ma->slot;
+    kb_msg_ack_t *first = v[0].msg;
+    kb_delivery_t *d = first->d;
+    size_t slot = first->slot;
     kb_pipeline_t *p = d->p;
     bool live = kb_bridge_has_pipe(b, p);
     if (live) {
@@ -1681,7 +1685,7 @@ static void kb_hand_over_slot(kb_bridge_t *b, kb_parked_t *v, size_t n, kb_bsink
         else
             atomic_fetch_add(&p->failed, 1);
         atomic_fetch_sub(&p->inflight, 1);
-        free(v[i].ma);
+        free(v[i].msg);
         kb_delivery_release(d);
     }
 }
@@ -1689,20 +1693,15 @@ static void kb_hand_over_slot(kb_bridge_t *b, kb_parked_t *v, size_t n, kb_bsink
 /* What pred gave back when it was closed goes to succ, in order, before succ
  * takes anything from the workers (it is held until then). The reload thread. */
 static void kb_hand_over(kb_bridge_t *b, kb_bsink_t *pred, kb_bsink_t *succ, int64_t deadline) {
+    size_t n;
     pthread_mutex_lock(&pred->back_mtx);
-    size_t n = pred->n_back;
-    kb_parked_t *v = kb_calloc(n ? n : 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++)
-        v[i] = (kb_parked_t){pred->back[i], i};
-    free(pred->back);
-    pred->back = NULL;
-    pred->n_back = 0;
-    atomic_store(&pred->collect, false);
+    kb_parked_t *v = kb_handover_take(&pred->ho, &n); /* in hand-over order */
     pthread_mutex_unlock(&pred->back_mtx);
-    qsort(v, n, sizeof(*v), kb_parked_cmp);
     kb_buf_t topic = KB_BUF_INIT, key = KB_BUF_INIT;
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && v[j].ma->d == v[i].ma->d && v[j].ma->slot == v[i].ma->slot; j++)
+        const kb_msg_ack_t *mi = v[i].msg;
+        for (j = i + 1; j < n && ((kb_msg_ack_t *)v[j].msg)->d == mi->d && ((kb_msg_ack_t *)v[j].msg)->slot == mi->slot;
+             j++)
             ;
         kb_hand_over_slot(b, v + i, j - i, succ, deadline, &topic, &key);
     }
@@ -1714,33 +1713,49 @@ static void kb_hand_over(kb_bridge_t *b, kb_bsink_t *pred, kb_bsink_t *succ, int
     free(v);
 }
 
-/* Step 5 of a reload: close the sink instances nothing routes to any more.
- * A rebuilt sink's old instance flushes (up to shutdown_timeout); what it
- * still holds then is given back (KB_ERR_STOPPED) and handed to its
- * successor, which takes nothing from the workers before that. A sink
- * removed for good leaves what it held: the ledger waits for it no more. */
-static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, kb_bsink_t **dropped, size_t n) {
-    int timeout_ms = pl->ncfg->shutdown_timeout * 1000;
-    for (size_t i = 0; i < n; i++) {
-        kb_bsink_t *succ = NULL;
-        for (size_t j = 0; j < pl->nn && !succ; j++) /* published: b->sinks is the plan's nsinks */
-            if (pl->pred[j] == dropped[i])
-                succ = b->sinks[j];
-        atomic_store(&dropped[i]->collect, succ != NULL);
-        int64_t deadline = kb_now_mono_ns() + (int64_t)timeout_ms * KB_NS_PER_MS;
-        kb_bsink_close(dropped[i], timeout_ms);
-        if (succ)
-            kb_hand_over(b, dropped[i], succ, deadline + (int64_t)timeout_ms * KB_NS_PER_MS);
-    }
-    for (size_t j = 0; j < pl->nn; j++) {
-        kb_bsink_t *bs = b->sinks[j];
-        if (!atomic_load(&bs->held))
-            continue;
-        pthread_mutex_lock(&bs->back_mtx);
-        atomic_store(&bs->held, false);
-        pthread_cond_broadcast(&bs->back_cv);
-        pthread_mutex_unlock(&bs->back_mtx);
-    }
+/* A successor has its predecessor's messages: the workers may hand it more. */
+static void kb_bsink_release(kb_bsink_t *bs) {
+    pthread_mutex_lock(&bs->back_mtx);
+    kb_handover_release(&bs->ho);
+    pthread_cond_broadcast(&bs->back_cv);
+    pthread_mutex_unlock(&bs->back_mtx);
+}
+
+/* The new instance dropped[i] hands over to, or NULL (removed for good). */
+static kb_bsink_t *kb_reload_successor(const kb_bridge_t *b, const kb_reload_plan_t *pl, const kb_bsink_t *old) {
+    for (size_t j = 0; j < pl->nn; j++) /* published: b->sinks is the plan's nsinks */
+        if (pl->pred[j] == old)
+            return b->sinks[j];
+    return NULL;
+}
+
+/* Step 5 of a reload: close the sink instances nothing routes to any more,
+ * all within one shutdown_timeout, cut short when the reload is asked to give
+ * up (a stop, a newer SIGHUP). Rebuilt sinks first: an old instance flushes;
+ * what it still holds then is given back (KB_ERR_STOPPED) and handed to its
+ * successor, which is let go at once — it waits for its own predecessor
+ * only, never for another sink's close. Then the sinks removed for good,
+ * which leave what they held: the ledger waits for them no more. */
+static void kb_reload_retire_sinks(kb_bridge_t *b, const kb_reload_plan_t *pl, kb_bsink_t **dropped, size_t n,
+                                   const _Atomic bool *abandon) {
+    int64_t span = (int64_t)pl->ncfg->shutdown_timeout * KB_NS_PER_SEC;
+    int64_t deadline = kb_now_mono_ns() + span;
+    for (int rebuilt = 1; rebuilt >= 0; rebuilt--)
+        for (size_t i = 0; i < n; i++) {
+            kb_bsink_t *succ = kb_reload_successor(b, pl, dropped[i]);
+            if ((succ != NULL) != rebuilt)
+                continue;
+            kb_handover_retire(&dropped[i]->ho, succ);
+            int64_t left_ms = atomic_load(abandon) ? 0 : (deadline - kb_now_mono_ns()) / KB_NS_PER_MS;
+            kb_bsink_close(dropped[i], left_ms > 0 ? (int)left_ms : 0);
+            if (!succ)
+                continue;
+            kb_hand_over(b, dropped[i], succ, kb_now_mono_ns() + span);
+            kb_bsink_release(succ);
+        }
+    for (size_t j = 0; j < pl->nn; j++) /* a successor whose predecessor was not dropped (none expected) */
+        if (kb_handover_held(&b->sinks[j]->ho))
+            kb_bsink_release(b->sinks[j]);
 }
 
 kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool *abandon, char *errstr,
@@ -1772,7 +1787,7 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool 
     kb_reload_swap_routes(b, &pl);
     size_t n_dropped;
     kb_bsink_t **dropped = kb_reload_publish(b, &pl, &n_dropped);
-    kb_reload_drain_removed(&pl);
+    kb_reload_drain_removed(&pl, abandon);
     for (size_t i = 0; i < pl.ni; i++)
         if (pl.pipe_new[i]) {
             if (b->started)
@@ -1780,7 +1795,7 @@ kb_err_t kb_bridge_reload(kb_bridge_t *b, kb_config_t *ncfg, const _Atomic bool 
             pl.added++;
         }
     /* 5. Sinks nothing routes to any more: flush and close; a rebuilt one hands over. */
-    kb_reload_retire_sinks(b, &pl, dropped, n_dropped);
+    kb_reload_retire_sinks(b, &pl, dropped, n_dropped, abandon);
     free(dropped);
     KB_INFOF("bridge",
              KB_FIELDS(KB_F("config", ncfg->path), KB_FU("informers_kept", pl.ni - pl.added),
@@ -1809,7 +1824,7 @@ size_t kb_bridge_stopped_sinks(kb_bridge_t *b, char ***names) {
     return n;
 }
 
-/* Does p route to a sink named in names? Caller holds b->lock. */
+/* Does p route to a sink named in names? The reload thread (the only one that changes routes). */
 static bool kb_pipeline_routes_to(const kb_pipeline_t *p, char *const *names, size_t n) {
     for (size_t r = 0; r < p->router->n; r++)
         for (size_t i = 0; i < n; i++)
@@ -1842,20 +1857,25 @@ static kb_pipeline_t *kb_pipeline_reopen(kb_bridge_t *b, const kb_pipeline_t *p,
 size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n) {
     if (!n)
         return 0;
-    pthread_rwlock_wrlock(&b->lock);
+    /* Drain first (the stopped sinks are still skipped, so nothing reaches them
+     * out of order), then let them take messages again, then reopen. The
+     * drain, up to shutdown_timeout, runs without b->lock: only this thread
+     * changes b's sets, and HTTP readers (and the shutdown watchdog) must not
+     * wait for it; closing the state and swapping take the write lock. */
     const kb_config_t *cfg = b->cfg;
     int64_t deadline = kb_now_mono_ns() + (int64_t)cfg->shutdown_timeout * KB_NS_PER_MS * 1000;
     kb_pipeline_t **reopened = kb_calloc(b->n_pipes ? b->n_pipes : 1, sizeof(*reopened));
-    /* Drain first (the stopped sinks are still skipped, so nothing reaches them
-     * out of order), then let them take messages again, then reopen. */
     for (size_t k = 0; k < b->n_pipes; k++) {
         kb_pipeline_t *p = b->pipes[k];
         if (!p->started || !kb_pipeline_routes_to(p, names, n))
             continue;
-        kb_pipeline_drain(p, deadline);
-        kb_informer_close_state(p->inf);
+        kb_pipeline_drain(p, deadline, NULL);
         reopened[k] = p;
     }
+    pthread_rwlock_wrlock(&b->lock);
+    for (size_t k = 0; k < b->n_pipes; k++)
+        if (reopened[k])
+            kb_informer_close_state(reopened[k]->inf);
     for (size_t i = 0; i < cfg->n_sinks; i++)
         for (size_t j = 0; j < n; j++)
             if (!strcmp(cfg->sinks[i].name, names[j]) && atomic_exchange(&b->sinks[i]->stopped, false))

@@ -122,7 +122,8 @@ size_t kb_bridge_stopped_sinks(kb_bridge_t *b, char ***names);
  * routes to one is drained, closed and opened again on its state_dir, so the
  * journal's tail goes again to the sinks whose watermark is below it — the
  * stopped ones — and the sinks take messages again. Returns the informers
- * reopened. Thread: the reload thread. Locks: b->lock (write). */
+ * reopened. Thread: the reload thread. Locks: b->lock (write) to close and
+ * reopen, not while it drains (up to shutdown_timeout). */
 size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n);
 
 void kb_bridge_rdlock(kb_bridge_t *b);

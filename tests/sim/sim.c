@@ -55,6 +55,27 @@
  * object (uid) the consumer saw that the server no longer has, or that is
  * outside the final definition, got a DELETED.
  *
+ * One state_dir history in three also has an operator (ops_*, below): at any
+ * step a SIGHUP that rebuilds a sink while it holds unacknowledged messages
+ * (the hand-over; its destination may refuse one while it flushes), a
+ * SIGHUP that removes a sink (or its route) and one that puts it back, a
+ * SIGHUP that removes another informer whose drain passes its deadline, a
+ * SIGTERM whose deadline passes with the sinks stalled, and refusals of a
+ * sink with on_refused = "dead_letter" — the decisions taken by
+ * informer/sinkslot.h, the module bridge/bridge.c calls. Two more checks then
+ * (on every history): (4) a dead letter carries the destination's verdict,
+ * never a stop; (5) once caught up, every sink's watermark and the
+ * checkpoint reached the last change. Each lifecycle fix of issue 24,
+ * reverted once in that module, is found within the CI seeds (first failing
+ * seed, and what it says): a stop taken for a refusal (4: dead-lettered for
+ * "stopped"), a retired instance's messages left instead of handed over (4:
+ * a change goes back), a successor not held during its hand-over (22: goes
+ * back), a hand-over out of seq order (4: goes back), one abandon flag for
+ * the process (4: a watermark frozen), a refusal during a hand-over stopping
+ * the retired instance instead of its successor (1427: a watermark frozen);
+ * and, in the ledger, a removed sink still waited for (29: the checkpoint
+ * frozen).
+ *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
  */
@@ -66,6 +87,8 @@
 #include "informer/informer.h"
 #include "informer/ingest.h"
 #include "informer/ledger.h"
+#include "informer/sinkslot.h"
+#include "sinks/sink.h" /* kb_sink_refused: what the bridge counts as a destination's verdict */
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -175,6 +198,7 @@ typedef struct {
     uint64_t seq;
     unsigned gen;   /* spec.gen as delivered (NO_GEN: the definition drops it) */
     int life;       /* which process lifetime delivered it */
+    int dl_err;     /* dead-lettered (the consumer reads it from the dead-letter sink, here): the reason; 0: not */
 } cmsg_t;
 
 typedef struct { cmsg_t *v; size_t n, cap; } clog_t;
@@ -246,7 +270,12 @@ typedef struct {
     uint64_t acked_at_start[64]; /* per lifetime: the checkpoint it began from */
     uint64_t tail_end[64];       /* per lifetime: the last seq of the journal tail it re-queued */
     unsigned crashes, restarts, redefined, lists, gones, steps, msgs;
+    struct sim_ops *ops;    /* the operator's hands (SIGHUP rebuilds, SIGTERM at a deadline, dead letters), or NULL */
 } sim_t;
+
+static bool ops_held(const sim_t *s);
+static bool ops_removed(const sim_t *s, int i);
+static bool ops_abandoned(const sim_t *s);
 
 static void refl_reset(refl_t *f) {
     free(f->snap);
@@ -287,6 +316,8 @@ static void kb_open(sim_t *s) {
     TRACE("life %d: checkpoint seq %llu rv %s\n", s->life, (unsigned long long)st.ack_seq, st.checkpoint_rv);
     static const char *const names[MAX_SINKS] = {"s0", "s1"};
     for (int i = 0; i < s->n_sinks; i++) {
+        if (ops_removed(s, i))
+            continue; /* a reload removed it: the config has it no more */
         s->sinks[i].lidx = kb_ledger_add_sink(kb_informer_ledger(s->inf), names[i]);
         if (s->life < 64)
             s->sinks[i].wm_at_start[s->life] = s->sinks[i].persisted_wm;
@@ -318,7 +349,7 @@ static void deliver(sim_t *s, kb_event_t *ev) {
     size_t n_owe = 0;
     bool take[MAX_SINKS];
     for (int i = 0; i < s->n_sinks; i++) {
-        take[i] = !ev->redelivery || kb_ledger_wants(l, ev->seq, s->sinks[i].lidx);
+        take[i] = !ops_removed(s, i) && (!ev->redelivery || kb_ledger_wants(l, ev->seq, s->sinks[i].lidx));
         if (take[i])
             owe[n_owe++] = s->sinks[i].lidx;
     }
@@ -341,7 +372,7 @@ static void deliver(sim_t *s, kb_event_t *ev) {
             k->log.v = realloc(k->log.v, k->log.cap * sizeof(*k->log.v));
         }
         k->log.v[k->log.n++] = (cmsg_t){ev->type, ev->final_state_unknown, ns, name, (unsigned)atoi(ev->uid + 1),
-                                        ev->rv_num, ev->seq, msg_gen(ev), s->life};
+                                        ev->rv_num, ev->seq, msg_gen(ev), s->life, 0};
         s->msgs++;
         if (k->n == k->cap) {
             k->cap = k->cap ? k->cap * 2 : 64;
@@ -355,21 +386,30 @@ static void deliver(sim_t *s, kb_event_t *ev) {
           ev->key, ev->uid, ev->rv, ev->final_state_unknown ? " fsu" : "", ev->redelivery ? " (redelivery)" : "");
 }
 
+/* In order per key: a message may be answered only when no earlier one of
+ * its key was passed over (blocked). */
+typedef struct { char key[NAMES * MAX_NS][16]; int n; } blocked_t;
+static bool key_blocked(const blocked_t *bl, const char *key) {
+    for (int b = 0; b < bl->n; b++)
+        if (!strcmp(bl->key[b], key))
+            return true;
+    return false;
+}
+static void key_block(blocked_t *bl, const char *key) {
+    if (!key_blocked(bl, key) && bl->n < NAMES * MAX_NS)
+        snprintf(bl->key[bl->n++], 16, "%s", key);
+}
+
 /* Acknowledge some of a sink's messages: any order across keys, in order per key. */
 static void sink_acks(sim_t *s, msink_t *k, bool all) {
-    char blocked[NAMES * MAX_NS][16];
-    int n_blocked = 0;
+    blocked_t bl = {.n = 0};
     size_t keep = 0;
     for (size_t i = 0; i < k->n; i++) {
-        bool is_blocked = false;
-        for (int b = 0; b < n_blocked; b++)
-            is_blocked |= !strcmp(blocked[b], k->v[i].key);
-        if (!is_blocked && (all || chance(&s->r, k->ack_pct))) {
+        if (!key_blocked(&bl, k->v[i].key) && (all || chance(&s->r, k->ack_pct))) {
             kb_ledger_sink_done(kb_informer_ledger(s->inf), k->v[i].seq, k->lidx);
             continue;
         }
-        if (!is_blocked && n_blocked < NAMES * MAX_NS)
-            snprintf(blocked[n_blocked++], 16, "%s", k->v[i].key);
+        key_block(&bl, k->v[i].key);
         k->v[keep++] = k->v[i];
     }
     k->n = keep;
@@ -388,10 +428,12 @@ static void checkpoint(sim_t *s) {
 }
 
 static void pop_shard(sim_t *s, size_t shard) {
+    if (ops_held(s))
+        return; /* a rebuilt sink waits for its hand-over: the worker waits with it (kb_bsink_wait_handover) */
     kb_deltas_t d;
     kb_deltas_init(&d);
     if (kb_deltafifo_pop(kb_informer_fifo(s->inf, shard), &d, 0) == KB_OK)
-        for (size_t i = 0; i < d.n; i++)
+        for (size_t i = 0; i < d.n && !ops_abandoned(s); i++) /* as kb_worker_main */
             deliver(s, d.ev[i]);
     kb_deltas_fini(&d);
 }
@@ -430,6 +472,404 @@ static void clean_stop(sim_t *s) {
     }
     checkpoint(s); /* the last one, as kb_informer_destroy writes it */
     kb_gone(s, false);
+}
+
+/* ---- the operator's hands (issue 24) ---------------------------------------
+ *
+ * Some histories (state_dir, one in three) also let an operator act at any
+ * step, and run what bridge/bridge.c decides through the same module it
+ * calls (informer/sinkslot.h): what a sink's answer means and a rebuilt
+ * sink's hand-over.
+ *   - SIGHUP changing a sink's path while it holds unacknowledged messages:
+ *     the old instance flushes (acknowledges some, later steps), the new one
+ *     is held (the workers wait); at the close deadline what the old one
+ *     still holds is given back (KB_ERR_STOPPED), parked, and re-sent to the
+ *     new one in hand-over order, then the workers go on.
+ *   - SIGTERM at the deadline with a stalled sink: what the sinks hold is
+ *     given back unwritten (KB_ERR_STOPPED); the next start delivers it.
+ *   - a sink with on_refused = "dead_letter" whose destination refuses a
+ *     message: it goes to the dead-letter sink (which takes everything), and
+ *     its consumer reads it there, in the refused message's place.
+ * A message given back was not written: it leaves the consumer's log (the
+ * model sink logs at take). Checks, literal to docs/guarantees.md: a dead
+ * letter carries a destination's verdict, never a stop; and once kbridge
+ * caught up, every sink's watermark and the checkpoint reached the last
+ * change (a stop or a rebuild never freezes them). */
+
+typedef struct {
+    bool dl;                 /* on_refused = "dead_letter" */
+    bool rebuilding;         /* a SIGHUP rebuilt it: the old instance flushes, the new one is held */
+    inflight_t *old;         /* the old instance's unacknowledged messages ... */
+    cmsg_t *old_msg;         /* ... and what they say (not written yet: out of the consumer's log) */
+    size_t n_old;
+    kb_handover_t ho;        /* the old instance's give-backs */
+    kb_handover_t gate;      /* the new instance: held until they are in */
+    bool removed;            /* a SIGHUP removed it (its route, or the sink) */
+    bool retired_stopped;    /* an old instance was stopped (the address kb_handover_stops gives for it) */
+    bool partial;            /* removed once: its consumer missed what happened meanwhile (not checked) */
+} sinkops_t;
+
+struct sim_ops {
+    rng_t r;                 /* its own stream: the histories without an operator stay as they were */
+    sinkops_t k[MAX_SINKS];
+    kb_drain_t drain;        /* this informer's pipeline (bridge.c: p->drain) */
+    unsigned rebuilds, handed, terms, left, dead_letters, removals, informers_removed;
+};
+
+static bool ops_abandoned(const sim_t *s) {
+    return s->ops && kb_drain_abandoned(&s->ops->drain);
+}
+
+static bool ops_removed(const sim_t *s, int i) {
+    return s->ops && s->ops->k[i].removed;
+}
+
+static bool ops_partial(const sim_t *s, int i) {
+    return s->ops && s->ops->k[i].partial;
+}
+
+static bool ops_held(const sim_t *s) {
+    for (int i = 0; s->ops && i < s->n_sinks; i++)
+        if (kb_handover_held(&s->ops->k[i].gate))
+            return true;
+    return false;
+}
+
+static bool ops_pending(const sim_t *s) {
+    for (int i = 0; s->ops && i < s->n_sinks; i++)
+        if (s->ops->k[i].rebuilding)
+            return true;
+    return false;
+}
+
+static void clog_push(clog_t *log, cmsg_t m) {
+    if (log->n == log->cap) {
+        log->cap = log->cap ? log->cap * 2 : 256;
+        log->v = realloc(log->v, log->cap * sizeof(*log->v));
+    }
+    log->v[log->n++] = m;
+}
+
+/* The consumer's entry of seq (key) delivered in this lifetime, or -1. */
+static long clog_find(const sim_t *s, const msink_t *k, uint64_t seq, const char *key) {
+    for (size_t j = k->log.n; j-- > 0;) {
+        const cmsg_t *m = &k->log.v[j];
+        char mk[16];
+        snprintf(mk, sizeof(mk), "%s/n%d", ns_names[m->ns], m->name);
+        if (m->seq == seq && m->life == s->life && !strcmp(mk, key))
+            return (long)j;
+    }
+    return -1;
+}
+
+/* seq was not written after all: out of the consumer's log. */
+static void clog_unwrite(sim_t *s, msink_t *k, uint64_t seq, const char *key) {
+    long j = clog_find(s, k, seq, key);
+    if (j >= 0) {
+        memmove(&k->log.v[j], &k->log.v[j + 1], (k->log.n - (size_t)j - 1) * sizeof(*k->log.v));
+        k->log.n--;
+    }
+}
+
+/* Sink i's answer err to one message m; the module decides, the sim carries
+ * it out as bridge.c does (kb_bridge_ack). collecting: the old instance of a
+ * rebuild. True when it was parked for the successor. */
+static bool ops_answer(sim_t *s, int i, inflight_t *m, kb_err_t err, bool collecting) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    kb_ledger_t *l = kb_informer_ledger(s->inf);
+    kb_verdict_t v = {.err = err, .refusal = kb_sink_refused(err), .dead_letter = false, .to_dead_letter = o->dl,
+                      .collecting = collecting && kb_handover_collecting(&o->ho)};
+    kb_fate_t f = kb_sinkslot_fate(&v);
+    TRACE("  sink %d: seq %llu %s answered %s: %s\n", i, (unsigned long long)m->seq, m->key, kb_err_name(err),
+          kb_fate_name(f));
+    long j;
+    switch (f) {
+    case KB_FATE_ACKED:
+        kb_ledger_sink_done(l, m->seq, k->lidx);
+        return false;
+    case KB_FATE_DEAD_LETTER: /* the dead-letter sink takes it at once, in the message's place */
+        if (collecting) {
+            cmsg_t c = o->old_msg[m - o->old];
+            c.dl_err = err;
+            clog_push(&k->log, c);
+        } else if ((j = clog_find(s, k, m->seq, m->key)) >= 0) {
+            k->log.v[j].dl_err = err;
+        }
+        s->ops->dead_letters++;
+        kb_ledger_sink_done(l, m->seq, k->lidx);
+        return false;
+    case KB_FATE_PARK:
+        return kb_handover_park(&o->ho, m, 0, m->seq);
+    case KB_FATE_REFUSED:
+    case KB_FATE_HOLD: /* the sink stops (a retired instance's: the one that replaced it); SIGHUP or a start retries */
+        if (kb_handover_stops(&o->ho, &o->retired_stopped) == k) {
+            k->stopped = true;
+            k->missed = true;
+        } else if (collecting) {
+            o->retired_stopped = true; /* no one tries a retired instance again: its slot holds the watermark */
+        } else {
+            k->stopped = true;
+            k->missed = true;
+        }
+        break;
+    case KB_FATE_LEAVE:
+        s->ops->left++;
+        break;
+    }
+    if (!collecting) /* an old instance's messages are out of the log already */
+        clog_unwrite(s, k, m->seq, m->key);
+    return false;
+}
+
+/* SIGHUP changes sink i's path: its running instance retires with what it
+ * holds; the new one is held (kb_reload_sinks, kb_reload_retire_sinks). */
+static void ops_rebuild_begin(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    if (o->rebuilding || k->stopped)
+        return;
+    TRACE("SIGHUP: sink %d path changed, %zu unacknowledged\n", i, k->n);
+    o->old = k->v;
+    o->n_old = k->n;
+    o->old_msg = calloc(k->n ? k->n : 1, sizeof(*o->old_msg));
+    for (size_t m = 0; m < k->n; m++) { /* the old instance has not written them yet */
+        long j = clog_find(s, k, k->v[m].seq, k->v[m].key);
+        if (j >= 0)
+            o->old_msg[m] = k->log.v[j];
+        clog_unwrite(s, k, k->v[m].seq, k->v[m].key);
+    }
+    k->v = NULL;
+    k->n = k->cap = 0;
+    kb_handover_hold(&o->gate);
+    kb_handover_retire(&o->ho, k);
+    o->rebuilding = true;
+    s->ops->rebuilds++;
+}
+
+/* The old instance flushes: some of its messages are written and acknowledged
+ * (in order per key). */
+static void ops_rebuild_flush(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    blocked_t bl = {.n = 0};
+    size_t keep = 0;
+    for (size_t m = 0; m < o->n_old; m++) {
+        if (!key_blocked(&bl, o->old[m].key) && chance(&s->ops->r, 4)) {
+            /* Its destination refuses it while it flushes. Without a dead-letter sink it writes nothing more of
+             * the key (as a refusal at take stops the sink before its next message): those are left below the
+             * watermark. */
+            ops_answer(s, i, &o->old[m], KB_ERR_TOOBIG, true);
+            for (size_t later = m + 1; later < o->n_old && !o->dl; later++)
+                if (!strcmp(o->old[later].key, o->old[m].key)) {
+                    ops_answer(s, i, &o->old[later], KB_ERR_STOPPED, false);
+                    o->old[later].key[0] = '\0'; /* gone from the old instance (dropped below) */
+                }
+            continue;
+        }
+        if (!o->old[m].key[0])
+            continue;
+        if (!key_blocked(&bl, o->old[m].key) && chance(&s->ops->r, 50)) {
+            clog_push(&k->log, o->old_msg[m]);
+            kb_ledger_sink_done(kb_informer_ledger(s->inf), o->old[m].seq, k->lidx);
+            continue;
+        }
+        key_block(&bl, o->old[m].key);
+        o->old_msg[keep] = o->old_msg[m];
+        o->old[keep++] = o->old[m];
+    }
+    o->n_old = keep;
+}
+
+/* The close deadline: the old instance gives back what it holds; it goes to
+ * the new one in hand-over order; then the workers may go on (kb_hand_over). */
+static void ops_rebuild_end(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    for (size_t m = 0; m < o->n_old; m++)
+        ops_answer(s, i, &o->old[m], KB_ERR_STOPPED, true);
+    size_t n;
+    kb_parked_t *v = kb_handover_take(&o->ho, &n);
+    for (size_t p = 0; p < n; p++) {
+        inflight_t *m = v[p].msg;
+        clog_push(&k->log, o->old_msg[m - o->old]);
+        if (k->n == k->cap) {
+            k->cap = k->cap ? k->cap * 2 : 64;
+            k->v = realloc(k->v, k->cap * sizeof(*k->v));
+        }
+        k->v[k->n++] = *m;
+        s->ops->handed++;
+    }
+    TRACE("  sink %d: %zu message(s) handed over to the new instance\n", i, n);
+    free(v);
+    free(o->old);
+    free(o->old_msg);
+    o->old = NULL;
+    o->old_msg = NULL;
+    o->n_old = 0;
+    o->rebuilding = false;
+    kb_handover_release(&o->gate);
+}
+
+/* Every reload in progress ends (before a stop, a crash or the end). */
+static void ops_settle(sim_t *s) {
+    for (int i = 0; s->ops && i < s->n_sinks; i++)
+        if (s->ops->k[i].rebuilding)
+            ops_rebuild_end(s, i);
+}
+
+/* A sink with on_refused = "dead_letter" gets its destination's verdict on
+ * one message it holds — the oldest of its key: verdicts, like
+ * acknowledgements, come in order per key. */
+static void ops_refusal(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    if (!s->ops->k[i].dl || !k->n)
+        return;
+    size_t m = rnd(&s->ops->r, (unsigned)k->n);
+    for (size_t j = 0; j < m; j++)
+        if (!strcmp(k->v[j].key, k->v[m].key)) {
+            m = j;
+            break;
+        }
+    inflight_t it = k->v[m];
+    memmove(&k->v[m], &k->v[m + 1], (k->n - m - 1) * sizeof(*k->v));
+    k->n--;
+    ops_answer(s, i, &it, KB_ERR_TOOBIG, false);
+}
+
+/* SIGTERM, and the deadline passes with the sinks stalled: the workers drain
+ * some of what is queued, the sinks acknowledge some, then give the rest
+ * back unwritten; the last checkpoint; the next start. */
+static void ops_term_at_deadline(sim_t *s) {
+    ops_settle(s);
+    TRACE("SIGTERM: the deadline passes with the sinks stalled\n");
+    s->ops->terms++;
+    for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
+        kb_deltafifo_close(kb_informer_fifo(s->inf, sh));
+    for (unsigned n = rnd(&s->ops->r, 6); n > 0; n--)
+        pop_shard(s, rnd(&s->ops->r, (unsigned)kb_informer_shards(s->inf)));
+    kb_drain_look(&s->ops->drain, false, s->clock, s->clock); /* the deadline: what a worker pops now is skipped */
+    for (unsigned n = rnd(&s->ops->r, 3); n > 0; n--)
+        pop_shard(s, rnd(&s->ops->r, (unsigned)kb_informer_shards(s->inf)));
+    for (int i = 0; i < s->n_sinks; i++) {
+        msink_t *k = &s->sinks[i];
+        sink_acks(s, k, false);
+        for (size_t m = 0; m < k->n; m++)
+            ops_answer(s, i, &k->v[m], KB_ERR_STOPPED, false);
+        k->n = 0;
+    }
+    checkpoint(s);
+    kb_gone(s, false);
+    kb_drain_init(&s->ops->drain); /* the next start's pipeline */
+    kb_open(s);
+}
+
+/* SIGHUP removes sink i (or the one route to it): what it holds is left —
+ * nothing waits for it any more (kb_pipeline_lidx → kb_ledger_remove_sink);
+ * or puts a removed one back, which gets what changes from then on. */
+static void ops_remove_or_add(sim_t *s, int i) {
+    msink_t *k = &s->sinks[i];
+    sinkops_t *o = &s->ops->k[i];
+    kb_ledger_t *l = kb_informer_ledger(s->inf);
+    if (o->removed) {
+        TRACE("SIGHUP: sink %d added again\n", i);
+        k->lidx = kb_ledger_add_sink(l, i ? "s1" : "s0");
+        o->removed = false;
+        return;
+    }
+    TRACE("SIGHUP: sink %d removed, %zu unacknowledged\n", i, k->n);
+    for (size_t m = 0; m < k->n; m++)
+        ops_answer(s, i, &k->v[m], KB_ERR_STOPPED, false);
+    k->n = 0;
+    k->stopped = false;
+    kb_ledger_remove_sink(l, k->lidx);
+    o->removed = o->partial = true;
+    s->ops->removals++;
+}
+
+/* SIGHUP removes another informer, and its drain runs past the deadline:
+ * that pipeline abandons — and this one goes on (kb_reload_drain_removed). */
+static void ops_remove_other_informer(sim_t *s) {
+    kb_drain_t other;
+    kb_drain_init(&other);
+    TRACE("SIGHUP: another informer removed; its drain passes the deadline\n");
+    kb_drain_look(&other, false, s->clock, s->clock);
+    s->ops->informers_removed++;
+}
+
+/* One step of the operator. */
+static void ops_step(sim_t *s) {
+    int i = (int)rnd(&s->ops->r, (unsigned)s->n_sinks);
+    unsigned w = rnd(&s->ops->r, 100);
+    if (s->ops->k[i].rebuilding)
+        w < 60 ? ops_rebuild_flush(s, i) : ops_rebuild_end(s, i);
+    else if (w < 8)
+        ops_remove_or_add(s, i);
+    else if (w < 12)
+        ops_remove_other_informer(s);
+    else if (s->ops->k[i].removed)
+        return;
+    else if (w < 45)
+        ops_rebuild_begin(s, i);
+    else if (w < 85)
+        ops_refusal(s, i);
+    else
+        ops_term_at_deadline(s);
+}
+
+/* Whether this history has an operator, and which sinks dead-letter. */
+static void ops_configure(sim_t *s, uint64_t seed) {
+    rng_t r = {seed * 0xD1B54A32D192ED03ull + 7};
+    if (s->memory || rnd(&r, 3) != 0)
+        return;
+    s->ops = calloc(1, sizeof(*s->ops));
+    s->ops->r = r;
+    kb_drain_init(&s->ops->drain);
+    for (int i = 0; i < s->n_sinks; i++) {
+        kb_handover_init(&s->ops->k[i].ho);
+        kb_handover_init(&s->ops->k[i].gate);
+        s->ops->k[i].dl = chance(&s->ops->r, 50);
+        if (s->ops->k[i].dl)
+            s->sinks[i].refuse_pct = 0; /* its refusals come as verdicts (ops_refusal) */
+    }
+}
+
+static void ops_free(sim_t *s) {
+    for (int i = 0; s->ops && i < MAX_SINKS; i++) {
+        free(s->ops->k[i].old);
+        free(s->ops->k[i].old_msg);
+        kb_handover_fini(&s->ops->k[i].ho);
+        kb_handover_fini(&s->ops->k[i].gate);
+    }
+    free(s->ops);
+    s->ops = NULL;
+}
+
+/* Checks of the operator's histories and of every history's end. */
+static void check_dead_letters(sim_t *s, int si) {
+    const msink_t *k = &s->sinks[si];
+    for (size_t i = 0; i < k->log.n && !failed; i++)
+        if (k->log.v[i].dl_err && !kb_sink_refused((kb_err_t)k->log.v[i].dl_err))
+            fail("sink %d message %zu: seq %llu was dead-lettered for \"%s\", which is not the destination's verdict "
+                 "(a stop, a deadline or a retired instance leaves a message below the watermark)", si, i,
+                 (unsigned long long)k->log.v[i].seq, kb_err_str((kb_err_t)k->log.v[i].dl_err));
+}
+
+/* Caught up, nothing stopped: every sink acknowledged every change, so its
+ * watermark and the checkpoint reached the last one. */
+static void check_progress(sim_t *s) {
+    kb_ledger_stats_t st;
+    kb_ledger_stats(kb_informer_ledger(s->inf), &st);
+    size_t n;
+    kb_ledger_sink_t *sk = kb_ledger_sinks(kb_informer_ledger(s->inf), &n);
+    for (size_t j = 0; j < n && !failed; j++)
+        if (sk[j].watermark < st.seq)
+            fail("sink %s's watermark is frozen at seq %llu (the last change is %llu) although it runs and nothing is "
+                 "in flight", sk[j].name, (unsigned long long)sk[j].watermark, (unsigned long long)st.seq);
+    free(sk);
+    if (!failed && st.acked < st.seq)
+        fail("the checkpoint is frozen at seq %llu (the last change is %llu) although nothing is in flight",
+             (unsigned long long)st.acked, (unsigned long long)st.seq);
 }
 
 /* ---- the reflector, as the real one behaves, over the model server ---------- */
@@ -958,11 +1398,18 @@ static bool run_history(uint64_t seed, unsigned steps) {
         exit(2);
     }
     configure(s);
+    ops_configure(s, seed);
     kb_open(s);
     for (unsigned i = 0; i < steps && !failed; i++) {
+        if (s->ops && chance(&s->ops->r, 8)) {
+            ops_step(s);
+            continue;
+        }
         unsigned w = rnd(&s->r, 100);
         s->steps++;
         s->clock++;
+        if (w >= 97 && ops_pending(s))
+            ops_settle(s); /* a stop or a crash: the reload in progress ended first */
         if (w < 25) {
             if (s->restores && chance(&s->r, 4))
                 srv_backup_or_restore(s);
@@ -997,10 +1444,17 @@ static bool run_history(uint64_t seed, unsigned steps) {
             kb_open(s);
         }
     }
-    if (!failed)
+    if (!failed) {
+        ops_settle(s);
         quiesce(s);
+    }
+    if (!failed)
+        check_progress(s);
     for (int i = 0; i < s->n_sinks && !failed; i++)
-        check_sink(s, i);
+        check_dead_letters(s, i);
+    for (int i = 0; i < s->n_sinks && !failed; i++)
+        if (!ops_partial(s, i))
+            check_sink(s, i);
     if (s->inf)
         kb_informer_destroy(s->inf);
     for (int i = 0; i < MAX_NS; i++) {
@@ -1011,18 +1465,25 @@ static bool run_history(uint64_t seed, unsigned steps) {
         free(s->sinks[i].v);
         free(s->sinks[i].log.v);
     }
+    char opsline[256] = "";
+    if (s->ops)
+        snprintf(opsline, sizeof(opsline), "; operator: %u sink rebuilds (%u messages handed over), %u stops at a "
+                 "deadline (%u messages left), %u dead letters, %u sink removals, %u informer removals", s->ops->rebuilds,
+                 s->ops->handed, s->ops->terms, s->ops->left, s->ops->dead_letters, s->ops->removals,
+                 s->ops->informers_removed);
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
                "%u crashes, %u restarts, %u redefinitions, %u restores, %u messages%s)\n",
                (unsigned long long)seed, failed ? "FAILED: " : "ok", failed ? failure : "", "",
                s->latest ? (s->window ? "latest+window" : "latest") : "none", s->n_refl, s->n_sinks, (unsigned)s->srv.n_hist, s->lists, s->gones,
-               s->crashes, s->restarts, s->redefined, s->restored, s->msgs, s->memory ? ", no state_dir" : "");
+               s->crashes, s->restarts, s->redefined, s->restored, s->msgs, s->memory ? ", no state_dir" : opsline);
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "kb_sim: could not remove %s\n", s->dir);
     free(s->srv.hist);
     kb_config_free(s->cfg);
+    ops_free(s);
     bool ok = !failed;
     free(s);
     return ok;
