@@ -109,6 +109,7 @@ struct kb_history_watcher {
 
 struct kb_history {
     kb_informer_t *inf;
+    const kb_fields_kind_t *kind; /* which fields a record holds, as of the last dispatch; under mtx */
     pthread_mutex_t mtx;
     bool ready;               /* the first cut is applied */
     kb_event_list_t parked;   /* events that came before ready */
@@ -146,15 +147,20 @@ static kb_history_labels_t *kb_hl_new(const char *s, size_t len, const kb_buf_t 
     return l;
 }
 
+/* The informer's kind, looked up each time: a custom resource's row is learned
+ * from its CRD (bridge/kcrd.h) in the background, possibly after this history
+ * began. */
+static const kb_fields_kind_t *kb_history_kind(const kb_history_t *h) {
+    const kb_config_informer_t *conf = kb_informer_conf(h->inf);
+    return kb_fields_kind(conf->group, conf->resource);
+}
+
 /* The blob of full (labels and, when the kind has any, its field record): an
  * event with its object readable (a subscriber's, or one of a kb_informer_cut). */
 static kb_history_labels_t *kb_hl_of(const kb_history_t *h, const kb_event_t *full) {
     kb_buf_t rec;
     kb_buf_init(&rec);
-    /* Looked up per event: a custom resource's row is learned from its CRD
-     * (bridge/kcrd.h) in the background, possibly after this history began. */
-    const kb_config_informer_t *conf = kb_informer_conf(h->inf);
-    const kb_fields_kind_t *kind = kb_fields_kind(conf->group, conf->resource);
+    const kb_fields_kind_t *kind = kb_history_kind(h);
     if (kb_fields_kind_has_own(kind) && full->obj_len)
         kb_fields_extract(kind, full->obj, full->obj_len, &rec);
     kb_history_labels_t *l = kb_hl_new(full->labels_len ? full->obj + full->labels_off : NULL, full->labels_len, &rec);
@@ -502,6 +508,7 @@ static bool kb_history_dim_value(const kb_hdim_t *d, const kb_history_labels_t *
 static void kb_history_dispatch(kb_history_t *h, uint64_t pos) {
     const kb_hslot_t *s = &h->ring[pos % h->cap];
     uint64_t gen = ++h->gen;
+    h->kind = kb_history_kind(h);
     for (kb_history_watcher_t *w = h->all; w; w = w->next)
         kb_history_offer(h, w, pos, gen);
     for (int d = 0; d < KB_HISTORY_DIMS; d++) {
@@ -625,6 +632,7 @@ kb_history_watcher_t *kb_history_watch(kb_history_t *h, uint64_t pos, const kb_h
     kb_cond_init_mono(&w->cond);
     pthread_mutex_lock(&h->mtx);
     kb_history_file(h, w);
+    h->kind = kb_history_kind(h);
     w->lost = pos < h->first;
     for (uint64_t p = pos; p < h->next && !w->lost; p++)
         kb_history_offer(h, w, p, ++h->gen);
