@@ -392,6 +392,8 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
             kb_ledger_track_sized(inf->ledger, o->seq, o->refl, o->rv_after, o->ev == NULL,
                                   o->ev ? kb_event_size(o->ev) : 0);
         }
+        /* Each worker is woken once for the whole batch, not once per event
+         * (deltafifo.c: held wakes). */
         for (size_t i = 0; i < inf->n_out; i++) {
             kb_inf_staged_t *o = &inf->out[i];
             if (!o->ev)
@@ -400,11 +402,13 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
             kb_deltafifo_t *fifo = inf->fifos[o->ev->key_hash % inf->n_shards];
             if (err != KB_OK)
                 kb_event_unref(o->ev); /* not queued: unacknowledged, so delivered after a restart */
-            else if (kb_deltafifo_push(fifo, o->ev, -1) == KB_OK)
+            else if (kb_deltafifo_push_held(fifo, o->ev, -1) == KB_OK)
                 atomic_fetch_add(&inf->st_events[type], 1);
             else
                 err = KB_ERR_STOPPED; /* closed (the push released it) */
         }
+        for (size_t i = 0; i < inf->n_shards && inf->n_out; i++)
+            kb_deltafifo_wake(inf->fifos[i]);
     }
     for (size_t i = 0; i < inf->n_undo; i++) {
         free(inf->undo[i].key);
