@@ -25,7 +25,12 @@ Usage:
   bench/million.py --kbridge build/kbridge [--feed build/bench/bench_feed]
                    [--clientgo PATH] [--pods 1000000] [--events 200000]
                    [--quick] [--paged] [--apiserver] [--only kbridge,kbridge+state_dir,client-go,client-go+transform]
---quick is 20,000 Pods and 5,000 events. --apiserver creates the feed's Pods
+                   [--perf DIR]
+--quick is 20,000 Pods and 5,000 events. --pods takes a comma list
+(100000,1000000): each size gets its own feed, one after the other, and its
+own columns in one table, so the cost per change can be compared across
+cache sizes from one run. --perf records each kbridge's watch phase with
+perf record -g into DIR/perf-<client>-<pods>.data. --apiserver creates the feed's Pods
 in a private kube-apiserver (tests/infra/controlplane.sh; etcd's 2 GB quota
 holds a few hundred thousand of them) and compares the clients' sync from it (no
 watch events). Before the feed and before each
@@ -337,6 +342,7 @@ def start_client(name, a, source, work):
             state = tempfile.mkdtemp(prefix="kbbench-state-", dir=a.state_parent)
         c = Kbridge(a.kbridge, source, work, state, a.paged)
         c.state = state
+        c.name = name
         return c
     c = ClientGo(a.clientgo, source, work, name == "client-go+transform", a.paged)
     c.state = None
@@ -386,6 +392,36 @@ def run_client(name, a, feed, empty_feed):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def switches(pid):
+    """Context switches (voluntary and not) of all the threads of pid so far: what perf's cpu-clock
+    samples in the scheduler stand for."""
+    n = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, t)) as f:
+                n += sum(int(l.split()[1]) for l in f if "ctxt_switches:" in l)
+        except OSError:
+            pass  # the thread ended
+    return n
+
+
+def minflt(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def start_perf(a, c, n):
+    """perf record -g on the client over its watch phase (--perf), or None."""
+    if not a.perf or not isinstance(c, Kbridge):
+        return None
+    os.makedirs(a.perf, exist_ok=True)
+    out = os.path.join(a.perf, "perf-%s-%d.data" % (c.name, n))
+    p = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "999", "-p", str(c.pid), "-o", out],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)  # perf attaches before the events flow
+    return p
+
+
 def measure_client(c, r, a, feed, t0):
     """Sync, settle, query, watch phase of the started client c: r filled in."""
     n, m, final = feed.info["pods"], feed.info["events"], feed.info["final"]
@@ -408,12 +444,19 @@ def measure_client(c, r, a, feed, t0):
     r["q0_ms"], r["q0_n"] = c.query("app=absent")
     if m == 0:
         return r
+    perf = start_perf(a, c, n)
+    sw0, flt0 = switches(c.pid), minflt(c.pid)
     cpu0 = cpu_seconds(c.pid)
     t1 = time.monotonic()
     feed.release(True)
     ok = wait(lambda: c.watch_done(n + m, final), a.timeout, 0.05)
     r["watch_s"] = time.monotonic() - t1
     r["watch_cpu"] = cpu_seconds(c.pid) - cpu0
+    r["watch_switches"] = switches(c.pid) - sw0
+    r["watch_minflt"] = minflt(c.pid) - flt0
+    if perf:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(120)
     r["watch_ok"] = ok
     time.sleep(a.settle)
     r["rss_after"] = status_kb(c.pid, "VmRSS") * 1024
@@ -421,11 +464,12 @@ def measure_client(c, r, a, feed, t0):
     return r
 
 
-def fmt_table(results, n, m):
+def fmt_table(results, sizes, m):
+    """results: {(client, pods): figures}; one column each, one row per measure."""
     names = list(results)
     mib = lambda v: "%.0f MiB" % (v / 2**20)
-    scale = n / 1e6
-    cg = next((results[k].get("per_obj") for k in ("client-go",) if k in results and "per_obj" in results[k]), None)
+    scale = max(sizes) / 1e6
+    cg = {k[1]: results[k].get("per_obj") for k in names if k[0] == "client-go" and "per_obj" in results[k]}
     rows = [
         ("time to synced", lambda r: "%.1f s" % r["synced_s"],
          "≤ 30 s at 1M Pods (%.1f s pro rata)" % (30 * scale)),
@@ -435,7 +479,8 @@ def fmt_table(results, n, m):
         ("peak ÷ steady", lambda r: "%.2f" % (r["hwm_synced"] / r["rss_synced"]), "≤ 1.2"),
         ("RSS of an empty run", lambda r: mib(r["empty_rss"]), "—"),
         ("bytes per cached object (RSS)", lambda r: "%.0f B" % r["per_obj"], "≤ 1 KB (kbridge, no state_dir)"),
-        ("… ÷ client-go's (no transform)", lambda r: "%.3f" % (r["per_obj"] / cg) if cg else "—", "≤ 0.1"),
+        ("… ÷ client-go's (no transform)", lambda r: "%.3f" % (r["per_obj"] / cg[r["pods"]]) if cg.get(r["pods"])
+         else "—", "≤ 0.1"),
         ("… anonymous RSS only (RssAnon)", lambda r: "%.0f B" % r["anon_per_obj"], "—"),
         ("kbridge cacheBytes ÷ objects", lambda r: "%.0f B" % r["cache_per_obj"] if r.get("cache_per_obj") else "—",
          "—"),
@@ -444,12 +489,16 @@ def fmt_table(results, n, m):
         ("RSS after the watch events", lambda r: mib(r["rss_after"]), "—"),
         ("peak RSS over the run", lambda r: mib(r["hwm_after"]), "—"),
         ("watch events/s", lambda r: "%.0f%s" % (m / r["watch_s"], "" if r["watch_ok"] else " (INCOMPLETE)"), "—"),
-        ("CPU µs per event", lambda r: "%.1f" % (r["watch_cpu"] * 1e6 / m), "—"),
+        ("CPU µs per event", lambda r: "%.1f" % (r["watch_cpu"] * 1e6 / m), "≤ 25 at 1M, within 15 % of 100k's"),
+        ("… context switches per event", lambda r: "%.2f" % (r["watch_switches"] / m), "—"),
+        ("… minor page faults per event", lambda r: "%.2f" % (r["watch_minflt"] / m), "—"),
         ("-l app=%s (%s)" % (QUERY_APP, "matched"), lambda r: "%.1f ms (%d)" % (r["q_ms"], r["q_n"]),
          "≤ 50 ms over 1M objects"),
         ("-l app=absent (nothing matches)", lambda r: "%.1f ms" % r["q0_ms"], "—"),
     ]
-    out = ["| measure (%d Pods, %d events) | %s | target |" % (n, m, " | ".join(names)),
+    head = [k[0] if len(sizes) == 1 else "%s, %s Pods" % (k[0], "{:,}".format(k[1])) for k in names]
+    out = ["| measure (%s Pods, %d events) | %s | target |" % (" / ".join("{:,}".format(x) for x in sizes), m,
+                                                             " | ".join(head)),
            "|---|%s---|" % ("---:|" * len(names))]
     for label, f, target in rows:
         cells = []
@@ -462,7 +511,7 @@ def fmt_table(results, n, m):
         out.append("| %s | %s | %s |" % (label, " | ".join(cells), target))
     for k in names:
         if "skipped" in results[k]:
-            out.append("\n%s skipped: %s" % (k, results[k]["skipped"]))
+            out.append("\n%s (%d Pods) skipped: %s" % (k[0], k[1], results[k]["skipped"]))
     return "\n".join(out)
 
 
@@ -471,7 +520,7 @@ def main():
     ap.add_argument("--kbridge", default=os.path.join(SOURCE, "build", "kbridge"))
     ap.add_argument("--feed", help="bench_feed binary (default: bench/bench_feed beside --kbridge)")
     ap.add_argument("--clientgo", help="kbclientgo binary (default: built by tests/clientgo/build.sh)")
-    ap.add_argument("--pods", type=int, default=1000000)
+    ap.add_argument("--pods", default="1000000", help="Pods in the feed; a comma list runs each size in turn")
     ap.add_argument("--events", type=int, default=200000)
     ap.add_argument("--quick", action="store_true", help="20,000 Pods and 5,000 events")
     ap.add_argument("--only", default="kbridge,kbridge+state_dir,client-go,client-go+transform")
@@ -487,12 +536,14 @@ def main():
                     help="seconds a client is left alone before each memory reading (0 when no figure matters: "
                          "the harness's own test)")
     ap.add_argument("--json", help="also write the figures to this file (JSON)")
+    ap.add_argument("--perf", help="record each kbridge's watch phase with perf record -g into this directory")
     ap.add_argument("--state-parent", default="/var/tmp", help="where state_dir is made (a real disk)")
     a = ap.parse_args()
     # SIGTERM unwinds like an exception, so the feed and the client are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("million.py: terminated"))
+    sizes = [int(x) for x in a.pods.split(",") if x]
     if a.quick:
-        a.pods, a.events = 20000, 5000
+        sizes, a.events = [20000], 5000
     a.feed = a.feed or os.path.join(os.path.dirname(os.path.abspath(a.kbridge)), "bench", "bench_feed")
     names = [x for x in a.only.split(",") if x]
     for x in names:
@@ -506,17 +557,33 @@ def main():
         if r.returncode:
             raise SystemExit("tests/clientgo/build.sh failed")
         a.clientgo = r.stdout.strip()
-    need = EST_FEED * (a.pods + a.events) + (1 << 30)
+    need = EST_FEED * (max(sizes) + a.events) + (1 << 30)
     if mem_available() < need:
         raise SystemExit("refusing: the feed of %d Pods + %d events needs about %.1f GB, MemAvailable is %.1f GB" %
-                         (a.pods, a.events, need / 1e9, mem_available() / 1e9))
+                         (max(sizes), a.events, need / 1e9, mem_available() / 1e9))
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("machine: %d cores, %s, MemAvailable %.1f GB, load %.1f" %
           (os.cpu_count(), cpu, mem_available() / 1e9, os.getloadavg()[0]))
     print("kbridge: %s; %s lists" % (a.kbridge, "paged" if a.paged else "streamed"))
-    t = time.monotonic()
-    feed = Feed(a.feed, a.pods, a.events)
+    results, feeds = {}, {}
     empty = Feed(a.feed, 2, 0)
+    try:
+        for pods in sizes:
+            feeds[pods] = run_size(a, names, pods, empty, results)
+    finally:
+        empty.close()
+    print()
+    print(fmt_table(results, sizes, 0 if a.apiserver else a.events))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"feeds": {str(k): v for k, v in feeds.items()},
+                       "results": {"%s@%d" % k: v for k, v in results.items()}}, f, indent=1)
+
+
+def run_size(a, names, pods, empty, results):
+    """Every client on a feed of pods Pods; results[(client, pods)] filled in. The feed's info."""
+    t = time.monotonic()
+    feed = Feed(a.feed, pods, a.events)
     try:
         i = feed.info
         print("feed: %d Pods (%.0f B each, %.0f MB), %d events (%.0f MB), %d objects after; built in %.1f s" %
@@ -526,33 +593,23 @@ def main():
         if a.apiserver:
             source = ApiServer(feed)
             print("kube-apiserver %s on 127.0.0.1:%s: %d Pods created in %.0f s" %
-                  (source.version, source.port, a.pods, source.fill_s))
+                  (source.version, source.port, pods, source.fill_s))
         elif not a.no_feed_rate:
             print(measure_feed(feed))
         sys.stdout.flush()
-        results = {}
-        for name in names:
-            try:
-                results[name] = run_client(name, a, source, empty)
-            except BaseException:
-                if source is not feed:
-                    source.close()
-                raise
-            r = results[name]
-            print("%s: %s" % (name, r.get("skipped") or "synced %.1f s, %.0f B/object" %
-                              (r["synced_s"], r["per_obj"])))
-            sys.stdout.flush()
-        if source is not feed:
-            source.close()
-        print()
-        print(fmt_table(results, a.pods, source.info["events"]))
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump({"feed": feed.info, "results": results}, f, indent=1)
+        try:
+            for name in names:
+                r = results[(name, pods)] = run_client(name, a, source, empty)
+                r["pods"] = pods
+                print("%s (%d Pods): %s" % (name, pods, r.get("skipped") or "synced %.1f s, %.0f B/object" %
+                                            (r["synced_s"], r["per_obj"])))
+                sys.stdout.flush()
+        finally:
+            if source is not feed:
+                source.close()
+        return feed.info
     finally:
         feed.close()
-        empty.close()
-
 
 if __name__ == "__main__":
     sys.exit(main())

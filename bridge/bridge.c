@@ -573,9 +573,10 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
         take = kb_malloc(p->router->n * sizeof(*take));
         owe = kb_malloc(p->router->n * sizeof(*owe));
     }
+    kb_route_rec_t rec = KB_ROUTE_REC_INIT; /* the field record, read once for all the routes */
     for (size_t i = 0; i < p->router->n; i++) {
         const kb_route_t *route = &p->router->routes[i];
-        if (!kb_route_match(route, ev))
+        if (!kb_route_match_rec(route, ev, &rec))
             continue;
         routed = true;
         int lidx = p->lidx[route->sink_index];
@@ -588,6 +589,7 @@ static void kb_deliver(kb_pipeline_t *p, kb_event_t *ev, kb_buf_t *topic, kb_buf
         if (lidx >= 0)
             owe[n_owe++] = lidx;
     }
+    kb_route_rec_fini(&rec);
     kb_delivery_t *d = kb_malloc(sizeof(*d) + n_take * sizeof(d->s[0]));
     d->p = p;
     d->ledger = ledger;

@@ -46,6 +46,12 @@
  * Threads: pushers (reflector, resync) block on room_cv while the queue is
  * over its byte bound; the single popper blocks on data_cv while it is empty
  * or while no key's window has ended.
+ * Held wakes (kb_deltafifo_push_held): a pusher with a batch in hand queues
+ * all of it before the popper is woken once (kb_deltafifo_wake). Woken per
+ * event, a worker that is faster than the reflector empties the queue and
+ * sleeps again after every one: a context switch or two per change, which on
+ * a small box cost more than the change itself. A pusher that has to wait
+ * for room first wakes the popper for what it holds (else neither moves).
  * Both condition variables run on CLOCK_MONOTONIC so timeouts survive wall
  * clock jumps. Nothing is called out under the lock except kb_event_* (plain
  * memory operations).
@@ -93,8 +99,9 @@ struct kb_deltafifo {
     size_t bytes;             /* kb_event_size sum of all queued events */
     size_t deltas;            /* queued events */
     unsigned room_waiters;    /* pushers inside a wait on room_cv */
+    bool wake_owed;           /* a held push queued what the popper may take: kb_deltafifo_wake signals */
     bool closed;              /* set once by close; never cleared */
-    uint64_t pushed, compacted, full_waits; /* counters for stats */
+    uint64_t pushed, compacted, full_waits, pop_waits; /* counters for stats */
     kb_deltafifo_drop_fn drop_fn;            /* told of every event compaction removes */
     void *drop_opaque;
 };
@@ -351,10 +358,18 @@ static void kb_df_room_changed(kb_deltafifo_t *fifo) {
         pthread_cond_broadcast(&fifo->room_cv);
 }
 
-kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms) {
+/* Signal the popper for the held pushes (fifo->mtx held). */
+static void kb_df_pay_wake(kb_deltafifo_t *fifo) {
+    if (fifo->wake_owed && !kb_df_empty(fifo))
+        pthread_cond_signal(&fifo->data_cv);
+    fifo->wake_owed = false;
+}
+
+static kb_err_t kb_df_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms, bool wake) {
     kb_err_t err = KB_OK;
     pthread_mutex_lock(&fifo->mtx);
     if (!fifo->closed && kb_df_full(fifo)) {
+        kb_df_pay_wake(fifo); /* the popper makes the room: it must know of what it holds */
         if (timeout_ms != 0)
             fifo->full_waits++;
         struct timespec deadline = {0, 0};
@@ -403,14 +418,32 @@ kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms)
     }
     /* Under a window only a new key or a delete can change what pop may take
      * (or how long it sleeps): a burst into a held key wakes nobody. */
-    if (!kb_df_empty(fifo) && (fifo->window_ns == 0 || created || is_delete))
-        pthread_cond_signal(&fifo->data_cv);
+    if (!kb_df_empty(fifo) && (fifo->window_ns == 0 || created || is_delete)) {
+        if (wake)
+            pthread_cond_signal(&fifo->data_cv);
+        else
+            fifo->wake_owed = true;
+    }
     if (fifo->bytes < bytes_before)
         kb_df_room_changed(fifo);
 out:
     pthread_mutex_unlock(&fifo->mtx);
     kb_event_unref(ev);
     return err;
+}
+
+kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms) {
+    return kb_df_push(fifo, ev, timeout_ms, true);
+}
+
+kb_err_t kb_deltafifo_push_held(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms) {
+    return kb_df_push(fifo, ev, timeout_ms, false);
+}
+
+void kb_deltafifo_wake(kb_deltafifo_t *fifo) {
+    pthread_mutex_lock(&fifo->mtx);
+    kb_df_pay_wake(fifo);
+    pthread_mutex_unlock(&fifo->mtx);
 }
 
 kb_err_t kb_deltafifo_pop(kb_deltafifo_t *fifo, kb_deltas_t *out, int timeout_ms) {
@@ -422,6 +455,7 @@ kb_err_t kb_deltafifo_pop(kb_deltafifo_t *fifo, kb_deltas_t *out, int timeout_ms
     kb_dfnode_t *node;
     int64_t wait_ns;
     while (!(node = kb_df_next(fifo, &wait_ns)) && !fifo->closed && timeout_ms != 0) {
+        fifo->pop_waits++;
         if (wait_ns < 0) {
             if (!kb_df_wait(fifo, &fifo->data_cv, timeout_ms, &deadline))
                 break;
@@ -495,5 +529,6 @@ void kb_deltafifo_stats(kb_deltafifo_t *fifo, kb_deltafifo_stats_t *st) {
     st->pushed = fifo->pushed;
     st->compacted = fifo->compacted;
     st->full_waits = fifo->full_waits;
+    st->pop_waits = fifo->pop_waits;
     pthread_mutex_unlock(&fifo->mtx);
 }

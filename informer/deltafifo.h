@@ -68,6 +68,12 @@ void kb_deltafifo_destroy(kb_deltafifo_t *fifo);
  * KB_OK, KB_ERR_TIMEDOUT (ev dropped — the caller decides), or KB_ERR_CLOSED.
  * Thread: any. Locks: fifo->mtx. */
 kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms);
+/* kb_deltafifo_push without waking the popper: a batch's pushes are followed
+ * by one kb_deltafifo_wake (which the pusher owes: until it, the popper may
+ * sleep on what was queued; a push that waits for room pays it first). */
+kb_err_t kb_deltafifo_push_held(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms);
+/* Wake the popper for what kb_deltafifo_push_held queued (nothing held: a no-op). */
+void kb_deltafifo_wake(kb_deltafifo_t *fifo);
 
 /* Move all pending deltas of the oldest key whose window has ended (or that a
  * delete made ready) into *out (which must be empty;
@@ -106,6 +112,7 @@ typedef struct kb_deltafifo_stats {
     uint64_t pushed;    /* events accepted */
     uint64_t compacted; /* events merged away by LATEST */
     uint64_t full_waits;/* pushes that had to wait for room */
+    uint64_t pop_waits; /* pops that found nothing to take and slept */
 } kb_deltafifo_stats_t;
 
 void kb_deltafifo_stats(kb_deltafifo_t *fifo, kb_deltafifo_stats_t *st);

@@ -196,10 +196,20 @@ static void kb_history_note_rv(kb_history_t *h, const char *rv, uint64_t num) {
     snprintf(h->rv, sizeof(h->rv), "%s", rv);
 }
 
-/* Append one accepted change. Caller holds mtx and the history is ready. */
-static void kb_history_push(kb_history_t *h, kb_event_t *ev) {
-    if (ev->type != KB_EV_ADDED && ev->type != KB_EV_MODIFIED && ev->type != KB_EV_DELETED)
-        return; /* resync SYNC and SNAPSHOT repeat state: no change to watch */
+/* Does ev change what a watch sees? (A resync's SYNC and SNAPSHOT repeat state.) */
+static bool kb_history_is_change(const kb_event_t *ev) {
+    return ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED || ev->type == KB_EV_DELETED;
+}
+
+/* Append one accepted change; now (consumed, NULL: made here) is ev's blob
+ * (kb_hl_of), which the informer's subscriber makes before it takes mtx: a
+ * field record reads the whole object, and every watcher waits on mtx.
+ * Caller holds mtx and the history is ready. */
+static void kb_history_push(kb_history_t *h, kb_event_t *ev, kb_history_labels_t *now) {
+    if (!kb_history_is_change(ev)) {
+        kb_hl_unref(now);
+        return;
+    }
     if (h->next - h->first == h->cap) {
         kb_hslot_t *old = &h->ring[h->first % h->cap];
         if (old->ev->rv_num > h->floor_rv)
@@ -218,7 +228,7 @@ static void kb_history_push(kb_history_t *h, kb_event_t *ev) {
         h->floor_rv = h->rv_num + 1;
     kb_hslot_t *s = &h->ring[h->next % h->cap];
     s->ev = kb_event_ref(ev);
-    s->now = kb_hl_of(h, ev);
+    s->now = now ? now : kb_hl_of(h, ev);
     s->prev = kb_history_swap_labels(h, ev, kb_hl_ref(s->now));
     h->next++;
     kb_history_note_rv(h, ev->rv, ev->rv_num);
@@ -229,11 +239,14 @@ static void kb_history_free(kb_history_t *h);
 
 static void kb_history_sub(void *opaque, kb_event_t *ev) {
     kb_history_t *h = opaque;
+    kb_history_labels_t *now = kb_history_is_change(ev) ? kb_hl_of(h, ev) : NULL;
     pthread_mutex_lock(&h->mtx);
-    if (h->ready)
-        kb_history_push(h, ev);
-    else
+    if (h->ready) {
+        kb_history_push(h, ev, now);
+    } else {
         kb_event_list_push(&h->parked, kb_event_ref(ev));
+        kb_hl_unref(now);
+    }
     kb_history_unlock_wake(h);
 }
 
@@ -266,7 +279,7 @@ kb_history_t *kb_history_new(kb_informer_t *inf, size_t capacity) {
     h->ready = true;
     for (size_t i = 0; i < h->parked.n; i++)
         if (h->parked.ev[i]->seq > seq)
-            kb_history_push(h, h->parked.ev[i]);
+            kb_history_push(h, h->parked.ev[i], NULL);
     kb_event_list_fini(&h->parked);
     kb_event_list_init(&h->parked);
     kb_history_unlock_wake(h);

@@ -63,7 +63,7 @@ typedef struct kb_ix_entry {
 
 struct kb_indexer {
     unsigned nstripes;     /* power of two */
-    kb_stripe_t *stripes;  /* nstripes of them, indexed by key_hash & (nstripes - 1) */
+    kb_stripe_t *stripes;  /* nstripes of them, indexed by kb_stripe_of (the hash's high half) */
     char **label_keys;     /* the configured keys (owned), n_label_keys of them */
     size_t n_label_keys;   /* 0: stripe values are bare events, no label index */
     pthread_mutex_t ix_mtx;/* guards by_ns, by_label and every set in them; taken after a stripe lock */
@@ -157,8 +157,12 @@ void kb_indexer_destroy(kb_indexer_t *idx) {
     free(idx);
 }
 
+/* The stripe takes its bits from the high half of the hash: a stripe's map
+ * places keys by the low bits, and if the stripe had taken those too, every
+ * key of a stripe would share them — with 16 stripes only one slot in 16 a
+ * home, runs of 4-5 slots probed per lookup instead of 1.3. */
 static kb_stripe_t *kb_stripe_of(kb_indexer_t *idx, uint64_t hash) {
-    return &idx->stripes[hash & (idx->nstripes - 1)];
+    return &idx->stripes[(hash >> 32) & (idx->nstripes - 1)];
 }
 
 /* --- sets (ix_mtx held) ---------------------------------------------------- */

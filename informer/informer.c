@@ -278,18 +278,20 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
 static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const char *rv_after, uint64_t grave_max) {
     kb_inf_batch_txn(inf);
     ev->seq = kb_ledger_next_seq(inf->ledger);
-    kb_buf_t tag = KB_BUF_INIT;
-    kb_ledger_tag(inf->ledger, refl, rv_after, &tag);
-    if (inf->state && !inf->batch_failed && kb_state_put_event(inf->state, ev, tag.data ? tag.data : "") != KB_OK)
-        kb_inf_batch_fail(inf, "state_dir write");
-    kb_buf_fini(&tag);
+    if (inf->state) { /* the journal's resume-point tag: nothing to build without one */
+        kb_buf_t tag = KB_BUF_INIT;
+        kb_ledger_tag(inf->ledger, refl, rv_after, &tag);
+        if (!inf->batch_failed && kb_state_put_event(inf->state, ev, tag.data ? tag.data : "") != KB_OK)
+            kb_inf_batch_fail(inf, "state_dir write");
+        kb_buf_fini(&tag);
+    }
     if (ev->type != KB_EV_SYNC) {
         if (inf->n_undo == inf->cap_undo) {
             inf->cap_undo = inf->cap_undo ? inf->cap_undo * 2 : 64;
             inf->undo = kb_realloc(inf->undo, inf->cap_undo * sizeof(*inf->undo));
         }
         kb_inf_undo_t *u = &inf->undo[inf->n_undo++];
-        u->key = kb_strndup(ev->key, ev->key_len);
+        u->key = ev->key; /* ev stays in inf->out until the batch ends */
         u->key_len = ev->key_len;
         u->hash = ev->key_hash;
         u->old = (kb_indexer_old_t){0};
@@ -392,6 +394,8 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
             kb_ledger_track_sized(inf->ledger, o->seq, o->refl, o->rv_after, o->ev == NULL,
                                   o->ev ? kb_event_size(o->ev) : 0);
         }
+        /* Each worker is woken once for the whole batch, not once per event
+         * (deltafifo.c: held wakes). */
         for (size_t i = 0; i < inf->n_out; i++) {
             kb_inf_staged_t *o = &inf->out[i];
             if (!o->ev)
@@ -400,16 +404,16 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
             kb_deltafifo_t *fifo = inf->fifos[o->ev->key_hash % inf->n_shards];
             if (err != KB_OK)
                 kb_event_unref(o->ev); /* not queued: unacknowledged, so delivered after a restart */
-            else if (kb_deltafifo_push(fifo, o->ev, -1) == KB_OK)
+            else if (kb_deltafifo_push_held(fifo, o->ev, -1) == KB_OK)
                 atomic_fetch_add(&inf->st_events[type], 1);
             else
                 err = KB_ERR_STOPPED; /* closed (the push released it) */
         }
+        for (size_t i = 0; i < inf->n_shards && inf->n_out; i++)
+            kb_deltafifo_wake(inf->fifos[i]);
     }
-    for (size_t i = 0; i < inf->n_undo; i++) {
-        free(inf->undo[i].key);
+    for (size_t i = 0; i < inf->n_undo; i++)
         kb_indexer_old_release(&inf->undo[i].old);
-    }
     inf->n_undo = 0;
     inf->n_out = 0;
     return err;

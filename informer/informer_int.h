@@ -50,7 +50,7 @@ typedef struct kb_inf_staged {
 } kb_inf_staged_t;
 
 typedef struct kb_inf_undo {
-    char *key;
+    const char *key;       /* borrowed from the staged event (inf->out holds it until the undo is done) */
     size_t key_len;
     uint64_t hash;
     kb_indexer_old_t old;  /* the entry before the batch (old.ev NULL = absent), as it was filed */

@@ -59,6 +59,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,9 @@ struct kb_ledger {
     kb_state_t *state;          /* borrowed; NULL without state_dir */
     char **scope_ns;            /* n_scopes namespaces, NULL entries = cluster-wide */
     size_t n_scopes;
-    uint64_t tracked_rv;        /* the newest decimal resume point tracked (l->mtx) */
+    /* The newest decimal resume point tracked: written under l->mtx, read
+     * without it (an HA worker asks before every change it delivers). */
+    _Atomic uint64_t tracked_rv;
 
     /* ingest lock (the caller's) */
     uint64_t seq;               /* last seq handed out */
@@ -134,6 +137,7 @@ struct kb_ledger {
 kb_ledger_t *kb_ledger_new(const char *const *scope_ns, size_t n_scopes, kb_state_t *state) {
     KB_ASSERT(n_scopes > 0);
     kb_ledger_t *l = kb_calloc(1, sizeof(*l));
+    atomic_init(&l->tracked_rv, 0);
     l->state = state;
     l->n_scopes = n_scopes;
     l->scope_ns = kb_calloc(n_scopes, sizeof(*l->scope_ns));
@@ -607,7 +611,8 @@ void kb_ledger_track_sized(kb_ledger_t *l, uint64_t seq, int scope, const char *
     pthread_mutex_lock(&l->mtx);
     KB_ASSERT(seq > l->acked && seq >= l->base + l->ring_len);
     uint64_t rv_num = scope >= 0 && rv_after ? kb_rv_parse(rv_after, strlen(rv_after)) : 0;
-    l->tracked_rv = rv_num > l->tracked_rv ? rv_num : l->tracked_rv;
+    if (rv_num > atomic_load_explicit(&l->tracked_rv, memory_order_relaxed))
+        atomic_store_explicit(&l->tracked_rv, rv_num, memory_order_release);
     if (l->ring_len == 0)
         l->base = seq; /* nothing in flight: the window starts here (seqs before were done) */
     while (l->base + l->ring_len <= seq) {
@@ -911,8 +916,5 @@ uint64_t kb_ledger_acked_rv(kb_ledger_t *l) {
 }
 
 uint64_t kb_ledger_tracked_rv(kb_ledger_t *l) {
-    pthread_mutex_lock(&l->mtx);
-    uint64_t v = l->tracked_rv;
-    pthread_mutex_unlock(&l->mtx);
-    return v;
+    return atomic_load_explicit(&l->tracked_rv, memory_order_acquire);
 }

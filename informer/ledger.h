@@ -204,7 +204,8 @@ void kb_ledger_txn_cut(kb_ledger_t *l, kb_buf_t *json);
 uint64_t kb_ledger_acked_rv(kb_ledger_t *l);
 /* The newest decimal resume point tracked by this process (0: none): a
  * relist's DELETED (the object's last RV, not its deletion's) is known to the
- * leader once the leader's watermark reaches the list's. Thread: any. */
+ * leader once the leader's watermark reaches the list's. Thread: any.
+ * Locks: none (an atomic read: HA workers ask before every change). */
 uint64_t kb_ledger_tracked_rv(kb_ledger_t *l);
 
 typedef struct kb_ledger_stats {

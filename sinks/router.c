@@ -4,7 +4,8 @@
  * tests a bit mask, a namespace list and (if set) a label selector and a
  * field selector (the kube API's, common/fieldsel.h: the object's field
  * record is read from its bytes only when a route's selector names a field
- * of the object's own, not metadata.name/namespace), and renders
+ * of the object's own, not metadata.name/namespace, and then once per event
+ * for all its routes: kb_route_rec_t), and renders
  * two short strings. Routes keep config order, so fan-out is deterministic.
  */
 #include "sinks/router.h"
@@ -97,20 +98,35 @@ void kb_router_destroy(kb_router_t *router) {
     free(router);
 }
 
+void kb_route_rec_fini(kb_route_rec_t *rec) {
+    kb_buf_fini(&rec->buf);
+    rec->ev = NULL;
+    rec->kind = NULL;
+}
+
 /* The route's field selector on ev; the record only when the selector reads one. */
-static bool kb_route_fields_match(const kb_route_t *route, const kb_event_t *ev) {
+static bool kb_route_fields_match(const kb_route_t *route, const kb_event_t *ev, kb_route_rec_t *rec) {
     if (!route->fields)
         return true;
     if (!kb_fieldsel_needs_record(route->fields))
         return kb_fieldsel_match(route->fields, ev->ns, ev->ns_len, ev->name, ev->name_len, NULL, 0);
-    kb_buf_t rec = KB_BUF_INIT;
-    kb_fields_extract(route->kind, ev->obj, ev->obj_len, &rec);
-    bool ok = kb_fieldsel_match(route->fields, ev->ns, ev->ns_len, ev->name, ev->name_len, rec.data, rec.len);
-    kb_buf_fini(&rec);
-    return ok;
+    if (rec->ev != ev || rec->kind != route->kind) {
+        kb_buf_reset(&rec->buf);
+        kb_fields_extract(route->kind, ev->obj, ev->obj_len, &rec->buf);
+        rec->ev = ev;
+        rec->kind = route->kind;
+    }
+    return kb_fieldsel_match(route->fields, ev->ns, ev->ns_len, ev->name, ev->name_len, rec->buf.data, rec->buf.len);
 }
 
 bool kb_route_match(const kb_route_t *route, const kb_event_t *ev) {
+    kb_route_rec_t rec = KB_ROUTE_REC_INIT;
+    bool ok = kb_route_match_rec(route, ev, &rec);
+    kb_route_rec_fini(&rec);
+    return ok;
+}
+
+bool kb_route_match_rec(const kb_route_t *route, const kb_event_t *ev, kb_route_rec_t *rec) {
     const kb_config_route_t *rc = route->conf;
     if (!(rc->types & (1u << ev->type)))
         return false;
@@ -124,7 +140,7 @@ bool kb_route_match(const kb_route_t *route, const kb_event_t *ev) {
     if (route->selector &&
         !kb_selector_match_json(route->selector, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len))
         return false;
-    return kb_route_fields_match(route, ev);
+    return kb_route_fields_match(route, ev, rec);
 }
 
 void kb_route_render(const kb_route_t *route, const kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key) {

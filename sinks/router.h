@@ -49,6 +49,21 @@ void kb_router_destroy(kb_router_t *router);
 
 /* Does the route take this event? */
 bool kb_route_match(const kb_route_t *route, const kb_event_t *ev);
+
+/* One event's field record, shared by the routes it is matched against: read
+ * from the object (which costs a pass over its bytes) at the first route
+ * whose field selector needs it, not once per route. Start each event with
+ * KB_ROUTE_REC_INIT and end it with kb_route_rec_fini. */
+typedef struct kb_route_rec {
+    const kb_event_t *ev;         /* the event rec holds the record of (NULL: none yet) */
+    const kb_fields_kind_t *kind; /* how it was read */
+    kb_buf_t buf;
+} kb_route_rec_t;
+#define KB_ROUTE_REC_INIT {NULL, NULL, KB_BUF_INIT}
+void kb_route_rec_fini(kb_route_rec_t *rec);
+
+/* kb_route_match, the field record taken from (or read into) rec. */
+bool kb_route_match_rec(const kb_route_t *route, const kb_event_t *ev, kb_route_rec_t *rec);
 /* Append the rendered topic / key (NUL-terminated) to the buffers. */
 void kb_route_render(const kb_route_t *route, const kb_event_t *ev, kb_buf_t *topic, kb_buf_t *key);
 

@@ -361,18 +361,30 @@ static void *popper_once(void *p) {
     return NULL;
 }
 
-/* Poll until full_waits reaches n (a pusher is parked), 10 s at most. */
-static void wait_full_waits(kb_deltafifo_t *fifo, uint64_t n) {
+/* Poll until the stats counter at offset off reaches n, 10 s at most. */
+static void wait_counter(kb_deltafifo_t *fifo, size_t off, uint64_t n, const char *what) {
     int64_t end = kb_now_mono_ns() + 10 * KB_NS_PER_SEC;
     kb_deltafifo_stats_t st;
     do {
         kb_deltafifo_stats(fifo, &st);
-        if (st.full_waits >= n)
+        uint64_t v;
+        memcpy(&v, (const char *)&st + off, sizeof(v));
+        if (v >= n)
             return;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     } while (kb_now_mono_ns() < end);
-    fail_msg("no pusher waited for room");
+    fail_msg("%s", what);
+}
+
+/* A pusher is parked (full_waits reached n). */
+static void wait_full_waits(kb_deltafifo_t *fifo, uint64_t n) {
+    wait_counter(fifo, offsetof(kb_deltafifo_stats_t, full_waits), n, "no pusher waited for room");
+}
+
+/* The popper sleeps (pop_waits reached n). */
+static void wait_pop_waits(kb_deltafifo_t *fifo, uint64_t n) {
+    wait_counter(fifo, offsetof(kb_deltafifo_stats_t, pop_waits), n, "the popper did not wait");
 }
 
 static void test_bound_blocks_until_pop(void **state) {
@@ -446,6 +458,62 @@ static void test_push_wakes_popper(void **state) {
     push(fifo, A, "a", "u", 1);
     pthread_join(t, NULL);
     assert_int_equal(pa.rc, KB_OK);
+    kb_deltafifo_destroy(fifo);
+}
+
+struct popper_n_arg {
+    kb_deltafifo_t *fifo;
+    int n;       /* pops to make */
+    int popped;  /* that returned KB_OK */
+};
+
+static void *popper_n(void *p) {
+    struct popper_n_arg *a = p;
+    for (int i = 0; i < a->n; i++) {
+        kb_deltas_t d;
+        kb_deltas_init(&d);
+        if (kb_deltafifo_pop(a->fifo, &d, -1) == KB_OK)
+            a->popped++;
+        kb_deltas_fini(&d);
+    }
+    return NULL;
+}
+
+/* Held pushes queue a batch; one wake releases the blocked popper for all of it. */
+static void test_held_pushes_then_one_wake(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = kb_deltafifo_new(KB_COMPACTION_NONE, 1 << 20);
+    kb_deltafifo_wake(fifo); /* nothing held: a no-op */
+    struct popper_n_arg pa = {fifo, 3, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, popper_n, &pa);
+    wait_pop_waits(fifo, 1);
+    for (unsigned i = 1; i <= 3; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "k%u", i);
+        assert_int_equal(kb_deltafifo_push_held(fifo, mk(A, "ns", name, "u", i), -1), KB_OK);
+    }
+    kb_deltafifo_wake(fifo);
+    pthread_join(t, NULL);
+    assert_int_equal(pa.popped, 3);
+    kb_deltafifo_destroy(fifo);
+}
+
+/* A held push that must wait for room wakes the popper for what it holds
+ * first: otherwise the popper sleeps on a full queue and the pusher waits
+ * for room for ever. */
+static void test_held_push_waiting_for_room_wakes_popper(void **state) {
+    (void)state;
+    kb_deltafifo_t *fifo = kb_deltafifo_new(KB_COMPACTION_NONE, 1); /* full after one event */
+    struct popper_n_arg pa = {fifo, 2, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, popper_n, &pa);
+    wait_pop_waits(fifo, 1); /* asleep before anything is queued: only a wake moves it */
+    assert_int_equal(kb_deltafifo_push_held(fifo, mk(A, "ns", "a", "u", 1), -1), KB_OK);
+    assert_int_equal(kb_deltafifo_push_held(fifo, mk(A, "ns", "b", "u", 2), -1), KB_OK);
+    kb_deltafifo_wake(fifo);
+    pthread_join(t, NULL);
+    assert_int_equal(pa.popped, 2);
     kb_deltafifo_destroy(fifo);
 }
 
@@ -787,6 +855,8 @@ int main(void) {
         cmocka_unit_test(test_close_wakes_pusher_and_drains),
         cmocka_unit_test(test_close_wakes_popper),
         cmocka_unit_test(test_push_wakes_popper),
+        cmocka_unit_test(test_held_pushes_then_one_wake),
+        cmocka_unit_test(test_held_push_waiting_for_room_wakes_popper),
         cmocka_unit_test(test_window_merges_burst),
         cmocka_unit_test(test_window_no_starvation),
         cmocka_unit_test(test_window_delete_not_held),

@@ -73,6 +73,49 @@ static void test_route_filters(void **state) {
     kb_config_free(cfg);
 }
 
+/* Field selectors: the routes of one event share its field record (read at
+ * the first route that needs one), and the next event gets its own. */
+static void test_route_field_record_once_per_event(void **state) {
+    (void)state;
+    static const char *cfg_text =
+        "cluster = { name = \"prod\"; server = \"http://127.0.0.1:1\"; };\n"
+        "informers = ( { name = \"pods\"; version = \"v1\"; resource = \"pods\"; } );\n"
+        "sinks = ( { name = \"f\"; type = \"file\"; path = \"-\"; } );\n"
+        "routes = ( { informer = \"pods\"; sink = \"f\"; field_selector = \"metadata.name=p\"; },\n"
+        "           { informer = \"pods\"; sink = \"f\"; field_selector = \"spec.nodeName=n1\"; },\n"
+        "           { informer = \"pods\"; sink = \"f\"; field_selector = \"spec.nodeName!=n1\"; } );\n";
+    char err[512];
+    kb_config_t *cfg = kb_config_load_string(cfg_text, "t.cfg", err, sizeof(err));
+    assert_non_null(cfg);
+    kb_sink_t *sinks[1] = {NULL};
+    kb_router_t *r = kb_router_new(cfg, "pods", sinks, err, sizeof(err));
+    assert_non_null(r);
+    kb_resource_t *res = kb_resource_new("prod", "pods", "", "v1", "pods");
+    kb_event_t *on1 = mkev(res, KB_EV_ADDED, "d", "p", "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"nodeName\":\"n1\"}}", NULL);
+    kb_event_t *on2 = mkev(res, KB_EV_ADDED, "d", "p", "{\"metadata\":{\"name\":\"p\"},\"spec\":{\"nodeName\":\"n2\"}}", NULL);
+    kb_route_rec_t rec = KB_ROUTE_REC_INIT;
+    assert_true(kb_route_match_rec(&r->routes[0], on1, &rec));
+    assert_null(rec.ev); /* metadata.name needs no record */
+    assert_true(kb_route_match_rec(&r->routes[1], on1, &rec));
+    assert_ptr_equal(rec.ev, on1);
+    /* Put on2's record in its place: a route that read on1's again would not see it. */
+    kb_buf_reset(&rec.buf);
+    kb_fields_extract(r->routes[2].kind, on2->obj, on2->obj_len, &rec.buf);
+    assert_true(kb_route_match_rec(&r->routes[2], on1, &rec)); /* nodeName n2 != n1: the shared record */
+    assert_ptr_equal(rec.ev, on1);
+    assert_false(kb_route_match_rec(&r->routes[1], on2, &rec)); /* another event: its own record */
+    assert_ptr_equal(rec.ev, on2);
+    assert_true(kb_route_match_rec(&r->routes[2], on2, &rec));
+    kb_route_rec_fini(&rec);
+    assert_true(kb_route_match(&r->routes[1], on1));
+    assert_false(kb_route_match(&r->routes[1], on2));
+    kb_event_unref(on1);
+    kb_event_unref(on2);
+    kb_resource_unref(res);
+    kb_router_destroy(r);
+    kb_config_free(cfg);
+}
+
 static void test_route_render(void **state) {
     (void)state;
     char err[512];
@@ -231,6 +274,7 @@ static void test_file_sink_whole_lines(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_filters),
+        cmocka_unit_test(test_route_field_record_once_per_event),
         cmocka_unit_test(test_route_render),
         cmocka_unit_test(test_envelope_json),
         cmocka_unit_test(test_file_sink_whole_lines),
