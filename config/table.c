@@ -466,9 +466,12 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "version", .type = KB_CT_INT, .off = SNK(version), .def = "5", .min = 3, .max = 5,
      .values = kb_v_mqtt_version, .only = MQTT_ONLY, .doc = "MQTT protocol: 5, or 3 for MQTT 3.1.1."},
     {.name = "username", .type = KB_CT_STRING, .off = SNK(username), .def = "", .only = MQTT_ONLY,
-     .doc = "User name for the broker."},
+     .doc = "User name for the broker. Without password_file the login sends no password (MQTT's "
+            "username-only login; --check prints \"(no password)\")."},
     {.name = "password_file", .type = KB_CT_STRING, .off = SNK(password_file), .def = "", .only = MQTT_ONLY,
-     .flags = KB_CF_FILE, .doc = "File holding the password (kept out of the config)."},
+     .flags = KB_CF_FILE, .doc = "File holding the password (kept out of the config): its first line. An "
+                                 "empty first line (an unfilled Secret) is refused at --check and start; it "
+                                 "needs username."},
     {.name = "ca_file", .type = KB_CT_STRING, .off = SNK(ca_file), .def = "", .only = MQTT_ONLY,
      .flags = KB_CF_FILE, .doc = "CA bundle (PEM) for ssl:// brokers."},
     {.name = "cert_file", .type = KB_CT_STRING, .off = SNK(cert_file), .def = "", .only = MQTT_ONLY,
