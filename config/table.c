@@ -479,7 +479,8 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "key_file", .type = KB_CT_STRING, .off = SNK(key_file), .def = "", .only = MQTT_ONLY,
      .flags = KB_CF_FILE, .doc = "Private key (PEM) of cert_file."},
     {.name = "keepalive", .type = KB_CT_INT, .off = SNK(keepalive), .def = "30", .min = 0, .max = 65535,
-     .only = MQTT_ONLY, .doc = "Keep-alive interval in seconds."},
+     .only = MQTT_ONLY, .doc = "Keep-alive interval in seconds (0: off). The mosquitto client needs 0 or at "
+                               "least 5 (libmosquitto refuses 1 to 4); --check says so."},
     {.name = "max_inflight", .type = KB_CT_INT, .off = SNK(max_inflight), .def = "256", .min = 1, .max = 65535,
      .only = MQTT_ONLY, .doc = "Messages published but not yet acknowledged, at most (the broker's Receive "
                                "Maximum lowers it)."},
