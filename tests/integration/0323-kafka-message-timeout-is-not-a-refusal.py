@@ -45,6 +45,13 @@ def watermarks(b):
     return inf["seq"], {s["name"]: s["watermark"] for s in inf["sinks"]}
 
 
+def settled(b):
+    """The sink has nothing in flight: every message it took was acknowledged or given up."""
+    done = b.metric("kbridge_sink_messages_total", sink="k", result="acked") + \
+        b.metric("kbridge_sink_messages_total", sink="k", result="failed")
+    return b.metric("kbridge_sink_produced_total", sink="k") == done
+
+
 def test():
     kafka = KafkaBroker()
     brokers = kafka.start()
@@ -73,6 +80,9 @@ def test():
         check(marks["k"] < seq, "the sink's watermark (%d) stays below the informer's newest change (%d)"
               % (marks["k"], seq))
         check(not read_jsonl(os.path.join(d, "dl.jsonl")), "a message timeout is not a refusal: nothing dead-lettered")
+        # Every record the sink took has its verdict (librdkafka times queued ones out on a 1 s scan, after
+        # the in-flight ones): the SIGHUP below retries a settled sink. 0327 sends it before that.
+        wait_for(lambda: settled(b), 30, 0.1, "every record the sink took to be given up")
     finally:
         os.kill(pid, signal.SIGCONT)
 
