@@ -28,9 +28,12 @@
  *
  * While stopping, a watchdog thread takes over sigtimedwait: a second
  * SIGTERM/SIGINT, or shutdown_timeout + 1 s without the drain ending (a sink
- * blocked in a library call), ends the process at once with exit 1 and a
- * line saying what was not delivered. Shutdown is bounded whatever a sink or
- * a reload does.
+ * blocked in a library call), ends the process at once with the same last
+ * line and exit status as a drain that ended on its own (exit 1 only when
+ * messages were lost: no state_dir). Its level says what was lost, not how
+ * the stop came: GNU timeout sends SIGTERM to the child and then to its
+ * group, so a second signal is routine. Shutdown is bounded whatever a sink
+ * or a reload does.
  */
 #include "bridge/bridge.h"
 #include "bridge/cli.h"
@@ -169,8 +172,10 @@ static void kb_reloader_join(kb_reloader_t *r) {
 /* What the last line says about changes the sinks did not acknowledge, and
  * the exit code that goes with it: with state_dir they are delivered again at
  * the next start (not a loss); without, they are gone (exit 1). */
-static int kb_stop_verdict(kb_bridge_t *b, const char *state_dir, const char *how, char *line, size_t size) {
+static int kb_stop_verdict(kb_bridge_t *b, const char *state_dir, const char *how, char *line, size_t size,
+                           bool *all_acked) {
     uint64_t left = kb_bridge_unacknowledged(b);
+    *all_acked = left == 0;
     bool persistent = state_dir[0] != '\0';
     if (left == UINT64_MAX) {
         snprintf(line, size, "%s; how many messages were not acknowledged is unknown (a reload held the bridge)%s",
@@ -198,6 +203,7 @@ typedef struct kb_watchdog {
     const sigset_t *sigs;
     int64_t deadline_ns;   /* monotonic */
     _Atomic bool done;     /* the drain ended on its own */
+    bool by_signal;        /* the watchdog's own: a second signal, not the deadline, ended the drain */
     pthread_t thread;
 } kb_watchdog_t;
 
@@ -208,8 +214,10 @@ static void *kb_watchdog_main(void *arg) {
     while (!atomic_load(&wd->done) && !why) {
         struct timespec slice = {.tv_sec = 0, .tv_nsec = 100 * KB_NS_PER_MS};
         int sig = sigtimedwait(wd->sigs, NULL, &slice);
-        if (sig == SIGTERM || sig == SIGINT)
+        if (sig == SIGTERM || sig == SIGINT) {
             why = sig == SIGTERM ? "a second SIGTERM" : "a second SIGINT";
+            wd->by_signal = true;
+        }
         else if (sig == SIGHUP)
             KB_INFO("main", "SIGHUP while stopping: ignored");
         else if (kb_now_mono_ns() >= wd->deadline_ns)
@@ -218,9 +226,16 @@ static void *kb_watchdog_main(void *arg) {
     if (atomic_load(&wd->done))
         return NULL;
     char line[512];
-    (void)kb_stop_verdict(wd->b, wd->state_dir, "stopped at once", line, sizeof(line));
-    KB_ERROR("main", "%s while draining: %s", why, line);
-    _exit(KB_EXIT_RUNTIME);
+    bool all_acked;
+    int rc = kb_stop_verdict(wd->b, wd->state_dir, "stopped at once", line, sizeof(line), &all_acked);
+    /* The level follows what was lost, not how the stop came: GNU timeout
+     * sends its SIGTERM twice (child, then group), and nothing lost is no error.
+     * Nothing lost at the deadline still says the drain hung on something. */
+    kb_log_level_t level = rc != KB_EXIT_OK                 ? KB_LOG_ERROR
+                           : !all_acked || !wd->by_signal ? KB_LOG_WARN
+                                                          : KB_LOG_INFO;
+    kb_log(level, "main", "%s while draining: %s", why, line);
+    _exit(rc);
 }
 
 /* Take signals until SIGTERM/SIGINT (returned; -1 if sigwaitinfo failed),
@@ -276,7 +291,8 @@ static int kb_run(const kb_config_t *cfg, const sigset_t *sigs) {
     int64_t left_ms = (drain_end - kb_now_mono_ns()) / KB_NS_PER_MS;
     (void)kb_bridge_stop(b, left_ms > 0 ? (int)left_ms : 0);
     char line[512];
-    int rc = kb_stop_verdict(b, cfg->state_dir, "stopped", line, sizeof(line));
+    bool all_acked;
+    int rc = kb_stop_verdict(b, cfg->state_dir, "stopped", line, sizeof(line), &all_acked);
     atomic_store(&wd.done, true);
     pthread_join(wd.thread, NULL);
     kb_bridge_log_stats(b);

@@ -201,6 +201,8 @@ static void kb_summary_sink(const kb_config_sink_t *s, FILE *out) {
     case KB_SINK_MQTT:
         fprintf(out, " %s client_id=%s qos=%d v%d", s->uri, s->client_id, s->qos, s->version == 3 ? 3 : 5);
         kb_print_opt(out, "username", s->username);
+        if (*s->username) /* MQTT's username-only login, or a password_file forgotten: say which */
+            fprintf(out, *s->password_file ? " password_file=%s" : " (no password)", s->password_file);
         break;
     }
     fputc('\n', out);

@@ -466,9 +466,12 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "version", .type = KB_CT_INT, .off = SNK(version), .def = "5", .min = 3, .max = 5,
      .values = kb_v_mqtt_version, .only = MQTT_ONLY, .doc = "MQTT protocol: 5, or 3 for MQTT 3.1.1."},
     {.name = "username", .type = KB_CT_STRING, .off = SNK(username), .def = "", .only = MQTT_ONLY,
-     .doc = "User name for the broker."},
+     .doc = "User name for the broker. Without password_file the login sends no password (MQTT's "
+            "username-only login; --check prints \"(no password)\")."},
     {.name = "password_file", .type = KB_CT_STRING, .off = SNK(password_file), .def = "", .only = MQTT_ONLY,
-     .flags = KB_CF_FILE, .doc = "File holding the password (kept out of the config)."},
+     .flags = KB_CF_FILE, .doc = "File holding the password (kept out of the config): its first line. An "
+                                 "empty first line (an unfilled Secret) is refused at --check and start; it "
+                                 "needs username."},
     {.name = "ca_file", .type = KB_CT_STRING, .off = SNK(ca_file), .def = "", .only = MQTT_ONLY,
      .flags = KB_CF_FILE, .doc = "CA bundle (PEM) for ssl:// brokers."},
     {.name = "cert_file", .type = KB_CT_STRING, .off = SNK(cert_file), .def = "", .only = MQTT_ONLY,
@@ -476,7 +479,8 @@ static const kb_ckey_t kb_keys_sink[] = {
     {.name = "key_file", .type = KB_CT_STRING, .off = SNK(key_file), .def = "", .only = MQTT_ONLY,
      .flags = KB_CF_FILE, .doc = "Private key (PEM) of cert_file."},
     {.name = "keepalive", .type = KB_CT_INT, .off = SNK(keepalive), .def = "30", .min = 0, .max = 65535,
-     .only = MQTT_ONLY, .doc = "Keep-alive interval in seconds."},
+     .only = MQTT_ONLY, .doc = "Keep-alive interval in seconds (0: off). The mosquitto client needs 0 or at "
+                               "least 5 (libmosquitto refuses 1 to 4); --check says so."},
     {.name = "max_inflight", .type = KB_CT_INT, .off = SNK(max_inflight), .def = "256", .min = 1, .max = 65535,
      .only = MQTT_ONLY, .doc = "Messages published but not yet acknowledged, at most (the broker's Receive "
                                "Maximum lowers it)."},

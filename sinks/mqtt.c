@@ -258,6 +258,11 @@ static kb_err_t kb_mqtt_validate(const kb_config_sink_t *conf, const kb_config_t
     if (conf->keepalive < 0 || conf->keepalive > 65535)
         return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "keepalive", "%d is outside 0..65535",
                                 conf->keepalive);
+    const kb_mqtt_client_ops_t *client = kb_mqtt_client_for(conf->mqtt_client);
+    if (conf->keepalive > 0 && conf->keepalive < client->min_keepalive)
+        return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "keepalive",
+                                "%d: the %s client needs 0 (off) or at least %d seconds", conf->keepalive,
+                                client->name, client->min_keepalive);
     if (conf->max_inflight < 1 || conf->max_inflight > 65535)
         return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "max_inflight", "%d is outside 1..65535",
                                 conf->max_inflight);
@@ -270,10 +275,10 @@ static kb_err_t kb_mqtt_validate(const kb_config_sink_t *conf, const kb_config_t
             return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "password_file", "%s", why);
         free(pw);
     }
-    const char *no = kb_mqtt_client_for(conf->mqtt_client)->unsupported(conf->uri);
+    const char *no = client->unsupported(conf->uri);
     if (no)
         return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "client", "\"%s\" %s (uri \"%s\")",
-                                kb_mqtt_client_for(conf->mqtt_client)->name, no, conf->uri);
+                                client->name, no, conf->uri);
     if (kb_mqtt_set(conf->password_file) && !kb_mqtt_tls_uri(conf->uri) && !kb_mqtt_loopback_uri(conf->uri) &&
         !conf->allow_plaintext_password)
         return kb_mqtt_conf_err(errstr, errstr_size, cfg, line, "password_file",

@@ -77,6 +77,9 @@ typedef struct kb_mqtt_client_ops {
     /* The most messages in flight this library handles well (0: no limit of its own);
      * the sink's window is min(max_inflight, the broker's Receive Maximum, this). */
     unsigned max_window;
+    /* The shortest keep-alive (seconds) this library takes besides 0 (off):
+     * libmosquitto refuses 1..4 at every connect. validate() names the key. */
+    int min_keepalive;
     /* Why this library cannot use uri (e.g. ws:// without websockets), or NULL. Static text. */
     const char *(*unsupported)(const char *uri);
     /* core is handed back in the connection callbacks. */

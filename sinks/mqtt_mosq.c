@@ -429,6 +429,7 @@ static void kb_mosq_destroy(void *client) {
 const kb_mqtt_client_ops_t kb_mqtt_mosq_ops = {
     .name = "mosquitto",
     .max_window = 0, /* no cost that grows with the window */
+    .min_keepalive = 5,
     .unsupported = kb_mosq_unsupported,
     .create = kb_mosq_create,
     .connect = kb_mosq_connect,

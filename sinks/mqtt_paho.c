@@ -388,6 +388,7 @@ static void kb_paho_destroy(void *client) {
 const kb_mqtt_client_ops_t kb_mqtt_paho_ops = {
     .name = "paho",
     .max_window = KB_PAHO_MAX_WINDOW,
+    .min_keepalive = 1,
     .unsupported = kb_paho_unsupported,
     .create = kb_paho_create,
     .connect = kb_paho_connect,
