@@ -388,10 +388,12 @@ static bool kb_dead_letter(kb_delivery_t *d, size_t slot, kb_err_t why, const ch
 
 /* What err means for a message of bs (informer/sinkslot.h decides).
  * collecting: bs may park it (the message is one it took). */
-static kb_fate_t kb_fate_of(kb_bsink_t *bs, kb_err_t err, bool dead_letter, bool collecting) {
+static kb_fate_t kb_fate_of(const kb_pipeline_t *p, kb_bsink_t *bs, kb_err_t err, bool dead_letter,
+                            bool collecting) {
     kb_verdict_t v = {.err = err, .refusal = kb_sink_refused(err), .dead_letter = dead_letter,
                       .to_dead_letter = bs->conf->on_refused == KB_REFUSED_DEAD_LETTER,
-                      .collecting = collecting && kb_handover_collecting(&bs->ho)};
+                      .collecting = collecting && kb_handover_collecting(&bs->ho),
+                      .sender_retired = kb_drain_retired(&p->drain)};
     return kb_sinkslot_fate(&v);
 }
 
@@ -445,11 +447,11 @@ static void kb_bridge_ack(void *opaque, kb_err_t err) {
     kb_delivery_t *d = ma->d;
     kb_pipeline_t *p = d->p;
     kb_bsink_t *bs = d->s[ma->slot].bs;
-    kb_fate_t fate = kb_fate_of(bs, err, ma->dead_letter, true);
+    kb_fate_t fate = kb_fate_of(p, bs, err, ma->dead_letter, true);
     if (fate == KB_FATE_PARK && kb_park(ma))
         return;
     if (fate == KB_FATE_PARK) /* the hand-over was taken meanwhile: too late to park */
-        fate = kb_fate_of(bs, err, ma->dead_letter, false);
+        fate = kb_fate_of(p, bs, err, ma->dead_letter, false);
     if (fate == KB_FATE_ACKED) {
         atomic_fetch_add(&p->delivered, 1);
         kb_bsink_t *dl = atomic_load(&bs->dl);
@@ -543,7 +545,7 @@ static void kb_send(kb_delivery_t *d, size_t slot, const kb_route_t *route, kb_b
         free(ma);
         if (err == KB_ERR_FULL) /* this pipeline abandons (a stop), or a hand-over's deadline passed */
             err = kb_drain_abandoned(&p->drain) ? KB_ERR_STOPPED : KB_ERR_TIMEDOUT;
-        kb_fate_t fate = kb_fate_of(d->s[slot].bs, err, false, false); /* not taken: nothing to park */
+        kb_fate_t fate = kb_fate_of(p, d->s[slot].bs, err, false, false); /* not taken: nothing to park */
         if (fate == KB_FATE_DEAD_LETTER || fate == KB_FATE_REFUSED)
             kb_refused(d, slot, err, fate, false, topic->data, key->data);
         else
@@ -1872,6 +1874,7 @@ size_t kb_bridge_retry_sinks(kb_bridge_t *b, char *const *names, size_t n) {
         if (!p->started || !kb_pipeline_routes_to(p, names, n))
             continue;
         kb_pipeline_drain(p, deadline, NULL);
+        kb_drain_retire(&p->drain); /* its late give-ups are sent again by its successor */
         reopened[k] = p;
     }
     pthread_rwlock_wrlock(&b->lock);

@@ -22,7 +22,7 @@ kb_fate_t kb_sinkslot_fate(const kb_verdict_t *v) {
         return !v->dead_letter && v->to_dead_letter ? KB_FATE_DEAD_LETTER : KB_FATE_REFUSED;
     if (v->collecting && !v->dead_letter) /* a dead letter goes to another sink: nothing to hand over */
         return KB_FATE_PARK;
-    return v->err == KB_ERR_STOPPED ? KB_FATE_LEAVE : KB_FATE_HOLD;
+    return v->err == KB_ERR_STOPPED || v->sender_retired ? KB_FATE_LEAVE : KB_FATE_HOLD;
 }
 
 const char *kb_fate_name(kb_fate_t f) {
@@ -105,6 +105,7 @@ void kb_handover_release(kb_handover_t *h) {
 
 void kb_drain_init(kb_drain_t *dr) {
     atomic_init(&dr->abandon, false);
+    atomic_init(&dr->retired, false);
 }
 
 kb_drain_step_t kb_drain_look(kb_drain_t *dr, bool workers_done, int64_t now, int64_t deadline) {
@@ -118,4 +119,12 @@ kb_drain_step_t kb_drain_look(kb_drain_t *dr, bool workers_done, int64_t now, in
 
 bool kb_drain_abandoned(const kb_drain_t *dr) {
     return atomic_load(&dr->abandon);
+}
+
+void kb_drain_retire(kb_drain_t *dr) {
+    atomic_store(&dr->retired, true);
+}
+
+bool kb_drain_retired(const kb_drain_t *dr) {
+    return atomic_load(&dr->retired);
 }

@@ -14,7 +14,7 @@
  *       │                                         └→ refused: the sink stops; the bit stays
  *       │──no verdict, instance retiring with a successor──→ parked → handed over, in seq order
  *       │──no verdict while running (retry limit, timeout)─→ held: the sink stops; the bit stays
- *       └──no verdict at a stop (shutdown, abandon, removal)→ left: the bit stays, below the watermark
+ *       └──no verdict at a stop (shutdown, abandon, removal, a sender retired)→ left: the bit stays, below the watermark
  *
  * Only a destination's verdict (kb_verdict_t.refusal) is a refusal: a stop, a
  * deadline or a retired instance (KB_ERR_STOPPED, KB_ERR_TIMEDOUT,
@@ -66,6 +66,8 @@ typedef struct kb_verdict {
     bool dead_letter;    /* the message was itself a dead letter */
     bool to_dead_letter; /* the sink's on_refused is "dead_letter" */
     bool collecting;     /* the instance is retiring and a successor waits for what it gives back */
+    bool sender_retired; /* the pipeline that handed it over was replaced (kb_drain_retire): its
+                          * successor sends it again from state_dir's journal */
 } kb_verdict_t;
 
 kb_fate_t kb_sinkslot_fate(const kb_verdict_t *v);
@@ -120,6 +122,7 @@ void kb_handover_release(kb_handover_t *h);
  * anything (issue 24: a bridge-wide flag made every pipeline skip work). */
 typedef struct kb_drain {
     _Atomic bool abandon;  /* set once, by kb_drain_look past the deadline */
+    _Atomic bool retired;  /* set once, by kb_drain_retire: drained and replaced */
 } kb_drain_t;
 
 typedef enum kb_drain_step { KB_DRAIN_DONE, KB_DRAIN_WAIT, KB_DRAIN_ABANDON } kb_drain_step_t;
@@ -129,5 +132,12 @@ void kb_drain_init(kb_drain_t *dr);
 kb_drain_step_t kb_drain_look(kb_drain_t *dr, bool workers_done, int64_t now, int64_t deadline);
 /* Should dr's workers hand nothing more to the sinks? Any thread, no lock. */
 bool kb_drain_abandoned(const kb_drain_t *dr);
+/* dr's pipeline is drained and replaced by one that reads state_dir's journal
+ * again (a stopped sink retried by SIGHUP): what its sinks give up on from now
+ * on without a verdict — a Kafka message timeout reported late — is left, and
+ * stops nothing (it stopped the sink the operator had just retried). Thread:
+ * the one that drained it; any thread reads it. */
+void kb_drain_retire(kb_drain_t *dr);
+bool kb_drain_retired(const kb_drain_t *dr);
 
 #endif

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 static kb_fate_t fate(kb_err_t err, bool refusal, bool dead_letter, bool to_dl, bool collecting) {
-    kb_verdict_t v = {err, refusal, dead_letter, to_dl, collecting};
+    kb_verdict_t v = {err, refusal, dead_letter, to_dl, collecting, false};
     return kb_sinkslot_fate(&v);
 }
 
@@ -34,6 +34,22 @@ static void test_a_retiring_instance_parks(void **state) {
     assert_int_equal(fate(KB_ERR_STOPPED, false, false, false, true), KB_FATE_PARK);
     assert_int_equal(fate(KB_ERR_TIMEDOUT, false, false, false, true), KB_FATE_PARK);
     assert_int_equal(fate(KB_ERR_STOPPED, false, true, false, true), KB_FATE_LEAVE); /* a dead letter */
+}
+
+/* 0327: a Kafka message timeout reported after SIGHUP retried the sink, from
+ * the pipeline that retry replaced, stopped the sink again. */
+static void test_a_retired_sender_stops_nothing(void **state) {
+    (void)state;
+    kb_verdict_t v = {.err = KB_ERR_TIMEDOUT, .sender_retired = true};
+    assert_int_equal(kb_sinkslot_fate(&v), KB_FATE_LEAVE);
+    v.refusal = true; /* a destination's verdict stays one: the journal's copy would be refused too */
+    assert_int_equal(kb_sinkslot_fate(&v), KB_FATE_REFUSED);
+    kb_drain_t dr;
+    kb_drain_init(&dr);
+    assert_false(kb_drain_retired(&dr));
+    kb_drain_retire(&dr);
+    assert_true(kb_drain_retired(&dr));
+    assert_false(kb_drain_abandoned(&dr));
 }
 
 static void test_hand_over_order(void **state) {
@@ -92,6 +108,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_stop_is_never_a_refusal),
         cmocka_unit_test(test_a_retiring_instance_parks),
+        cmocka_unit_test(test_a_retired_sender_stops_nothing),
         cmocka_unit_test(test_hand_over_order),
         cmocka_unit_test(test_held_until_released),
         cmocka_unit_test(test_drain_abandons_only_past_its_deadline),
