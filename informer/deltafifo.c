@@ -351,14 +351,10 @@ static void kb_df_room_changed(kb_deltafifo_t *fifo) {
         pthread_cond_broadcast(&fifo->room_cv);
 }
 
-/* Wait (fifo->mtx held) while the queue is over its byte bound: KB_OK, or
- * KB_ERR_TIMEDOUT / KB_ERR_CLOSED. The popper is woken first: deltas this
- * pusher queued without a signal yet (kb_deltafifo_push_many) are what it
- * waits to drain. */
-static kb_err_t kb_df_wait_room(kb_deltafifo_t *fifo, int timeout_ms) {
+kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms) {
     kb_err_t err = KB_OK;
+    pthread_mutex_lock(&fifo->mtx);
     if (!fifo->closed && kb_df_full(fifo)) {
-        pthread_cond_signal(&fifo->data_cv);
         if (timeout_ms != 0)
             fifo->full_waits++;
         struct timespec deadline = {0, 0};
@@ -374,12 +370,11 @@ static kb_err_t kb_df_wait_room(kb_deltafifo_t *fifo, int timeout_ms) {
         }
         fifo->room_waiters--;
     }
-    return fifo->closed ? KB_ERR_CLOSED : err;
-}
+    if (fifo->closed)
+        err = KB_ERR_CLOSED;
+    if (err != KB_OK)
+        goto out;
 
-/* Queue ev (fifo->mtx held, room already waited for): true when the popper
- * should be woken for it. */
-static bool kb_df_push_locked(kb_deltafifo_t *fifo, kb_event_t *ev) {
     kb_dfnode_t *node = kb_strmap_get(fifo->keys, ev->key, ev->key_len, ev->key_hash);
     bool is_delete = ev->type == KB_EV_DELETED, created = !node;
     size_t before = fifo->deltas + 1;
@@ -397,6 +392,7 @@ static bool kb_df_push_locked(kb_deltafifo_t *fifo, kb_event_t *ev) {
         kb_df_merge(fifo, node, ev);
     else
         kb_df_append(fifo, node, ev);
+    ev = NULL;
     fifo->pushed++;
     fifo->compacted += before - fifo->deltas;
     if (node->deltas.n == 0) {
@@ -405,38 +401,16 @@ static bool kb_df_push_locked(kb_deltafifo_t *fifo, kb_event_t *ev) {
     } else if (is_delete) {
         kb_df_make_ready(fifo, node);
     }
-    if (fifo->bytes < bytes_before)
-        kb_df_room_changed(fifo);
     /* Under a window only a new key or a delete can change what pop may take
      * (or how long it sleeps): a burst into a held key wakes nobody. */
-    return !kb_df_empty(fifo) && (fifo->window_ns == 0 || created || is_delete);
-}
-
-kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms) {
-    pthread_mutex_lock(&fifo->mtx);
-    kb_err_t err = kb_df_wait_room(fifo, timeout_ms);
-    if (err == KB_OK) {
-        if (kb_df_push_locked(fifo, ev))
-            pthread_cond_signal(&fifo->data_cv);
-        ev = NULL;
-    }
+    if (!kb_df_empty(fifo) && (fifo->window_ns == 0 || created || is_delete))
+        pthread_cond_signal(&fifo->data_cv);
+    if (fifo->bytes < bytes_before)
+        kb_df_room_changed(fifo);
+out:
     pthread_mutex_unlock(&fifo->mtx);
     kb_event_unref(ev);
     return err;
-}
-
-size_t kb_deltafifo_push_many(kb_deltafifo_t *fifo, kb_event_t *const *evs, size_t n) {
-    size_t done = 0;
-    bool wake = false;
-    pthread_mutex_lock(&fifo->mtx);
-    while (done < n && kb_df_wait_room(fifo, -1) == KB_OK)
-        wake |= kb_df_push_locked(fifo, evs[done++]);
-    if (wake)
-        pthread_cond_signal(&fifo->data_cv);
-    pthread_mutex_unlock(&fifo->mtx);
-    for (size_t i = done; i < n; i++)
-        kb_event_unref(evs[i]);
-    return done;
 }
 
 kb_err_t kb_deltafifo_pop(kb_deltafifo_t *fifo, kb_deltas_t *out, int timeout_ms) {

@@ -68,12 +68,6 @@ void kb_deltafifo_destroy(kb_deltafifo_t *fifo);
  * KB_OK, KB_ERR_TIMEDOUT (ev dropped — the caller decides), or KB_ERR_CLOSED.
  * Thread: any. Locks: fifo->mtx. */
 kb_err_t kb_deltafifo_push(kb_deltafifo_t *fifo, kb_event_t *ev, int timeout_ms);
-/* Queue evs[0..n) in order as kb_deltafifo_push(…, -1) would each (always
- * consumes every reference), under one lock and with one wake-up of the
- * popper: a batch of changes costs the worker one wake-up, not one per
- * change. Returns how many were queued (fewer only once closed; the rest are
- * released). Thread: any. Locks: fifo->mtx. */
-size_t kb_deltafifo_push_many(kb_deltafifo_t *fifo, kb_event_t *const *evs, size_t n);
 
 /* Move all pending deltas of the oldest key whose window has ended (or that a
  * delete made ready) into *out (which must be empty;

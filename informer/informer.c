@@ -265,8 +265,6 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
     }
     kb_inf_staged_t *o = &inf->out[inf->n_out++];
     o->ev = ev;
-    o->shard = ev ? ev->key_hash % inf->n_shards : 0;
-    o->type = ev ? ev->type : KB_EV_SYNC;
     o->seq = seq;
     o->refl = refl;
     snprintf(o->rv_after, sizeof(o->rv_after), "%s", rv_after ? rv_after : "");
@@ -345,29 +343,6 @@ static void kb_inf_def_settle(kb_informer_t *inf, bool committed) {
                 inf->conf->name);
 }
 
-/* Queue the committed batch's events of one shard, in seq order, with one
- * wake-up of its worker. False when its queue is closed (the events it did
- * not take are released: unacknowledged, so delivered after a restart). */
-static bool kb_inf_queue_shard(kb_informer_t *inf, size_t shard) {
-    if (inf->cap_shard < inf->n_out) {
-        inf->cap_shard = inf->cap_out;
-        inf->shard_evs = kb_realloc(inf->shard_evs, inf->cap_shard * sizeof(*inf->shard_evs));
-        inf->shard_types = kb_realloc(inf->shard_types, inf->cap_shard * sizeof(*inf->shard_types));
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < inf->n_out; i++) {
-        const kb_inf_staged_t *o = &inf->out[i];
-        if (o->ev && o->shard == shard) { /* o->ev itself is not read: see kb_inf_staged_t */
-            inf->shard_types[n] = o->type;
-            inf->shard_evs[n++] = o->ev;
-        }
-    }
-    size_t queued = n ? kb_deltafifo_push_many(inf->fifos[shard], inf->shard_evs, n) : 0;
-    for (size_t i = 0; i < queued; i++)
-        atomic_fetch_add(&inf->st_events[inf->shard_types[i]], 1);
-    return queued == n;
-}
-
 /* Commit the batch, then queue its events. On a failed commit the cache is
  * put back as it was and nothing is queued: the caller re-reads the changes
  * from the server. Returns KB_OK, KB_ERR_STOPPED, or KB_ERR_IO (state_dir). */
@@ -417,9 +392,19 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
             kb_ledger_track_sized(inf->ledger, o->seq, o->refl, o->rv_after, o->ev == NULL,
                                   o->ev ? kb_event_size(o->ev) : 0);
         }
-        for (size_t shard = 0; shard < inf->n_shards; shard++)
-            if (!kb_inf_queue_shard(inf, shard))
-                err = KB_ERR_STOPPED; /* closed (the push released them) */
+        for (size_t i = 0; i < inf->n_out; i++) {
+            kb_inf_staged_t *o = &inf->out[i];
+            if (!o->ev)
+                continue;
+            kb_event_type_t type = o->ev->type;
+            kb_deltafifo_t *fifo = inf->fifos[o->ev->key_hash % inf->n_shards];
+            if (err != KB_OK)
+                kb_event_unref(o->ev); /* not queued: unacknowledged, so delivered after a restart */
+            else if (kb_deltafifo_push(fifo, o->ev, -1) == KB_OK)
+                atomic_fetch_add(&inf->st_events[type], 1);
+            else
+                err = KB_ERR_STOPPED; /* closed (the push released it) */
+        }
     }
     for (size_t i = 0; i < inf->n_undo; i++) {
         free(inf->undo[i].key);
@@ -1486,8 +1471,6 @@ void kb_informer_destroy(kb_informer_t *inf) {
     kb_ledger_destroy(inf->ledger);
     free(inf->out);
     free(inf->undo);
-    free(inf->shard_evs);
-    free(inf->shard_types);
     pthread_mutex_destroy(&inf->sub_mtx);
     for (size_t i = 0; i < inf->n_refl; i++) {
         kb_reflector_t *r = &inf->refl[i];

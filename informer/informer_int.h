@@ -44,10 +44,6 @@ typedef enum { KB_SRC_WATCH, KB_SRC_LIST, KB_SRC_AUDIT } kb_src_t;
 
 typedef struct kb_inf_staged {
     kb_event_t *ev;        /* NULL for a resume-point marker */
-    /* ev's shard and type, read while it is still the batch's: once queued it
-     * is its queue's (a worker may have freed it before the next shard's turn). */
-    size_t shard;
-    kb_event_type_t type;
     uint64_t seq;
     int refl;              /* reflector whose resume point rv_after is, -1 for none */
     char rv_after[KB_RV_MAX]; /* "" = the resume point does not move */
@@ -135,9 +131,6 @@ struct kb_informer {
     kb_state_t *state;             /* NULL without state_dir */
     kb_inf_staged_t *out;          /* staged entries, in seq order */
     size_t n_out, cap_out;
-    kb_event_t **shard_evs;        /* batch end: one shard's staged events, in seq order (cap_shard of them) */
-    kb_event_type_t *shard_types;  /* … and their types */
-    size_t cap_shard;
     kb_inf_undo_t *undo;           /* cache entries to restore if the commit fails */
     size_t n_undo, cap_undo;
     uint64_t batch_seq0;           /* inf->seq when the batch began */

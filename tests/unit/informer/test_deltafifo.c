@@ -53,13 +53,12 @@ static void push(kb_deltafifo_t *fifo, kb_event_type_t type, const char *name, c
     assert_int_equal(kb_deltafifo_push(fifo, mk(type, "ns", name, uid, rv), 0), KB_OK);
 }
 
-/* Pop one key (waiting up to timeout_ms, -1 forever) and check its deltas:
- * types[i] at rvs[i], n of them. */
-static void expect_pop_ms(kb_deltafifo_t *fifo, int timeout_ms, const char *key, size_t n,
-                          const kb_event_type_t *types, const unsigned *rvs) {
+/* Pop one key and check its deltas: types[i] at rvs[i], n of them. */
+static void expect_pop(kb_deltafifo_t *fifo, const char *key, size_t n, const kb_event_type_t *types,
+                       const unsigned *rvs) {
     kb_deltas_t d;
     kb_deltas_init(&d);
-    assert_int_equal(kb_deltafifo_pop(fifo, &d, timeout_ms), KB_OK);
+    assert_int_equal(kb_deltafifo_pop(fifo, &d, 0), KB_OK);
     assert_string_equal(d.ev[0]->key, key);
     assert_int_equal(d.n, n);
     for (size_t i = 0; i < n; i++) {
@@ -68,11 +67,6 @@ static void expect_pop_ms(kb_deltafifo_t *fifo, int timeout_ms, const char *key,
         assert_string_equal(d.ev[i]->key, key);
     }
     kb_deltas_fini(&d);
-}
-
-static void expect_pop(kb_deltafifo_t *fifo, const char *key, size_t n, const kb_event_type_t *types,
-                       const unsigned *rvs) {
-    expect_pop_ms(fifo, 0, key, n, types, rvs);
 }
 
 static void expect_empty(kb_deltafifo_t *fifo) {
@@ -455,53 +449,6 @@ static void test_push_wakes_popper(void **state) {
     kb_deltafifo_destroy(fifo);
 }
 
-/* push_many queues a batch in order, as single pushes would, and says how many it took. */
-static void test_push_many_in_order(void **state) {
-    (void)state;
-    kb_deltafifo_t *fifo = kb_deltafifo_new(KB_COMPACTION_NONE, 1 << 20);
-    kb_event_t *evs[] = {mk(A, "ns", "a", "u", 1), mk(A, "ns", "b", "u", 2), mk(M, "ns", "a", "u", 3)};
-    assert_int_equal(kb_deltafifo_push_many(fifo, evs, 3), 3);
-    expect_pop(fifo, "ns/a", 2, TYPES(A, M), RVS(1, 3));
-    expect_pop(fifo, "ns/b", 1, TYPES(A), RVS(2));
-    kb_deltafifo_stats_t st;
-    kb_deltafifo_stats(fifo, &st);
-    assert_int_equal(st.pushed, 3);
-    /* Closed: none is taken, every reference is released (the leak check sees it). */
-    kb_deltafifo_close(fifo);
-    kb_event_t *late[] = {mk(A, "ns", "c", "u", 4), mk(A, "ns", "d", "u", 5)};
-    assert_int_equal(kb_deltafifo_push_many(fifo, late, 2), 0);
-    kb_deltafifo_destroy(fifo);
-}
-
-struct many_arg {
-    kb_deltafifo_t *fifo;
-    kb_event_t *evs[3];
-    size_t queued;
-};
-
-static void *pusher_many(void *p) {
-    struct many_arg *a = p;
-    a->queued = kb_deltafifo_push_many(a->fifo, a->evs, 3);
-    return NULL;
-}
-
-/* A batch bigger than the byte bound: the pusher wakes the popper before it
- * waits for room (it queued without a wake-up so far), so the two take turns
- * instead of each waiting for the other. */
-static void test_push_many_over_the_bound(void **state) {
-    (void)state;
-    kb_deltafifo_t *fifo = kb_deltafifo_new(KB_COMPACTION_NONE, 1);
-    struct many_arg ma = {fifo, {mk(A, "ns", "a", "u", 1), mk(A, "ns", "b", "u", 2), mk(A, "ns", "c", "u", 3)}, 0};
-    pthread_t t;
-    pthread_create(&t, NULL, pusher_many, &ma);
-    expect_pop_ms(fifo, -1, "ns/a", 1, TYPES(A), RVS(1)); /* blocking pops: only a wake-up ends one */
-    expect_pop_ms(fifo, -1, "ns/b", 1, TYPES(A), RVS(2));
-    expect_pop_ms(fifo, -1, "ns/c", 1, TYPES(A), RVS(3));
-    pthread_join(t, NULL);
-    assert_int_equal(ma.queued, 3);
-    kb_deltafifo_destroy(fifo);
-}
-
 /* --- the coalescing window (an injected clock) ---------------------------- */
 
 static int64_t fake_now;
@@ -848,8 +795,6 @@ int main(void) {
         cmocka_unit_test(test_window_drop_callback),
         cmocka_unit_test(test_window_real_clock),
         cmocka_unit_test(test_window_needs_latest),
-        cmocka_unit_test(test_push_many_in_order),
-        cmocka_unit_test(test_push_many_over_the_bound),
         cmocka_unit_test(test_stress_none),
         cmocka_unit_test(test_stress_latest),
     };
