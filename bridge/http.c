@@ -68,6 +68,7 @@
 #include "informer/indexer.h"
 #include "informer/informer.h"
 #include "informer/ledger.h"
+#include "informer/zcache.h"
 #include "sinks/sink.h"
 
 #include <microhttpd.h>
@@ -467,6 +468,33 @@ static enum MHD_Result kb_http_stream_send(struct MHD_Connection *c, kb_http_str
 
 /* ---- GET /v1/snapshot/{informer} ------------------------------------------ */
 
+/* A compressed cache entry (informer/zcache.h) is expanded straight into
+ * the body, after its comma, and taken back out when the selector does not
+ * match it: no 3-4 KB copy of the event per item on the way (a -l answer of
+ * 10,000 Pods is 39 MB). False for any other entry, or a frame that does not
+ * expand (kb_informer_full then says so and sends what it can). */
+static bool kb_http_list_expand(kb_http_stream_t *s, const kb_event_t *cached) {
+    if (!cached->zdict)
+        return false;
+    size_t at = s->out.len, comma = s->written ? 1 : 0;
+    kb_buf_reserve(&s->out, comma + cached->zraw_len);
+    char *obj = s->out.data + at + comma;
+    if (!kb_zcache_expand(cached->zdict, kb_event_frame(cached), cached->zlen, obj, cached->zraw_len)) {
+        s->out.data[at] = '\0';
+        return false;
+    }
+    bool match = !s->sel || kb_selector_match_json(s->sel, cached->zlabels_len ? obj + cached->zlabels_off : NULL,
+                                                   cached->zlabels_len);
+    if (match) {
+        if (comma)
+            s->out.data[at] = ',';
+        s->out.len = at + comma + cached->zraw_len;
+        s->written++;
+    }
+    s->out.data[s->out.len] = '\0';
+    return true;
+}
+
 static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
     if (!s->head_done) {
         kb_buf_append_str(&s->out, "{\"kind\":");
@@ -483,9 +511,13 @@ static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
     /* Each candidate is read (state_dir, decompression) as it is written, a
      * block's worth at a time. */
     while (s->next < s->items.n) {
-        kb_event_t *ev = kb_informer_full(s->inf, s->items.ev[s->next]);
-        kb_event_unref(s->items.ev[s->next]);
+        kb_event_t *cached = s->items.ev[s->next];
         s->items.ev[s->next++] = NULL;
+        bool done = kb_http_list_expand(s, cached);
+        kb_event_t *ev = done ? NULL : kb_informer_full(s->inf, cached);
+        kb_event_unref(cached);
+        if (done)
+            goto next;
         if (!ev->obj_len) { /* state_dir closed under us (a reload removed the informer): no object to send */
             KB_WARN("http", "snapshot of %s: the informer was closed while its snapshot was sent; ending the stream",
                     s->inf_name);
@@ -500,6 +532,7 @@ static kb_fill_t kb_http_list_fill(kb_http_stream_t *s) {
             kb_buf_append(&s->out, ev->obj, ev->obj_len);
         }
         kb_event_unref(ev);
+    next:
         if (s->out.len >= KB_HTTP_BLOCK)
             return KB_FILL_OK;
     }

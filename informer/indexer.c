@@ -2,9 +2,13 @@
  * and label indexes (see indexer.h).
  *
  * Design: the key space is split into a power-of-two number of stripes by
- * key hash; each stripe is a strmap key → entry under its own rwlock, so
+ * key hash; each stripe is a table key → entry under its own rwlock, so
  * readers of different keys never contend and a full listing only
- * read-locks one stripe at a time.
+ * read-locks one stripe at a time. A stripe's table (kb_ix_tab_t) holds the
+ * key's hash and the entry, 16 bytes a slot: the key is compared in the
+ * entry's event, never copied (a strmap's slot and key copy cost about 110
+ * bytes per cached object at a million). Its homes mix every bit of the
+ * hash: some of them chose the stripe, so all keys of a stripe share those.
  *
  * The namespace index is a strmap ns → set, and each label index a strmap
  * "key=value" → set (all configured keys share one map: a key has no '='),
@@ -48,9 +52,25 @@
 
 #define KB_INDEXER_DEFAULT_STRIPES 16u
 
+/* One slot of a stripe's table: v NULL marks an empty one. */
+typedef struct kb_ix_slot {
+    uint64_t hash;         /* the key's kb_fnv1a64 (ev->key_hash) */
+    void *v;               /* the entry: kb_event_t*, or kb_ix_entry_t* with label keys */
+} kb_ix_slot_t;
+
+/* Open addressing, linear probing, load at most 3/4, backward-shift
+ * deletion, shrinking below 1/8 full (down to KB_IX_TAB_MIN). */
+typedef struct kb_ix_tab {
+    kb_ix_slot_t *slot;    /* cap of them */
+    size_t cap;            /* power of two */
+    size_t n;
+} kb_ix_tab_t;
+
+#define KB_IX_TAB_MIN 8u
+
 typedef struct kb_stripe {
     pthread_rwlock_t lock; /* guards the two fields below */
-    kb_strmap_t *map;      /* key → entry (kb_event_t*, or kb_ix_entry_t* with label keys) */
+    kb_ix_tab_t tab;       /* key → entry */
     size_t ev_bytes;       /* kb_event_size sum of the entries, plus their filings */
 } kb_stripe_t;
 
@@ -79,6 +99,8 @@ static bool kb_ix_has_key(const kb_indexer_t *idx, const char *key) {
     return false;
 }
 
+static void kb_ix_tab_init(kb_ix_tab_t *t);
+
 kb_indexer_t *kb_indexer_new(unsigned stripes, const char *const *label_keys, size_t n_label_keys) {
     unsigned n = 1;
     while (n < (stripes ? stripes : KB_INDEXER_DEFAULT_STRIPES))
@@ -88,7 +110,7 @@ kb_indexer_t *kb_indexer_new(unsigned stripes, const char *const *label_keys, si
     idx->stripes = kb_calloc(n, sizeof(*idx->stripes));
     for (unsigned i = 0; i < n; i++) {
         pthread_rwlock_init(&idx->stripes[i].lock, NULL);
-        idx->stripes[i].map = kb_strmap_new(0);
+        kb_ix_tab_init(&idx->stripes[i].tab);
     }
     pthread_mutex_init(&idx->ix_mtx, NULL);
     idx->by_ns = kb_strmap_new(0);
@@ -127,6 +149,98 @@ static void kb_ix_release(const kb_indexer_t *idx, void *v) {
         free(v);
 }
 
+/* --- a stripe's table (its lock held) ------------------------------------ */
+
+static void kb_ix_tab_init(kb_ix_tab_t *t) {
+    t->cap = KB_IX_TAB_MIN;
+    t->n = 0;
+    t->slot = kb_calloc(t->cap, sizeof(*t->slot));
+}
+
+/* The hash times 2^64/φ, bits 32 and up: they depend on every bit below
+ * them, so whichever bits chose the stripe, its keys do not share homes. */
+static size_t kb_ix_tab_home(uint64_t hash, size_t cap) {
+    return (size_t)((hash * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (cap - 1);
+}
+
+/* The slot holding key, or the empty slot where it would go. */
+static size_t kb_ix_tab_find(const kb_indexer_t *idx, const kb_ix_tab_t *t, const char *key, size_t len,
+                             uint64_t hash) {
+    size_t mask = t->cap - 1;
+    for (size_t i = kb_ix_tab_home(hash, t->cap);; i = (i + 1) & mask) {
+        const kb_ix_slot_t *sl = &t->slot[i];
+        if (!sl->v)
+            return i;
+        if (sl->hash == hash) {
+            const kb_event_t *ev = kb_ix_ev(idx, sl->v);
+            if (ev->key_len == len && !memcmp(ev->key, key, len))
+                return i;
+        }
+    }
+}
+
+static void kb_ix_tab_resize(kb_ix_tab_t *t, size_t cap) {
+    kb_ix_slot_t *slot = kb_calloc(cap, sizeof(*slot));
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->slot[i].v)
+            continue;
+        size_t j = kb_ix_tab_home(t->slot[i].hash, cap);
+        while (slot[j].v)
+            j = (j + 1) & (cap - 1);
+        slot[j] = t->slot[i];
+    }
+    free(t->slot);
+    t->slot = slot;
+    t->cap = cap;
+}
+
+static void *kb_ix_tab_get(const kb_indexer_t *idx, const kb_ix_tab_t *t, const char *key, size_t len,
+                           uint64_t hash) {
+    return t->slot[kb_ix_tab_find(idx, t, key, len, hash)].v;
+}
+
+/* Make v (whose event has the key) the entry of its key: the one it replaces, or NULL. */
+static void *kb_ix_tab_put(const kb_indexer_t *idx, kb_ix_tab_t *t, void *v) {
+    const kb_event_t *ev = kb_ix_ev(idx, v);
+    size_t i = kb_ix_tab_find(idx, t, ev->key, ev->key_len, ev->key_hash);
+    void *prev = t->slot[i].v;
+    if (!prev && (t->n + 1) * 4 > t->cap * 3) {
+        kb_ix_tab_resize(t, t->cap * 2);
+        i = kb_ix_tab_find(idx, t, ev->key, ev->key_len, ev->key_hash);
+    }
+    t->slot[i].hash = ev->key_hash;
+    t->slot[i].v = v;
+    t->n += prev == NULL;
+    return prev;
+}
+
+/* Take key's entry out: it, or NULL. */
+static void *kb_ix_tab_del(const kb_indexer_t *idx, kb_ix_tab_t *t, const char *key, size_t len, uint64_t hash) {
+    size_t mask = t->cap - 1, i = kb_ix_tab_find(idx, t, key, len, hash);
+    void *v = t->slot[i].v;
+    if (!v)
+        return NULL;
+    t->slot[i].v = NULL;
+    t->n--;
+    /* Knuth's algorithm R, as the sets below. */
+    for (size_t j = (i + 1) & mask; t->slot[j].v; j = (j + 1) & mask) {
+        size_t k = kb_ix_tab_home(t->slot[j].hash, t->cap);
+        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            t->slot[i] = t->slot[j];
+            t->slot[j].v = NULL;
+            i = j;
+        }
+    }
+    if (t->cap > KB_IX_TAB_MIN && t->n * 8 < t->cap)
+        kb_ix_tab_resize(t, t->cap / 2);
+    return v;
+}
+
+static size_t kb_ix_tab_memory(const kb_ix_tab_t *t) {
+    return t->cap * sizeof(*t->slot);
+}
+
 static void kb_ix_destroy_sets(kb_strmap_t *m) {
     size_t pos = 0;
     void *set;
@@ -140,11 +254,9 @@ void kb_indexer_destroy(kb_indexer_t *idx) {
         return;
     for (unsigned i = 0; i < idx->nstripes; i++) {
         kb_stripe_t *s = &idx->stripes[i];
-        size_t pos = 0;
-        void *v;
-        while (kb_strmap_next(s->map, &pos, NULL, NULL, &v))
-            kb_ix_release(idx, v);
-        kb_strmap_destroy(s->map);
+        for (size_t j = 0; j < s->tab.cap; j++)
+            kb_ix_release(idx, s->tab.slot[j].v);
+        free(s->tab.slot);
         pthread_rwlock_destroy(&s->lock);
     }
     kb_ix_destroy_sets(idx->by_ns);
@@ -353,7 +465,7 @@ static void *kb_ix_store(kb_indexer_t *idx, void *v) {
     kb_event_t *ev = kb_ix_ev(idx, v);
     kb_stripe_t *s = kb_stripe_of(idx, ev->key_hash);
     pthread_rwlock_wrlock(&s->lock);
-    void *prev = kb_strmap_put(s->map, ev->key, ev->key_len, ev->key_hash, v);
+    void *prev = kb_ix_tab_put(idx, &s->tab, v);
     s->ev_bytes += kb_ix_size(idx, v);
     if (prev)
         s->ev_bytes -= kb_ix_size(idx, prev);
@@ -413,7 +525,7 @@ bool kb_indexer_swap(kb_indexer_t *idx, kb_event_t *cur, kb_event_t *repl) {
               !memcmp(cur->key, repl->key, cur->key_len));
     kb_stripe_t *s = kb_stripe_of(idx, cur->key_hash);
     pthread_rwlock_wrlock(&s->lock);
-    void *v = kb_strmap_get(s->map, cur->key, cur->key_len, cur->key_hash);
+    void *v = kb_ix_tab_get(idx, &s->tab, cur->key, cur->key_len, cur->key_hash);
     bool swapped = v && kb_ix_ev(idx, v) == cur;
     if (swapped) {
         kb_event_ref(repl);
@@ -428,7 +540,7 @@ bool kb_indexer_swap(kb_indexer_t *idx, kb_event_t *cur, kb_event_t *repl) {
                 kb_ix_file_in(idx->by_label, p, strlen(p), cur, repl);
             e->ev = repl;
         } else {
-            kb_strmap_put(s->map, cur->key, cur->key_len, cur->key_hash, repl);
+            kb_ix_tab_put(idx, &s->tab, repl);
         }
         pthread_mutex_unlock(&idx->ix_mtx);
     }
@@ -441,7 +553,7 @@ bool kb_indexer_swap(kb_indexer_t *idx, kb_event_t *cur, kb_event_t *repl) {
 bool kb_indexer_delete(kb_indexer_t *idx, const char *key, size_t len, uint64_t hash, kb_indexer_old_t *old) {
     kb_stripe_t *s = kb_stripe_of(idx, hash);
     pthread_rwlock_wrlock(&s->lock);
-    void *prev = kb_strmap_del(s->map, key, len, hash);
+    void *prev = kb_ix_tab_del(idx, &s->tab, key, len, hash);
     if (prev) {
         kb_event_t *pev = kb_ix_ev(idx, prev);
         s->ev_bytes -= kb_ix_size(idx, prev);
@@ -459,7 +571,7 @@ bool kb_indexer_delete(kb_indexer_t *idx, const char *key, size_t len, uint64_t 
 kb_event_t *kb_indexer_get(kb_indexer_t *idx, const char *key, size_t len, uint64_t hash) {
     kb_stripe_t *s = kb_stripe_of(idx, hash);
     pthread_rwlock_rdlock(&s->lock);
-    void *v = kb_strmap_get(s->map, key, len, hash);
+    void *v = kb_ix_tab_get(idx, &s->tab, key, len, hash);
     kb_event_t *ev = v ? kb_event_ref(kb_ix_ev(idx, v)) : NULL;
     pthread_rwlock_unlock(&s->lock);
     return ev;
@@ -470,7 +582,7 @@ size_t kb_indexer_count(kb_indexer_t *idx) {
     for (unsigned i = 0; i < idx->nstripes; i++) {
         kb_stripe_t *s = &idx->stripes[i];
         pthread_rwlock_rdlock(&s->lock);
-        n += kb_strmap_count(s->map);
+        n += s->tab.n;
         pthread_rwlock_unlock(&s->lock);
     }
     return n;
@@ -491,7 +603,7 @@ size_t kb_indexer_bytes(kb_indexer_t *idx) {
     for (unsigned i = 0; i < idx->nstripes; i++) {
         kb_stripe_t *s = &idx->stripes[i];
         pthread_rwlock_rdlock(&s->lock);
-        n += s->ev_bytes + kb_strmap_memory(s->map);
+        n += s->ev_bytes + kb_ix_tab_memory(&s->tab);
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_mutex_lock(&idx->ix_mtx);
@@ -542,10 +654,9 @@ static void kb_ix_list_all(kb_indexer_t *idx, kb_event_list_t *out) {
     for (unsigned i = 0; i < idx->nstripes; i++) {
         kb_stripe_t *s = &idx->stripes[i];
         pthread_rwlock_rdlock(&s->lock);
-        size_t pos = 0;
-        void *v;
-        while (kb_strmap_next(s->map, &pos, NULL, NULL, &v))
-            kb_event_list_push(out, kb_event_ref(kb_ix_ev(idx, v)));
+        for (size_t j = 0; j < s->tab.cap; j++)
+            if (s->tab.slot[j].v)
+                kb_event_list_push(out, kb_event_ref(kb_ix_ev(idx, s->tab.slot[j].v)));
         pthread_rwlock_unlock(&s->lock);
     }
 }

@@ -548,6 +548,8 @@ out:
  * objects of that name (the design note's epochs). */
 static void kb_inf_delete_unseen(kb_reflector_t *r, uint64_t list_rv) {
     kb_informer_t *inf = r->inf;
+    if (!r->seen)
+        return; /* nothing was cached before the list (kb_inf__list_begin) */
     kb_event_list_t cached;
     kb_event_list_init(&cached);
     kb_indexer_list(inf->idx, r->ns, &cached);
@@ -672,9 +674,29 @@ kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len
 
 /* ---- a list, step by step (the HTTP loop below and the simulation) ------- */
 
+/* Has the scope of r anything cached? */
+static bool kb_inf_scope_cached(kb_reflector_t *r) {
+    if (!r->ns)
+        return kb_indexer_count(r->inf->idx) > 0;
+    kb_event_list_t cached;
+    kb_event_list_init(&cached);
+    kb_indexer_list(r->inf->idx, r->ns, &cached);
+    bool any = cached.n > 0;
+    kb_event_list_fini(&cached);
+    return any;
+}
+
+/* The listed keys are remembered only to find the cached ones a list did not
+ * contain. Before a reflector's first list completes nothing else writes its
+ * scope (the drift audit waits for every first list), so when nothing of the
+ * scope is cached as the first list begins, nothing can be left unseen at its
+ * end: a first sync of a million objects then holds no second table of their
+ * keys (about 110 bytes an object at its peak, and the holes its key copies
+ * left in the heap after it). */
 void kb_inf__list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
-    r->seen = kb_strmap_new(1024);
+    r->seen = r->listed || kb_inf_scope_cached(r) ? kb_strmap_new(1024) : NULL;
+    r->list_open = true;
     r->list_rv[0] = '\0';
     if (!r->listed) /* an unfinished first list starts over: its objects are counted again */
         atomic_fetch_sub(&r->inf->st_sync_objects, r->list_items);
@@ -724,9 +746,14 @@ void kb_inf__stream_begin(kb_reflector_t *r) {
 
 bool kb_inf__stream_end(kb_reflector_t *r) {
     r->initial = false;
+    kb_inf__list_done(r);
+    return r->stream_listed;
+}
+
+void kb_inf__list_done(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = NULL;
-    return r->stream_listed;
+    r->list_open = false;
 }
 
 /* One page of the list (the response body; src names the request for error
@@ -1101,8 +1128,7 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len) {
         r->stream_listed = r->stream_listed && !was_initial; /* a streamed list's end did not commit */
     } else if (was_initial && r->stream_listed) {
         kb_inf_list_closed(r, true);
-        kb_strmap_destroy(r->seen);
-        r->seen = NULL;
+        kb_inf__list_done(r);
         kb_inf__list_synced(r);
     }
     if (ok && r->stream.len - pos >= KB_WATCH_MAX_FRAME) {
@@ -1738,15 +1764,14 @@ void kb_ingest_list_begin(kb_informer_t *inf, size_t refl) {
 }
 
 kb_err_t kb_ingest_list_page(kb_informer_t *inf, size_t refl, const char *body, size_t len, kb_buf_t *cont) {
-    KB_ASSERT(refl < inf->n_refl && inf->refl[refl].seen);
+    KB_ASSERT(refl < inf->n_refl && inf->refl[refl].list_open);
     return kb_inf__list_page(&inf->refl[refl], "a page handed in by kb_ingest_list_page", body, len, cont);
 }
 
 kb_err_t kb_ingest_list_end(kb_informer_t *inf, size_t refl) {
     kb_reflector_t *r = &inf->refl[refl];
     kb_err_t err = kb_inf__list_end(r);
-    kb_strmap_destroy(r->seen);
-    r->seen = NULL;
+    kb_inf__list_done(r);
     if (err == KB_OK && !r->listed) {
         r->listed = true;
         atomic_fetch_add(&inf->synced_refl, 1);

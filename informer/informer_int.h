@@ -73,7 +73,9 @@ typedef struct kb_reflector {
     kb_err_t watch_err;    /* why the stream was aborted from inside */
     bool watch_error_event;/* … by an ERROR event (status, cls) */
     kb_status_t status;    /* the ERROR event's Status */
-    kb_strmap_t *seen;     /* during a list: keys listed */
+    kb_strmap_t *seen;     /* during a list: keys listed; NULL when nothing of the scope was cached before
+                              the first list (nothing to diff: kb_inf__list_begin) */
+    bool list_open;        /* between kb_inf__list_begin and kb_inf__list_done */
     char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
     size_t list_items, list_pages; /* during a list */
     int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
@@ -178,6 +180,8 @@ void kb_inf__error(kb_informer_t *inf, kb_watch_err_t kind, const char *fmt, ...
 void kb_inf__list_begin(kb_reflector_t *r);
 kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data, size_t len, kb_buf_t *cont);
 kb_err_t kb_inf__list_end(kb_reflector_t *r);
+/* The list is over (complete or not): its set of listed keys goes. */
+void kb_inf__list_done(kb_reflector_t *r);
 /* A list complete (paged, or a streamed list's bookmark committed): the
  * reflector counts as synced, or the list as a relist. Thread: the reflector's. */
 void kb_inf__list_synced(kb_reflector_t *r);

@@ -215,8 +215,7 @@ restart:
     }
     err = kb_inf__list_end(r);
 out:
-    kb_strmap_destroy(r->seen);
-    r->seen = NULL;
+    kb_inf__list_done(r);
     kb_buf_fini(&q);
     kb_buf_fini(&body);
     kb_buf_fini(&path);

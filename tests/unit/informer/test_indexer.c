@@ -231,6 +231,41 @@ static void test_bytes_return_to_baseline(void **state) {
     kb_indexer_destroy(idx);
 }
 
+/* Keys whose hashes are equal, or equal in the bits a stripe and a home slot
+ * come from, are told apart by the key itself, and deleting one of a run
+ * leaves the others reachable. */
+static void test_colliding_hashes(void **state) {
+    (void)state;
+    kb_indexer_t *idx = kb_indexer_new(4, NULL, 0);
+    static const uint64_t hashes[] = {42, 42, 42 | (UINT64_C(1) << 40), 42 | (UINT64_C(7) << 32), 42};
+    char name[16], key[40];
+    for (size_t round = 0; round < 2; round++) {
+        for (size_t i = 0; i < 5; i++) {
+            snprintf(name, sizeof(name), "p%zu", i);
+            kb_event_t *ev = mk("ns", name, (unsigned)(round * 10 + i + 1));
+            ev->key_hash = hashes[i]; /* forged before it is shared */
+            put_ev(idx, ev, NULL);
+            kb_event_unref(ev);
+        }
+        assert_int_equal(kb_indexer_count(idx), 5);
+        snprintf(key, sizeof(key), "ns/p1");
+        assert_true(kb_indexer_delete(idx, key, strlen(key), hashes[1], NULL));
+        for (size_t i = 0; i < 5; i++) {
+            snprintf(key, sizeof(key), "ns/p%zu", i);
+            kb_event_t *got = kb_indexer_get(idx, key, strlen(key), hashes[i]);
+            if (i == 1) {
+                assert_null(got);
+                continue;
+            }
+            assert_non_null(got);
+            assert_string_equal(got->key, key);
+            assert_int_equal(got->rv_num, round * 10 + i + 1);
+            kb_event_unref(got);
+        }
+    }
+    kb_indexer_destroy(idx);
+}
+
 /* --- label indexes and queries ---------------------------------------------- */
 
 /* Candidates of a query (text parsed as a selector), each of them ns's when
@@ -751,6 +786,7 @@ int main(void) {
         cmocka_unit_test(test_put_get_replace_delete),
         cmocka_unit_test(test_namespace_index),
         cmocka_unit_test(test_bytes_return_to_baseline),
+        cmocka_unit_test(test_colliding_hashes),
         cmocka_unit_test(test_label_sets_follow_put_replace_delete),
         cmocka_unit_test(test_select_terms_and_namespaces),
         cmocka_unit_test(test_restore_puts_the_filing_back),

@@ -22,20 +22,32 @@ static const char cfgtext[] =
     "sinks = ( { name = \"out\"; type = \"file\"; path = \"/dev/null\"; } );\n"
     "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n";
 
-static void page(kb_buf_t *b, const char *list_rv, const char *item_rv) {
+/* A list page at list_rv holding Pod d/name at item_rv. */
+static void page_of(kb_buf_t *b, const char *list_rv, const char *name, const char *item_rv) {
     kb_buf_reset(b);
     kb_buf_appendf(b, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"%s\"},"
-                      "\"items\":[{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\",\"uid\":\"u\","
-                      "\"resourceVersion\":\"%s\"}}]}", list_rv, item_rv);
+                      "\"items\":[{\"metadata\":{\"name\":\"%s\",\"namespace\":\"d\",\"uid\":\"u-%s\","
+                      "\"resourceVersion\":\"%s\"}}]}", list_rv, name, name, item_rv);
+}
+
+static void page(kb_buf_t *b, const char *list_rv, const char *item_rv) {
+    page_of(b, list_rv, "p", item_rv);
+}
+
+/* The informer of cfgtext, running no thread (*cfg: its config, to free after it). */
+static kb_informer_t *new_informer(kb_config_t **cfg) {
+    char err[512];
+    *cfg = kb_config_load_string(cfgtext, "t.cfg", err, sizeof(err));
+    assert_non_null(*cfg);
+    kb_informer_t *inf = kb_informer_new(*cfg, &(*cfg)->informers[0], NULL, err, sizeof(err));
+    assert_non_null(inf);
+    return inf;
 }
 
 static void test_long_resource_versions(void **state) {
     (void)state;
-    char err[512];
-    kb_config_t *cfg = kb_config_load_string(cfgtext, "t.cfg", err, sizeof(err));
-    assert_non_null(cfg);
-    kb_informer_t *inf = kb_informer_new(cfg, &cfg->informers[0], NULL, err, sizeof(err));
-    assert_non_null(inf);
+    kb_config_t *cfg;
+    kb_informer_t *inf = new_informer(&cfg);
     char rv100[101], rv300[301];
     memset(rv100, 'r', 100);
     rv100[100] = '\0';
@@ -87,7 +99,43 @@ static void test_long_resource_versions(void **state) {
     kb_config_free(cfg);
 }
 
+static bool cached(kb_informer_t *inf, const char *key) {
+    kb_event_t *ev = kb_informer_get(inf, key, strlen(key));
+    kb_event_unref(ev);
+    return ev != NULL;
+}
+
+/* A first list into an empty cache remembers no listed keys (nothing can be
+ * left unseen); one that starts over after a partial attempt does, and what
+ * the attempt cached but the new list lacks is deleted; so is what a relist lacks. */
+static void test_first_list_diffs_only_what_was_cached(void **state) {
+    (void)state;
+    kb_config_t *cfg;
+    kb_informer_t *inf = new_informer(&cfg);
+    kb_buf_t b = KB_BUF_INIT, cont = KB_BUF_INIT;
+    kb_ingest_list_begin(inf, 0); /* attempt 1: one page of two, then the list starts over */
+    page_of(&b, "5", "a", "4");
+    assert_int_equal(kb_ingest_list_page(inf, 0, b.data, b.len, &cont), KB_OK);
+    kb_ingest_list_begin(inf, 0);
+    page_of(&b, "6", "b", "6");
+    assert_int_equal(kb_ingest_list_page(inf, 0, b.data, b.len, &cont), KB_OK);
+    assert_int_equal(kb_ingest_list_end(inf, 0), KB_OK);
+    assert_false(cached(inf, "d/a")); /* deleted while the list started over */
+    assert_true(cached(inf, "d/b"));
+    kb_ingest_list_begin(inf, 0); /* a relist without d/b */
+    page_of(&b, "8", "c", "7");
+    assert_int_equal(kb_ingest_list_page(inf, 0, b.data, b.len, &cont), KB_OK);
+    assert_int_equal(kb_ingest_list_end(inf, 0), KB_OK);
+    assert_false(cached(inf, "d/b"));
+    assert_true(cached(inf, "d/c"));
+    kb_buf_fini(&b);
+    kb_buf_fini(&cont);
+    kb_informer_destroy(inf);
+    kb_config_free(cfg);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_long_resource_versions)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_long_resource_versions),
+                                       cmocka_unit_test(test_first_list_diffs_only_what_was_cached)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
