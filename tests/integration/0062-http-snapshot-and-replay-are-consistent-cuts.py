@@ -134,7 +134,11 @@ def test():
     check(len(w.lines) == 13, "no repeats on the watch: %d lines" % len(w.lines))
     w.close()
 
-    # POST: the cache as SNAPSHOT envelopes to the route's sink.
+    # POST: the cache as SNAPSHOT envelopes to the route's sink, once the live
+    # change is in the file too (the watch can see it before the sink writes it).
+    wait_for(lambda: any(e["type"] == "MODIFIED" and key_of(e) == "ns2/x00" and
+                         e["object"]["metadata"].get("labels") == {"live": "yes"} for e in b.events()),
+             30, 0.05, "the live change in the file")
     n0 = len(b.events())
     code, _, body = http_request(url + "/v1/snapshot/pods?route=r", method="POST", body=b"")
     check(code == 200, "POST snapshot -> %d %r" % (code, body))
