@@ -395,14 +395,22 @@ def run_client(name, a, feed, empty_feed):
 def switches(pid):
     """Context switches (voluntary and not) of all the threads of pid so far: what perf's cpu-clock
     samples in the scheduler stand for."""
-    n = 0
+    return sum(v + nv for v, nv in switches_by_thread(pid).values())
+
+
+def switches_by_thread(pid):
+    """{thread name: [voluntary, involuntary] switches so far}, threads of one name summed."""
+    out = {}
     for t in os.listdir("/proc/%d/task" % pid):
         try:
             with open("/proc/%d/task/%s/status" % (pid, t)) as f:
-                n += sum(int(l.split()[1]) for l in f if "ctxt_switches:" in l)
+                st = dict(l.split(":", 1) for l in f if ":" in l)
         except OSError:
-            pass  # the thread ended
-    return n
+            continue  # the thread ended
+        v = out.setdefault(st["Name"].strip(), [0, 0])
+        v[0] += int(st["voluntary_ctxt_switches"])
+        v[1] += int(st["nonvoluntary_ctxt_switches"])
+    return out
 
 
 def minflt(pid):
@@ -446,7 +454,7 @@ def measure_client(c, r, a, feed, t0):
     if m == 0:
         return r
     perf = start_perf(a, c, n)
-    sw0, flt0 = switches(c.pid), minflt(c.pid)
+    sw0, flt0, swt0 = switches(c.pid), minflt(c.pid), switches_by_thread(c.pid)
     cpu0 = cpu_seconds(c.pid)
     t1 = time.monotonic()
     feed.release(True)
@@ -454,6 +462,8 @@ def measure_client(c, r, a, feed, t0):
     r["watch_s"] = time.monotonic() - t1
     r["watch_cpu"] = cpu_seconds(c.pid) - cpu0
     r["watch_switches"] = switches(c.pid) - sw0
+    r["watch_switches_by_thread"] = {k: [v[0] - swt0.get(k, [0, 0])[0], v[1] - swt0.get(k, [0, 0])[1]]
+                                     for k, v in switches_by_thread(c.pid).items()}
     r["watch_minflt"] = minflt(c.pid) - flt0
     if perf:
         perf.send_signal(signal.SIGINT)

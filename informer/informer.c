@@ -297,15 +297,20 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
         u->old = (kb_indexer_old_t){0};
         u->grave_before = kb_ledger_accept(inf->ledger, ev, grave_max);
         const char *labels = ev->labels_len ? ev->obj + ev->labels_off : NULL;
+        /* Only a batch with state_dir can fail and be undone. Without one the
+         * replaced entry is freed now, while its memory is still in the CPU's
+         * cache and the next change's allocations can take it, not at the
+         * batch's end among all the others (docs/performance.md). */
+        kb_indexer_old_t *old = inf->state ? &u->old : NULL;
         if (ev->type == KB_EV_DELETED) {
-            kb_indexer_delete(inf->idx, ev->key, ev->key_len, ev->key_hash, &u->old);
+            kb_indexer_delete(inf->idx, ev->key, ev->key_len, ev->key_hash, old);
         } else if (inf->state) {
             kb_event_t *thin = kb_event_thin(ev); /* the object itself lives in state_dir */
             kb_indexer_put(inf->idx, thin, labels, ev->labels_len, &u->old);
             kb_event_unref(thin);
         } else {
             kb_event_t *entry = inf->zc ? kb_zcache_pack(inf->zc, ev) : kb_event_ref(ev); /* zcache.h */
-            kb_indexer_put(inf->idx, entry, labels, ev->labels_len, &u->old);
+            kb_indexer_put(inf->idx, entry, labels, ev->labels_len, old);
             kb_event_unref(entry);
         }
     }

@@ -6,6 +6,15 @@
  * acknowledges every message of that batch. Batching makes the file sink
  * cost one syscall per batch, not per event.
  *
+ * The writer is woken per batch, not per line: a producer signals it only
+ * when it sleeps with nothing to write (the first line of a batch) or when it
+ * lingers and the batch has grown to KB_FILE_BATCH_BYTES. Once woken, the
+ * writer lingers up to KB_FILE_LINGER_US for more lines before it swaps the
+ * buffer out (not while a flush() or the stop waits), so that a busy pipeline
+ * costs two wake-ups (the signal, the linger's end) per batch instead of a
+ * context switch per line. The price is that latency: a line reaches the file
+ * at most that much later than it would have.
+ *
  * Lines are whole or absent: the pending buffer only ever holds whole lines;
  * a short write is continued from where it stopped (an error such as ENOSPC
  * is retried with backoff, so a full disk stalls the pipeline — backpressure —
@@ -72,6 +81,15 @@
 #define KB_FILE_MAX_PENDING (8u << 20) /* bytes of lines waiting for the writer */
 #define KB_FILE_POLL_MS 100            /* how often a blocked writer looks at the stop flag (and for a reader) */
 #define KB_PIPE_ROOM_MS 5              /* how often a writer waiting for room for a whole line looks again */
+#define KB_FILE_LINGER_US 1000         /* how long a woken writer waits for more lines before writing */
+#define KB_FILE_BATCH_BYTES (64u << 10) /* a batch this large is written without lingering further */
+
+/* What the writer is doing, for a producer deciding whether to signal it. */
+typedef enum kb_file_writer_state {
+    KB_FILE_BUSY,      /* writing, or woken and about to look: no signal needed */
+    KB_FILE_IDLE,      /* asleep with nothing to write: the next line wakes it */
+    KB_FILE_LINGERING, /* woken, waiting for more lines: only a full batch wakes it early */
+} kb_file_writer_state_t;
 
 typedef struct kb_file_ack {
     kb_ack_fn fn;
@@ -104,7 +122,10 @@ typedef struct kb_file_sink {
     int saved_flags;           /* stdout's file status flags before O_NONBLOCK */
     pthread_t writer;
     pthread_mutex_t mtx;
-    pthread_cond_t cond;       /* pending grew, space freed, writer idle, stop */
+    pthread_cond_t cond;       /* space freed, writer idle, stop (producers and flushers wait on it) */
+    pthread_cond_t wake;       /* the writer's own: a batch to write, a flush or the stop */
+    kb_file_writer_state_t state; /* mtx */
+    unsigned flushers;         /* flush() calls waiting: the writer does not linger; mtx */
     kb_buf_t pending;          /* whole lines; mtx */
     kb_file_ack_t *acks;       /* one per line in pending; mtx */
     size_t n_acks, cap_acks;   /* mtx */
@@ -475,6 +496,35 @@ static size_t kb_count_lines(const char *p, size_t n) {
     return lines;
 }
 
+/* Under mtx: wait for lines, then linger for more (see the top of the file).
+ * Returns with lines pending, or with none once stopping. */
+static void kb_file_wait_batch(kb_file_sink_t *fs) {
+    while (fs->pending.len == 0 && !fs->stopping) {
+        fs->state = KB_FILE_IDLE;
+        pthread_cond_wait(&fs->wake, &fs->mtx);
+    }
+    int64_t until_ns = kb_now_mono_ns() + KB_FILE_LINGER_US * 1000;
+    struct timespec until = {(time_t)(until_ns / 1000000000), (long)(until_ns % 1000000000)};
+    while (fs->pending.len < KB_FILE_BATCH_BYTES && !fs->stopping && !fs->flushers) {
+        fs->state = KB_FILE_LINGERING;
+        if (pthread_cond_timedwait(&fs->wake, &fs->mtx, &until) == ETIMEDOUT)
+            break;
+    }
+    fs->state = KB_FILE_BUSY;
+}
+
+/* Under mtx: a line was added, a flush or the stop began; wake the writer if
+ * it waits for that. */
+static void kb_file_nudge(kb_file_sink_t *fs) {
+    bool now = fs->pending.len >= KB_FILE_BATCH_BYTES || fs->flushers || fs->stopping;
+    bool wanted = (fs->state == KB_FILE_IDLE && (fs->pending.len > 0 || fs->stopping)) ||
+                  (fs->state == KB_FILE_LINGERING && now);
+    if (!wanted)
+        return;
+    fs->state = KB_FILE_BUSY;
+    pthread_cond_signal(&fs->wake);
+}
+
 static void *kb_file_writer(void *arg) {
     kb_file_sink_t *fs = arg;
     kb_thread_set_name("kb:sink/file");
@@ -483,8 +533,7 @@ static void *kb_file_writer(void *arg) {
     size_t cap = 0;
     pthread_mutex_lock(&fs->mtx);
     for (;;) {
-        while (fs->pending.len == 0 && !fs->stopping)
-            pthread_cond_wait(&fs->cond, &fs->mtx);
+        kb_file_wait_batch(fs);
         if (fs->pending.len == 0 && fs->stopping)
             break;
         /* Swap the pending lines out; producers refill a fresh buffer. */
@@ -562,6 +611,8 @@ static kb_err_t kb_file_create(const kb_config_sink_t *conf, const kb_config_t *
     }
     pthread_mutex_init(&fs->mtx, NULL);
     kb_cond_init_mono(&fs->cond);
+    kb_cond_init_mono(&fs->wake);
+    fs->state = KB_FILE_BUSY;
     if (pthread_create(&fs->writer, NULL, kb_file_writer, fs) != 0)
         KB_FATAL("cannot start the file writer thread");
     *state = fs;
@@ -602,7 +653,7 @@ static kb_err_t kb_file_produce(void *state, const kb_msg_t *msg, int timeout_ms
     }
     fs->acks[fs->n_acks++] = (kb_file_ack_t){msg->ack, msg->ack_opaque};
     fs->produced++;
-    pthread_cond_broadcast(&fs->cond);
+    kb_file_nudge(fs);
     pthread_mutex_unlock(&fs->mtx);
     kb_buf_fini(&line);
     return KB_OK;
@@ -613,6 +664,8 @@ static kb_err_t kb_file_flush(void *state, int timeout_ms) {
     struct timespec deadline = kb_deadline_mono(timeout_ms < 0 ? 0 : timeout_ms);
     kb_err_t err = KB_OK;
     pthread_mutex_lock(&fs->mtx);
+    fs->flushers++;
+    kb_file_nudge(fs);
     while (fs->pending.len > 0 || fs->writing) {
         if (timeout_ms < 0) {
             pthread_cond_wait(&fs->cond, &fs->mtx);
@@ -621,6 +674,7 @@ static kb_err_t kb_file_flush(void *state, int timeout_ms) {
             break;
         }
     }
+    fs->flushers--;
     pthread_mutex_unlock(&fs->mtx);
     return err;
 }
@@ -652,6 +706,7 @@ static void kb_file_destroy(void *state) {
     fs->stopping = true;
     atomic_store(&fs->stop_now, true);
     pthread_cond_broadcast(&fs->cond);
+    kb_file_nudge(fs);
     pthread_mutex_unlock(&fs->mtx);
     pthread_join(fs->writer, NULL);
     if (!fs->is_stdout && fs->fd >= 0)
@@ -662,6 +717,7 @@ static void kb_file_destroy(void *state) {
     free(fs->acks);
     free(fs->pw);
     pthread_cond_destroy(&fs->cond);
+    pthread_cond_destroy(&fs->wake);
     pthread_mutex_destroy(&fs->mtx);
     free(fs->path);
     free(fs);
