@@ -974,7 +974,7 @@ static void sb_configure(sim_t *s, uint64_t seed) {
     if (s->memory || s->restores || s->redefines || s->ops || s->shards > SB_SHARDS)
         return;
     rng_t r = {seed * 0x2545F4914F6CDD1Dull + 7};
-    if (!chance(&r, 30))
+    if (!chance(&r, 60))
         return;
     sim_standby_t *sb = s->sb = calloc(1, sizeof(*sb));
     sb->r = r;
@@ -1066,7 +1066,7 @@ static void sb_pop(sim_t *s, size_t sh) {
 /* The standby's process ends (crash or clean): what it owed is forgotten with it. */
 static void sb_restart(sim_t *s) {
     sim_standby_t *sb = s->sb;
-    bool crash = chance(&sb->r, 50);
+    bool crash = chance(&sb->r, 30);
     TRACE("STANDBY %s\n", crash ? "CRASH" : "RESTART");
     for (int i = 0; i < SB_SHARDS; i++) {
         kb_deltas_fini(&sb->wait[i]);
@@ -1086,6 +1086,15 @@ static void sb_restart(sim_t *s) {
 /* The leader crashes; the standby takes the Lease and leads. */
 static void sb_takeover(sim_t *s) {
     sim_standby_t *sb = s->sb;
+    if (!sb->lossy && chance(&sb->r, 50)) {
+        /* The leader's last renew, the standby's workers catch up with it, and
+         * a rolling update restarts the standby: what it owed is gone. */
+        checkpoint(s);
+        for (size_t sh = 0; sh < kb_informer_shards(sb->inf); sh++)
+            for (int n = 0; n < 8; n++)
+                sb_pop(s, sh);
+        sb_restart(s);
+    }
     TRACE("TAKEOVER (the leader crashes)\n");
     kb_gone(s, true);
     for (int i = 0; i < MAX_NS; i++)
@@ -1135,20 +1144,20 @@ static void sb_takeover(sim_t *s) {
 /* One step of the standby: its watch, its workers, a restart, or the takeover. */
 static void sb_step(sim_t *s) {
     sim_standby_t *sb = s->sb;
-    unsigned w = rnd(&sb->r, 100);
-    if (w < 2) {
+    unsigned w = rnd(&sb->r, 1000);
+    if (w < 5) {
         sb_takeover(s);
         return;
     }
-    if (w < 5 && !sb->lossy) {
+    if (w < 45 && !sb->lossy) {
         sb_restart(s);
         return;
     }
     sb_swap(s);
-    if (w < 55)
+    if (w < 550)
         refl_step(s, (int)rnd(&sb->r, (unsigned)s->n_refl), false);
     sb_swap(s);
-    if (w >= 55)
+    if (w >= 550)
         sb_pop(s, rnd(&sb->r, (unsigned)kb_informer_shards(sb->inf)));
 }
 
