@@ -76,6 +76,19 @@
  * and, in the ledger, a removed sink still waited for (29: the checkpoint
  * frozen).
  *
+ * Some other state_dir histories run a second replica (sb_*, below): a
+ * standby with its own state_dir and watch that skips per the mark the
+ * leader publishes at its checkpoints and owes each key it skipped, then
+ * takes over when the leader crashes — the decisions of informer/hatable.h,
+ * the module bridge/ha.c calls. Each HA fix of issue 24, reverted once there,
+ * is found within the CI seeds: the leader publishing what it saw instead of
+ * what its sinks acknowledged (195: a key's change never arrives), a relist's
+ * DELETED counted known by the object's last RV (486: a deleted object stays
+ * live), owed keys not delivered again (469: a change the leader's watch lost
+ * never arrives), a mark trusted above what the standby saw (164: a stale
+ * state stays). Two gaps it found are let through, counted (sb_delete_below,
+ * sb_never_known; docs/cluster.md section 9).
+ *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
  */
