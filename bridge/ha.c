@@ -576,6 +576,7 @@ static kb_owed_t kb_ha_pay_one(kb_ha_t *ha, const char *informer, kb_owed_t *owe
             kb_owed_put(&rest, key, len, deleted, true);
         else if (ha->hooks.redeliver && ha->hooks.redeliver(ha->hooks.opaque, informer, key, len, deleted))
             (*sent)++;
+        kb_event_unref(deleted);
     }
     kb_owed_fini(owed);
     return rest;
@@ -586,8 +587,10 @@ static void kb_ha_owed_restore(kb_ha_pub_t *p, kb_owed_t *rest) {
     size_t pos = 0, len;
     const char *key;
     kb_event_t *deleted;
-    while (kb_owed_next(rest, &pos, &key, &len, &deleted))
+    while (kb_owed_next(rest, &pos, &key, &len, &deleted)) {
         kb_owed_put(&p->owed, key, len, deleted, false);
+        kb_event_unref(deleted);
+    }
     kb_owed_fini(rest);
 }
 

@@ -2,8 +2,12 @@
  * leader take, apart from the Lease, the locks and the clock (bridge/ha.c). */
 #include "informer/hatable.h"
 
+#include "common/alloc.h"
 #include "common/hash.h"
 #include "informer/ledger.h"
+
+#include <stdlib.h>
+#include <zstd.h>
 
 static char kb_owed_live; /* an owed key's value when the change skipped was not a deletion */
 
@@ -48,9 +52,70 @@ bool kb_hamark_skips(kb_hamark_t *m, uint64_t need, uint64_t seen, bool leads) {
     return need && known && need <= known;
 }
 
+/* A DELETED owed, compressed. Why: the table keeps it until the next
+ * takeover — for a standby that runs for weeks, one whole object per key
+ * deleted meanwhile, which the rest of kbridge let go long ago. Trimming it to
+ * what routes and templates read is not safe (a template may name any field),
+ * so the whole object is kept, zstd-compressed on its own (a Kubernetes
+ * object compresses 3-5×; no dictionary: the informer's zcache may not exist,
+ * and this is paid once per takeover), beside a copy without the object. */
+typedef struct kb_owed_del {
+    kb_event_t *thin;   /* identity, type, flags, seq (kb_event_thin) */
+    void *z;            /* the object, a zstd frame (NULL: kept whole in whole) */
+    size_t zlen;
+    size_t labels_off, labels_len;
+    kb_event_t *whole;  /* an event that could not be compressed (packed, or no object), by reference */
+} kb_owed_del_t;
+
+static kb_owed_del_t *kb_owed_del_new(kb_event_t *ev) {
+    kb_owed_del_t *d = kb_calloc(1, sizeof(*d));
+    size_t cap = ZSTD_compressBound(ev->obj_len);
+    void *z = ev->zdict || !ev->obj_len ? NULL : kb_malloc(cap);
+    size_t n = z ? ZSTD_compress(z, cap, ev->obj, ev->obj_len, 3) : 0;
+    if (!z || ZSTD_isError(n) || n >= ev->obj_len) {
+        free(z);
+        d->whole = kb_event_ref(ev);
+        return d;
+    }
+    d->z = kb_realloc(z, n);
+    d->zlen = n;
+    d->thin = kb_event_thin(ev);
+    d->labels_off = ev->labels_off;
+    d->labels_len = ev->labels_len;
+    return d;
+}
+
+/* The DELETED again (a new reference). */
+static kb_event_t *kb_owed_del_get(const kb_owed_del_t *d) {
+    if (d->whole)
+        return kb_event_ref(d->whole);
+    const kb_event_t *t = d->thin;
+    unsigned long long raw = ZSTD_getFrameContentSize(d->z, d->zlen);
+    char *obj = kb_malloc((size_t)raw + 1);
+    size_t n = ZSTD_decompress(obj, (size_t)raw, d->z, d->zlen);
+    KB_ASSERT(!ZSTD_isError(n) && n == raw); /* our own frame */
+    kb_event_init_t in = {
+        .type = t->type, .final_state_unknown = t->final_state_unknown, .res = t->res,
+        .ns = t->ns, .ns_len = t->ns_len, .name = t->name, .name_len = t->name_len,
+        .uid = t->uid, .uid_len = t->uid_len, .rv = t->rv, .rv_len = t->rv_len,
+        .obj = obj, .obj_len = n, .labels_off = d->labels_off, .labels_len = d->labels_len,
+        .observed_ns = t->observed_ns, .read_mono_ns = t->read_mono_ns,
+    };
+    kb_event_t *ev = kb_event_new(&in);
+    ev->seq = t->seq;
+    ev->redelivery = t->redelivery;
+    free(obj);
+    return ev;
+}
+
 static void kb_owed_unref(void *v) {
-    if (v && v != &kb_owed_live)
-        kb_event_unref(v);
+    kb_owed_del_t *d = v;
+    if (!d || v == &kb_owed_live)
+        return;
+    kb_event_unref(d->whole);
+    kb_event_unref(d->thin);
+    free(d->z);
+    free(d);
 }
 
 void kb_owed_put(kb_owed_t *o, const char *key, size_t len, kb_event_t *deleted, bool replace) {
@@ -64,7 +129,7 @@ void kb_owed_put(kb_owed_t *o, const char *key, size_t len, kb_event_t *deleted,
         o->dropped++;
         return;
     }
-    void *v = deleted ? (void *)kb_event_ref(deleted) : (void *)&kb_owed_live;
+    void *v = deleted ? (void *)kb_owed_del_new(deleted) : (void *)&kb_owed_live;
     kb_owed_unref(kb_strmap_put(o->keys, key, len, h, v));
 }
 
@@ -86,7 +151,7 @@ bool kb_owed_next(const kb_owed_t *o, size_t *pos, const char **key, size_t *len
     void *v;
     if (!o->keys || !kb_strmap_next(o->keys, pos, key, len, &v))
         return false;
-    *deleted = v == &kb_owed_live ? NULL : v;
+    *deleted = v == &kb_owed_live ? NULL : kb_owed_del_get(v);
     return true;
 }
 

@@ -27,7 +27,7 @@
  *
  * Ownership: a kb_hamark_t and a kb_owed_t live in the caller's storage,
  * guarded by the caller's lock (bridge: ha->mtx). The owed table holds a
- * reference to each DELETED it keeps.
+ * copy of each DELETED it keeps (its object zstd-compressed).
  */
 #ifndef KB_INFORMER_HATABLE_H
 #define KB_INFORMER_HATABLE_H
@@ -73,7 +73,7 @@ bool kb_hamark_skips(kb_hamark_t *m, uint64_t need, uint64_t seen, bool leads);
 #define KB_OWED_MAX (1u << 21) /* keys owed per informer; past it a skip is not remembered (and counted) */
 
 typedef struct kb_owed {
-    kb_strmap_t *keys;  /* key → the DELETED skipped (a reference), or a marker: a live key (NULL: none) */
+    kb_strmap_t *keys;  /* key → the DELETED skipped (compressed, hatable.c), or a marker: a live key (NULL: none) */
     uint64_t dropped;   /* skips not remembered: the table was full */
 } kb_owed_t;
 
@@ -82,10 +82,10 @@ void kb_owed_add(kb_owed_t *o, kb_event_t *ev);
 /* Everything owed moves to the returned table; o is left empty. */
 kb_owed_t kb_owed_take(kb_owed_t *o);
 size_t kb_owed_count(const kb_owed_t *o);
-/* Walk o: each key, and the DELETED to send (borrowed; NULL: the key's state
- * in the cache). *pos starts at 0. */
+/* Walk o: each key, and the DELETED to send (a new reference: unref it;
+ * NULL: the key's state in the cache). *pos starts at 0. */
 bool kb_owed_next(const kb_owed_t *o, size_t *pos, const char **key, size_t *len, kb_event_t **deleted);
-/* Owe key (deleted: the DELETED to send, a new reference is taken; NULL: the
+/* Owe key (deleted: the DELETED to send, copied; NULL: the
  * key's state in the cache). replace false: a key already owed keeps its
  * entry (what a round could not pay goes back under what was owed since). */
 void kb_owed_put(kb_owed_t *o, const char *key, size_t len, kb_event_t *deleted, bool replace);

@@ -1139,7 +1139,7 @@ static void sb_takeover(sim_t *s) {
     const char *key;
     kb_event_t *deleted;
     while (kb_owed_next(&sb->owed, &pos, &key, &len, &deleted)) {
-        kb_event_t *ev = deleted ? kb_event_ref(deleted) : kb_informer_get(s->inf, key, len);
+        kb_event_t *ev = deleted ? deleted : kb_informer_get(s->inf, key, len);
         if (ev)
             sb_redeliver(s, ev);
         kb_event_unref(ev);

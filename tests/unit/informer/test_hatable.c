@@ -17,10 +17,15 @@
 #include <cmocka.h>
 
 static kb_resource_t *res;
+static char big[4096]; /* an object that compresses */
 
 static int setup(void **state) {
     (void)state;
     res = kb_resource_new("c1", "pods", "", "v1", "pods");
+    size_t n = (size_t)snprintf(big, sizeof(big), "{\"metadata\":{\"name\":\"y\"},\"spec\":{\"containers\":[");
+    while (n + 64 < sizeof(big))
+        n += (size_t)snprintf(big + n, sizeof(big) - n, "{\"image\":\"registry.k8s.io/pause:3.10\"},");
+    snprintf(big + n - 1, sizeof(big) - n + 1, "]}}");
     return 0;
 }
 
@@ -36,7 +41,7 @@ static kb_event_t *mk(kb_event_type_t type, bool fsu, const char *name, unsigned
     kb_event_init_t in = {
         .type = type, .final_state_unknown = fsu, .res = res,
         .ns = "a", .ns_len = 1, .name = name, .name_len = strlen(name),
-        .uid = "u1", .uid_len = 2, .rv = rvs, .rv_len = strlen(rvs), .obj = "{}", .obj_len = 2,
+        .uid = "u1", .uid_len = 2, .rv = rvs, .rv_len = strlen(rvs), .obj = big, .obj_len = strlen(big),
     };
     return kb_event_new(&in);
 }
@@ -91,11 +96,15 @@ static void test_the_owed_table(void **state) {
     kb_event_t *d;
     while (kb_owed_next(&paying, &pos, &key, &len, &d)) {
         n++;
-        if (!strcmp(key, "a/y"))
+        if (!strcmp(key, "a/y")) {
             assert_int_equal(d->type, KB_EV_DELETED);
-        else
+            assert_string_equal(d->rv, "6");
+            assert_string_equal(d->obj, big); /* compressed in the table, whole again */
+        } else {
             assert_null(d);
+        }
         kb_owed_put(&o, key, len, d, false); /* not paid: back, under what is newer */
+        kb_event_unref(d);
     }
     assert_int_equal(n, 2);
     kb_owed_fini(&paying);
