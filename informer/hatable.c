@@ -56,8 +56,8 @@ bool kb_hamark_skips(kb_hamark_t *m, uint64_t need, uint64_t seen, bool leads) {
  * takeover — for a standby that runs for weeks, one whole object per key
  * deleted meanwhile, which the rest of kbridge let go long ago. Trimming it to
  * what routes and templates read is not safe (a template may name any field),
- * so the whole object is kept, zstd-compressed on its own (a Kubernetes
- * Pod of 5.4 KB compresses to 2 KB at level 3; no dictionary: the informer's zcache may not exist,
+ * so the whole object is kept, zstd-compressed on its own (a Pod of 5.4 KB
+ * keeps 2 KB at level 3; no dictionary: the informer's zcache may not exist,
  * and this is paid once per takeover), beside a copy without the object. */
 typedef struct kb_owed_del {
     kb_event_t *thin;   /* identity, type, flags, seq (kb_event_thin) */
