@@ -82,6 +82,10 @@
  * checkpoint's RV is the end of a prefix; what several shards committed past
  * a gap in that prefix is named by the old leader's seqs, so it is repeated.
  *
+ * What is skipped, trusted and owed is decided in informer/hatable.h (no
+ * threads, clocks or I/O: the simulation in tests/sim steps the same code);
+ * this file holds it under ha->mtx and adds the Lease, the clock and the waits.
+ *
  * Threads: the kb:ha thread does every request; workers call kb_ha_admit.
  */
 #include "bridge/ha.h"
@@ -92,6 +96,7 @@
 #include "common/log.h"
 #include "common/strmap.h"
 #include "common/time.h"
+#include "informer/hatable.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -102,22 +107,14 @@
 #define KB_HA_MARGIN_NS (1 * KB_NS_PER_SEC)
 #define KB_HA_ANNOTATION "kbridge.io/watermarks"
 #define KB_HA_MAX_BODY (1u << 20)
-#define KB_HA_MAX_OWED (1u << 21) /* keys owed per informer; past it a skip is not remembered (and counted) */
-
-static char kb_ha_live; /* an owed key's value when the change skipped was not a deletion */
 
 /* One informer's published watermark as this replica holds it. */
 typedef struct kb_ha_pub {
     char informer[128];
-    uint64_t rv;       /* as published in the Lease (or committed by a sink) */
-    uint64_t trusted;  /* the highest rv this replica had seen itself when it read it: what it skips up to */
+    kb_hamark_t m;     /* the mark, how far it is trusted, what a sink committed (informer/hatable.h) */
     int64_t above_ns;  /* monotonic: since when rv has been above what this replica saw (0: it is not) */
     bool warned;       /* rv was refused (logged and counted) */
-    uint64_t committed; /* what a sink's committed checkpoint holds: skipped even as the leader */
-    /* Keys whose latest change this replica skipped as a standby: key → the
-     * DELETED skipped (a reference), or &kb_ha_live. Paid at the next lead. */
-    kb_strmap_t *owed;
-    uint64_t owed_dropped; /* skips not remembered: the table was full */
+    kb_owed_t owed;    /* keys whose latest change this replica skipped as a standby: paid at the next lead */
 } kb_ha_pub_t;
 
 struct kb_ha {
@@ -328,28 +325,25 @@ static bool kb_ha_write(kb_ha_t *ha, const char *rv, const char *holder, long tr
 
 /* ---- leadership -------------------------------------------------------- */
 
-/* informer's entry (created; NULL when the table is full). ha->mtx held. */
-static kb_ha_pub_t *kb_ha_pub_get(kb_ha_t *ha, const char *informer) {
+/* informer's entry, or NULL. ha->mtx held. */
+static kb_ha_pub_t *kb_ha_pub_find(kb_ha_t *ha, const char *informer) {
     for (size_t i = 0; i < ha->n_pub; i++)
         if (!strcmp(ha->pub[i].informer, informer))
             return &ha->pub[i];
+    return NULL;
+}
+
+/* informer's entry (created; NULL when the table is full). ha->mtx held. */
+static kb_ha_pub_t *kb_ha_pub_get(kb_ha_t *ha, const char *informer) {
+    kb_ha_pub_t *found = kb_ha_pub_find(ha, informer);
+    if (found)
+        return found;
     if (ha->n_pub == KB_HA_MAX_MARKS)
         return NULL;
     kb_ha_pub_t *p = &ha->pub[ha->n_pub++];
     memset(p, 0, sizeof(*p));
     snprintf(p->informer, sizeof(p->informer), "%s", informer);
     return p;
-}
-
-/* What this replica skips up to for p, given the newest RV it has seen
- * itself: a published mark counts once this replica has seen that far (a
- * leader cannot have acknowledged a change that was never made). ha->mtx held. */
-static uint64_t kb_ha_pub_trust(kb_ha_pub_t *p, uint64_t seen) {
-    if (p->rv <= seen && p->rv > p->trusted)
-        p->trusted = p->rv;
-    if (p->rv <= p->trusted)
-        p->above_ns = 0;
-    return p->trusted;
 }
 
 static void kb_ha_set_holder(kb_ha_t *ha, const char *holder, const char *marks) {
@@ -361,8 +355,8 @@ static void kb_ha_set_holder(kb_ha_t *ha, const char *holder, const char *marks)
     snprintf(ha->holder, sizeof(ha->holder), "%s", holder);
     for (size_t i = 0; i < n; i++) {
         kb_ha_pub_t *p = kb_ha_pub_get(ha, m[i].informer);
-        if (p && p->rv != m[i].rv) {
-            p->rv = m[i].rv;
+        if (p && p->m.rv != m[i].rv) {
+            p->m.rv = m[i].rv;
             p->warned = false;
         }
     }
@@ -387,13 +381,15 @@ static void kb_ha_vet(kb_ha_t *ha, bool takeover) {
         for (size_t j = 0; j < n_seen; j++)
             if (!strcmp(seen[j].informer, p->informer))
                 s = seen[j].rv;
-        if (p->rv <= kb_ha_pub_trust(p, s))
+        if (!kb_hamark_above(&p->m, s)) {
+            p->above_ns = 0;
             continue;
+        }
         if (!p->above_ns)
             p->above_ns = now;
-        uint64_t rv = p->rv;
+        uint64_t rv = p->m.rv;
         if (takeover)
-            p->rv = p->trusted; /* ignored from now on */
+            kb_hamark_takeover(&p->m, s); /* refused: ignored from now on */
         if (p->warned || (!takeover && now - p->above_ns < ha->lease_s * KB_NS_PER_SEC))
             continue;
         p->warned = true;
@@ -420,18 +416,13 @@ static void kb_ha_prepare(kb_ha_t *ha) {
     pthread_mutex_lock(&ha->mtx);
     for (size_t i = 0; i < n; i++) {
         kb_ha_pub_t *p = kb_ha_pub_get(ha, m[i].informer);
-        if (p && m[i].rv > p->committed)
-            p->committed = m[i].rv;
-        if (p && m[i].rv > p->trusted)
-            p->trusted = m[i].rv;
-        if (p && m[i].rv > p->rv)
-            p->rv = m[i].rv;
+        if (p)
+            kb_hamark_commit(&p->m, m[i].rv);
     }
     pthread_mutex_unlock(&ha->mtx);
 }
 
 static void kb_ha_pay(kb_ha_t *ha, int64_t t0);
-static void kb_ha_owed_free(kb_strmap_t *owed);
 
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
  * marks taken over from the previous leader (NULL: renewed our own). */
@@ -556,7 +547,7 @@ void kb_ha_destroy(kb_ha_t *ha) {
         return;
     KB_ASSERT(!ha->started);
     for (size_t i = 0; i < ha->n_pub; i++)
-        kb_ha_owed_free(ha->pub[i].owed);
+        kb_owed_fini(&ha->pub[i].owed);
     pthread_mutex_destroy(&ha->mtx);
     pthread_cond_destroy(&ha->cv);
     free(ha);
@@ -569,88 +560,38 @@ bool kb_ha_leads(kb_ha_t *ha) {
            kb_now_mono_ns() < atomic_load_explicit(&ha->deadline_ns, memory_order_acquire);
 }
 
-/* What a worker skips up to for informer (0: nothing): as a standby the
- * trusted published RV, as the leader only a sink's committed checkpoint (the
- * old leader's watermark says nothing of what its watch missed). ha->mtx held. */
-static uint64_t kb_ha_known_rv(kb_ha_t *ha, const char *informer, uint64_t seen, bool leads) {
-    for (size_t i = 0; i < ha->n_pub; i++)
-        if (!strcmp(ha->pub[i].informer, informer))
-            return leads ? ha->pub[i].committed : kb_ha_pub_trust(&ha->pub[i], seen);
-    return 0;
-}
-
-/* A standby skipped ev: its key is owed to the sinks at the next lead. ha->mtx held. */
-static void kb_ha_owe(kb_ha_t *ha, const char *informer, kb_event_t *ev) {
-    kb_ha_pub_t *p = kb_ha_pub_get(ha, informer);
-    if (!p)
-        return;
-    if (!p->owed)
-        p->owed = kb_strmap_new(64);
-    bool known = kb_strmap_get(p->owed, ev->key, ev->key_len, ev->key_hash) != NULL;
-    if (!known && kb_strmap_count(p->owed) >= KB_HA_MAX_OWED) {
-        p->owed_dropped++;
-        return;
-    }
-    void *v = ev->type == KB_EV_DELETED ? (void *)kb_event_ref(ev) : (void *)&kb_ha_live;
-    void *old = kb_strmap_put(p->owed, ev->key, ev->key_len, ev->key_hash, v);
-    if (old && old != &kb_ha_live)
-        kb_event_unref(old);
-}
-
-/* Free an owed table (NULL is a no-op). */
-static void kb_ha_owed_free(kb_strmap_t *owed) {
-    size_t pos = 0, len;
-    const char *key;
-    void *v;
-    while (owed && kb_strmap_next(owed, &pos, &key, &len, &v))
-        if (v != &kb_ha_live)
-            kb_event_unref(v);
-    kb_strmap_destroy(owed);
-}
-
 /* Deliver again the keys of one owed table (and free it) until until_ns
- * (monotonic) or leadership ends; what is left is returned as a new table
- * (NULL: all paid). *sent counts what a sink took. */
-static kb_strmap_t *kb_ha_pay_one(kb_ha_t *ha, const char *informer, kb_strmap_t *owed, int64_t until_ns,
-                                  size_t *sent) {
-    kb_strmap_t *rest = NULL;
+ * (monotonic) or leadership ends; what is left is returned (empty: all
+ * paid). *sent counts what a sink took. Thread: ha, no lock held. */
+static kb_owed_t kb_ha_pay_one(kb_ha_t *ha, const char *informer, kb_owed_t *owed, int64_t until_ns,
+                               size_t *sent) {
+    kb_owed_t rest = {NULL, 0};
     size_t pos = 0, len;
     const char *key;
-    void *v;
-    while (kb_strmap_next(owed, &pos, &key, &len, &v)) {
-        if (rest || kb_now_mono_ns() >= until_ns || !kb_ha_leads(ha)) {
-            if (!rest)
-                rest = kb_strmap_new(kb_strmap_count(owed));
-            kb_strmap_put(rest, key, len, kb_fnv1a64(key, len), v); /* the reference moves */
-            continue;
-        }
-        if (ha->hooks.redeliver &&
-            ha->hooks.redeliver(ha->hooks.opaque, informer, key, len, v == &kb_ha_live ? NULL : v))
+    kb_event_t *deleted;
+    bool stop = false;
+    while (kb_owed_next(owed, &pos, &key, &len, &deleted)) {
+        stop = stop || kb_now_mono_ns() >= until_ns || !kb_ha_leads(ha);
+        if (stop)
+            kb_owed_put(&rest, key, len, deleted, true);
+        else if (ha->hooks.redeliver && ha->hooks.redeliver(ha->hooks.opaque, informer, key, len, deleted))
             (*sent)++;
-        if (v != &kb_ha_live)
-            kb_event_unref(v);
+        kb_event_unref(deleted);
     }
-    kb_strmap_destroy(owed);
+    kb_owed_fini(owed);
     return rest;
 }
 
 /* Put back what was not paid (a key owed again meanwhile keeps its newer entry). ha->mtx held. */
-static void kb_ha_owed_restore(kb_ha_pub_t *p, kb_strmap_t *rest) {
+static void kb_ha_owed_restore(kb_ha_pub_t *p, kb_owed_t *rest) {
     size_t pos = 0, len;
     const char *key;
-    void *v;
-    if (!p->owed) {
-        p->owed = rest;
-        return;
+    kb_event_t *deleted;
+    while (kb_owed_next(rest, &pos, &key, &len, &deleted)) {
+        kb_owed_put(&p->owed, key, len, deleted, false);
+        kb_event_unref(deleted);
     }
-    while (kb_strmap_next(rest, &pos, &key, &len, &v)) {
-        uint64_t h = kb_fnv1a64(key, len);
-        if (!kb_strmap_get(p->owed, key, len, h))
-            kb_strmap_put(p->owed, key, len, h, v);
-        else if (v != &kb_ha_live)
-            kb_event_unref(v);
-    }
-    kb_strmap_destroy(rest);
+    kb_owed_fini(rest);
 }
 
 /* Leading: the old leader's watermark covers what its own watch saw, not
@@ -664,24 +605,22 @@ static void kb_ha_pay(kb_ha_t *ha, int64_t t0) {
     pthread_mutex_lock(&ha->mtx);
     for (size_t i = 0; i < ha->n_pub; i++) {
         kb_ha_pub_t *p = &ha->pub[i];
-        kb_strmap_t *owed = p->owed;
-        uint64_t dropped = p->owed_dropped;
-        if (!owed && !dropped)
+        if (!p->owed.keys && !p->owed.dropped)
             continue;
         char informer[sizeof(p->informer)];
         snprintf(informer, sizeof(informer), "%s", p->informer);
-        p->owed = NULL;
-        p->owed_dropped = 0;
-        size_t n = owed ? kb_strmap_count(owed) : 0, sent = 0;
+        kb_owed_t owed = kb_owed_take(&p->owed);
+        size_t n = kb_owed_count(&owed), sent = 0;
+        uint64_t dropped = owed.dropped;
         pthread_mutex_unlock(&ha->mtx);
-        kb_strmap_t *rest = owed ? kb_ha_pay_one(ha, informer, owed, until, &sent) : NULL;
-        size_t left = rest ? kb_strmap_count(rest) : 0;
+        kb_owed_t rest = kb_ha_pay_one(ha, informer, &owed, until, &sent);
+        size_t left = kb_owed_count(&rest);
         KB_INFO("ha", "shard %d: informer=%s: %zu key(s) whose latest change was skipped as a standby "
                 "delivered again in their latest state (%zu owed, %zu left for the next round, %llu not "
-                "remembered: the table was full)", ha->shard, informer, sent, n, left, (unsigned long long)dropped);
+                "remembered: the table was full)", ha->shard, informer, sent, n, left,
+                (unsigned long long)dropped);
         pthread_mutex_lock(&ha->mtx);
-        if (rest)
-            kb_ha_owed_restore(&ha->pub[i], rest); /* entries are never removed: i is still informer's */
+        kb_ha_owed_restore(&ha->pub[i], &rest); /* entries are never removed: i is still informer's */
     }
     pthread_mutex_unlock(&ha->mtx);
 }
@@ -689,17 +628,17 @@ static void kb_ha_pay(kb_ha_t *ha, int64_t t0) {
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
                           const _Atomic bool *abandon) {
     /* What the leader must have acknowledged for this change to be known. */
-    uint64_t need = ev->final_state_unknown ? (tracked_rv > ev->rv_num ? tracked_rv : ev->rv_num) : ev->rv_num;
+    uint64_t need = kb_hatable_need(ev, tracked_rv);
     kb_ha_admit_t r = KB_HA_DROP;
     pthread_mutex_lock(&ha->mtx);
     for (;;) {
         /* Known first, even to a new leader: what the old one published or
          * a sink committed is not delivered again. */
         bool leads = kb_ha_leads(ha);
-        uint64_t pub = kb_ha_known_rv(ha, informer, tracked_rv, leads);
-        if (need && pub && need <= pub) {
+        kb_ha_pub_t *p = kb_ha_pub_find(ha, informer);
+        if (p && kb_hamark_skips(&p->m, need, tracked_rv, leads)) {
             if (!leads)
-                kb_ha_owe(ha, informer, (kb_event_t *)ev);
+                kb_owed_add(&p->owed, (kb_event_t *)ev);
             r = KB_HA_SKIP;
             break;
         }
