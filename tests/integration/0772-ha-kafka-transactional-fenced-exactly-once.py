@@ -92,9 +92,10 @@ def restart(cp, b, holder):
 
 def kubelet(replicas):
     """Restart, as the kubelet's liveness probe would, each replica whose /healthz says its producer
-    failed for good. The fenced old leader always says so; on a loaded machine the lease can also pass
-    back and forth (LEASE is 4 s), and the broker then ends the new leader's producer as well (librdkafka:
-    a fatal out-of-order sequence). Only a new producer helps; nothing waits for an operator."""
+    failed for good. The fenced old leader always says so. Once, in a run beside a busy loop per core,
+    the new leader's producer also failed for good half a second after it took over, just after the old
+    leader's fenced produce (librdkafka: a fatal out-of-order sequence, PID epoch 9, base seq 113); why
+    the broker answered so is not known. Only a new producer helps; nothing waits for an operator."""
     for name, r in replicas:
         status, _, body = http_request(r.http_url() + "/healthz")
         if status == 503 and b"its producer failed for good" in body:
