@@ -109,7 +109,9 @@ def lines(b):
 
 
 def consumer_view(outputs):
-    """The consumer rule: per key apply only a greater (RV, DELETED?1:0). Returns {key: (rv, deleted)}."""
+    """Per key the greatest (RV, DELETED?1:0) of every output: what the consumer rule of
+    docs/guarantees.md ends with when every message is a change (an equal one is the same change).
+    Returns {key: (rv, deleted)}."""
     best = {}
     for evs in outputs:
         for e in evs:

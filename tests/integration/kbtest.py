@@ -506,6 +506,28 @@ def key_of(e):
     return e["namespace"] + "/" + e["name"] if e["namespace"] else e["name"]
 
 
+def rule_view(events):
+    """The consumer rule of docs/guarantees.md, literally, over envelopes in delivery order: per key,
+    apply a message whose (resourceVersion, DELETED?1:0) is greater than or equal to the last applied
+    one's, or an ADDED at the resourceVersion of a finalStateUnknown DELETED applied last; skip the
+    rest. Returns {key: resourceVersion} of the objects the consumer holds."""
+    last, live = {}, {}
+    for e in events:
+        if e["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+            continue
+        key = key_of(e)
+        mark = (int(e["resourceVersion"]), 1 if e["type"] == "DELETED" else 0)
+        back_in = e["type"] == "ADDED" and last.get(key) == (mark[0], 1, True)
+        if key in last and mark < last[key][:2] and not back_in:
+            continue
+        last[key] = mark + (bool(e.get("finalStateUnknown")),)
+        if e["type"] == "DELETED":
+            live.pop(key, None)
+        else:
+            live[key] = e["resourceVersion"]
+    return live
+
+
 def view(events):
     v = {}
     for e in events:
