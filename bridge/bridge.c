@@ -65,6 +65,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "informer/apiclient.h"
+#include "informer/definition.h"
 #include "informer/informer.h"
 #include "informer/ledger.h"
 #include "informer/sinkslot.h"
@@ -1467,57 +1468,48 @@ static kb_err_t kb_reload_sinks(kb_bridge_t *b, kb_reload_plan_t *pl, char *errs
     return KB_OK;
 }
 
-/* The running informer the new definition nc can keep, or NULL; *renamed_same
- * when one of the same name exists whose definition changed (what says how). */
-static kb_pipeline_t *kb_reload_find_pipe(kb_bridge_t *b, const kb_config_informer_t *nc, bool *same_name,
-                                          char *what, size_t what_size) {
-    *same_name = false;
-    for (size_t j = 0; j < b->n_pipes; j++) {
-        const kb_config_informer_t *oc = kb_informer_conf(b->pipes[j]->inf);
-        char why[128];
-        kb_reload_t r = kb_config_diff_informer(oc, nc, why, sizeof(why));
-        if (r <= KB_RELOAD_IN_PLACE)
-            return b->pipes[j];
-        if (!strcmp(oc->name, nc->name)) {
-            *same_name = true;
-            snprintf(what, what_size, "%s", why);
-        }
-    }
-    return NULL;
-}
-
+/* Each informer of the new config: kept, added, rebuilt, or the reload is
+ * refused — kb_definition_reload decides, this carries it out. */
 static kb_err_t kb_reload_pipes(kb_bridge_t *b, kb_reload_plan_t *pl, char *errstr, size_t errstr_size) {
     const kb_config_t *ncfg = pl->ncfg;
-    for (size_t i = 0; i < pl->ni; i++) {
+    const kb_config_informer_t **running = kb_calloc(b->n_pipes ? b->n_pipes : 1, sizeof(*running));
+    for (size_t j = 0; j < b->n_pipes; j++)
+        running[j] = kb_informer_conf(b->pipes[j]->inf);
+    kb_err_t err = KB_OK;
+    for (size_t i = 0; i < pl->ni && err == KB_OK; i++) {
         const kb_config_informer_t *nc = &ncfg->informers[i];
-        bool same_name;
+        size_t keep = 0;
         char what[128] = "";
-        pl->npipes[i] = kb_reload_find_pipe(b, nc, &same_name, what, sizeof(what));
-        if (pl->npipes[i])
+        switch (kb_definition_reload(running, b->n_pipes, nc, ncfg->state_dir[0] != '\0', &keep, what,
+                                     sizeof(what))) {
+        case KB_DEF_RELOAD_KEEP:
+            pl->npipes[i] = b->pipes[keep];
             continue;
-        /* A changed informer of the same name would open its state_dir while
-         * the running one holds it: a restart applies it (and converges, the
-         * stored definition tells it what changed). */
-        if (same_name && ncfg->state_dir[0]) {
+        case KB_DEF_RELOAD_REFUSE:
             snprintf(errstr, errstr_size,
                      "%s:%d: informers.%s: its definition changed (%s); with state_dir set this applies on restart "
                      "only (the restart lists again and converges the sinks to the new definition)",
                      ncfg->path, nc->line, nc->name, what);
-            return KB_ERR_CONFIG;
-        }
-        if (same_name)
+            err = KB_ERR_CONFIG;
+            continue;
+        case KB_DEF_RELOAD_REBUILD:
             KB_INFO("bridge", "reload: informer=%s is rebuilt (%s changed; it lists again)", nc->name, what);
+            break;
+        case KB_DEF_RELOAD_ADD:
+            break;
+        }
         pl->npipes[i] = kb_pipeline_new(b, ncfg, nc, errstr, errstr_size);
         pl->pipe_new[i] = true;
         if (!pl->npipes[i])
-            return KB_ERR_CONFIG;
+            err = KB_ERR_CONFIG;
     }
-    for (size_t i = 0; i < pl->ni; i++) {
+    free(running);
+    for (size_t i = 0; i < pl->ni && err == KB_OK; i++) {
         pl->routers[i] = kb_pipeline_router(pl->npipes[i], ncfg, pl->nsinks, errstr, errstr_size);
         if (!pl->routers[i])
-            return KB_ERR_CONFIG;
+            err = KB_ERR_CONFIG;
     }
-    return KB_OK;
+    return err;
 }
 
 static bool kb_reload_keeps_pipe(const kb_reload_plan_t *pl, const kb_pipeline_t *p) {

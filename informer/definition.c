@@ -16,6 +16,7 @@
 #include "common/alloc.h"
 #include "informer/decode.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,4 +154,30 @@ unsigned kb_definition_diff(const char *old, const char *now, kb_buf_t *what) {
         flags = KB_DEF_CHANGED;
     }
     return flags;
+}
+
+/* Design: a changed informer of the same name would open its state_dir
+ * directory while the running one still holds it (LMDB, the journal), so with
+ * state_dir the change waits for a restart, which converges as above; an
+ * informer of a new name — or one a reload removed, coming back — opens its
+ * own directory, which says where it resumes. */
+kb_def_reload_t kb_definition_reload(const kb_config_informer_t *const *running, size_t n,
+                                     const kb_config_informer_t *nc, bool state_dir, size_t *keep, char *what,
+                                     size_t what_size) {
+    bool same_name = false;
+    for (size_t j = 0; j < n; j++) {
+        char why[128];
+        if (kb_config_diff_informer(running[j], nc, why, sizeof(why)) <= KB_RELOAD_IN_PLACE) {
+            *keep = j;
+            return KB_DEF_RELOAD_KEEP;
+        }
+        if (!strcmp(running[j]->name, nc->name)) {
+            same_name = true;
+            if (what && what_size)
+                snprintf(what, what_size, "%s", why);
+        }
+    }
+    if (!same_name)
+        return KB_DEF_RELOAD_ADD;
+    return state_dir ? KB_DEF_RELOAD_REFUSE : KB_DEF_RELOAD_REBUILD;
 }

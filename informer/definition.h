@@ -45,4 +45,24 @@ char *kb_definition_adopt(const char *stored, const char *now);
  * lacks shows as (none)). */
 unsigned kb_definition_diff(const char *old, const char *now, kb_buf_t *what);
 
+/* What a reload (SIGHUP) does with informer nc of the new config: the
+ * decision kb_bridge_reload carries out, here (no threads, clocks or I/O) so
+ * that tests/sim steps the same one. */
+typedef enum {
+    KB_DEF_RELOAD_KEEP,    /* running[*keep] goes on as nc: unchanged, or changed only in keys applied live */
+    KB_DEF_RELOAD_ADD,     /* no informer of its name runs: a new one starts; with state_dir its own directory
+                            * decides (kb_informer_new): resume at its checkpoint, or, under another definition
+                            * than the one stored there, list and converge */
+    KB_DEF_RELOAD_REBUILD, /* one of its name runs under another definition, no state_dir: a new one lists */
+    KB_DEF_RELOAD_REFUSE,  /* one of its name runs under another definition and state_dir is set: the running
+                            * one holds that directory, so the whole reload is refused (a restart applies it) */
+} kb_def_reload_t;
+
+/* running[0..n): the running informers' configs; state_dir: the new config
+ * sets one. *keep: the index for KEEP; what (may be NULL): for REBUILD and
+ * REFUSE, the first key that changed. */
+kb_def_reload_t kb_definition_reload(const kb_config_informer_t *const *running, size_t n,
+                                     const kb_config_informer_t *nc, bool state_dir, size_t *keep, char *what,
+                                     size_t what_size);
+
 #endif

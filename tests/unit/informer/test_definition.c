@@ -271,10 +271,39 @@ static void test_changed_definition_relists(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* A reload's decision per informer (kb_definition_reload, what
+ * kb_bridge_reload carries out): the same definition keeps the running one,
+ * a new name is added, a changed one of the same name is refused with
+ * state_dir (naming the key) and rebuilt without. */
+static void test_reload_decision(void **state) {
+    (void)state;
+    kb_config_t *a = config("namespaces = [ \"n1\" ];");
+    kb_config_t *same = config("namespaces = [ \"n1\" ];");
+    kb_config_t *changed = config("namespaces = [ \"n1\", \"n2\" ];");
+    const kb_config_informer_t *running[] = {&a->informers[0]};
+    size_t keep = 9;
+    char what[128] = "";
+    assert_int_equal(kb_definition_reload(running, 1, &same->informers[0], true, &keep, what, sizeof(what)),
+                     KB_DEF_RELOAD_KEEP);
+    assert_int_equal(keep, 0);
+    assert_int_equal(kb_definition_reload(running, 1, &changed->informers[0], true, &keep, what, sizeof(what)),
+                     KB_DEF_RELOAD_REFUSE);
+    assert_string_equal(what, "namespaces");
+    assert_int_equal(kb_definition_reload(running, 1, &changed->informers[0], false, &keep, NULL, 0),
+                     KB_DEF_RELOAD_REBUILD);
+    /* None running of its name (removed by an earlier reload, or new): added. */
+    assert_int_equal(kb_definition_reload(running, 0, &changed->informers[0], true, &keep, NULL, 0),
+                     KB_DEF_RELOAD_ADD);
+    kb_config_free(a);
+    kb_config_free(same);
+    kb_config_free(changed);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_text_and_diff),
                                        cmocka_unit_test(test_redact_base64_reshapes),
                                        cmocka_unit_test(test_server),
-                                       cmocka_unit_test(test_changed_definition_relists)};
+                                       cmocka_unit_test(test_changed_definition_relists),
+                                       cmocka_unit_test(test_reload_decision)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
