@@ -96,6 +96,7 @@
 #include "common/event.h"
 #include "common/log.h"
 #include "config/config.h"
+#include "informer/definition.h"
 #include "informer/deltafifo.h"
 #include "informer/informer.h"
 #include "informer/ingest.h"
@@ -257,6 +258,10 @@ typedef struct {
     uint64_t wm_at_start[64]; /* per lifetime */
     clog_t log;
 } msink_t;
+
+/* An informer's definition as the sim varies it: its namespaces in config
+ * order (none: cluster-wide) and its projection. */
+typedef struct { int ns[MAX_NS]; int n; bool drop_gen; } def_t;
 
 typedef struct {
     rng_t r;
@@ -541,11 +546,20 @@ struct sim_ops {
     sinkops_t k[MAX_SINKS];
     kb_drain_t drain;        /* this informer's pipeline (bridge.c: p->drain) */
     unsigned rebuilds, handed, terms, left, dead_letters, removals, informers_removed;
+    /* The informer itself (ops_hup_*, below run_history's helpers): */
+    bool gone;               /* a SIGHUP removed it; a later one adds it back */
+    bool file_edited;        /* the config file holds file_def, which no start has applied yet */
+    def_t file_def;
+    unsigned hup_refused, hup_kept, hup_removed, hup_added, added_redefined;
 };
 
 static bool ops_abandoned(const sim_t *s) {
     return s->ops && kb_drain_abandoned(&s->ops->drain);
 }
+
+static void ops_hup_informer(sim_t *s);
+static void ops_file_applies(sim_t *s);
+static void ops_file_settled(sim_t *s);
 
 static bool ops_removed(const sim_t *s, int i) {
     return s->ops && s->ops->k[i].removed;
@@ -764,13 +778,10 @@ static void ops_refusal(sim_t *s, int i) {
     ops_answer(s, i, &it, KB_ERR_TOOBIG, false);
 }
 
-/* SIGTERM, and the deadline passes with the sinks stalled: the workers drain
- * some of what is queued, the sinks acknowledge some, then give the rest
- * back unwritten; the last checkpoint; the next start. */
-static void ops_term_at_deadline(sim_t *s) {
-    ops_settle(s);
-    TRACE("SIGTERM: the deadline passes with the sinks stalled\n");
-    s->ops->terms++;
+/* The deadline passes with the sinks stalled: the workers drain some of what
+ * is queued, the sinks acknowledge some, then give the rest back unwritten;
+ * the last checkpoint; the process (or the pipeline) ends. */
+static void ops_drain_past_deadline(sim_t *s) {
     for (size_t sh = 0; sh < kb_informer_shards(s->inf); sh++)
         kb_deltafifo_close(kb_informer_fifo(s->inf, sh));
     for (unsigned n = rnd(&s->ops->r, 6); n > 0; n--)
@@ -787,7 +798,17 @@ static void ops_term_at_deadline(sim_t *s) {
     }
     checkpoint(s);
     kb_gone(s, false);
-    kb_drain_init(&s->ops->drain); /* the next start's pipeline */
+    kb_drain_init(&s->ops->drain); /* the next pipeline's */
+}
+
+/* SIGTERM, and the deadline passes with the sinks stalled; the next start
+ * (with the file's definition, if the operator changed it). */
+static void ops_term_at_deadline(sim_t *s) {
+    ops_settle(s);
+    TRACE("SIGTERM: the deadline passes with the sinks stalled\n");
+    s->ops->terms++;
+    ops_drain_past_deadline(s);
+    ops_file_applies(s);
     kb_open(s);
 }
 
@@ -826,6 +847,10 @@ static void ops_remove_other_informer(sim_t *s) {
 
 /* One step of the operator. */
 static void ops_step(sim_t *s) {
+    if (s->ops->gone || chance(&s->ops->r, 10)) {
+        ops_hup_informer(s);
+        return;
+    }
     int i = (int)rnd(&s->ops->r, (unsigned)s->n_sinks);
     unsigned w = rnd(&s->ops->r, 100);
     if (s->ops->k[i].rebuilding)
@@ -852,6 +877,7 @@ static void ops_configure(sim_t *s, uint64_t seed) {
     s->ops = calloc(1, sizeof(*s->ops));
     s->ops->r = r;
     kb_drain_init(&s->ops->drain);
+    ops_file_settled(s);
     for (int i = 0; i < s->n_sinks; i++) {
         kb_handover_init(&s->ops->k[i].ho);
         kb_handover_init(&s->ops->k[i].gate);
@@ -1668,28 +1694,39 @@ static void quiesce(sim_t *s) {
         fail("kbridge never caught up with the server");
 }
 
-/* The informer's definition: cluster-wide, or some namespaces in some order
- * (another order of the same set is the same definition: it resumes). */
-static void pick_definition(sim_t *s) {
-    s->n_def_ns = 0;
-    s->drop_gen = chance(&s->r, 30);
-    if (chance(&s->r, 25))
-        return;
-    for (int ns = 0; ns < s->srv.n_ns; ns++)
-        if (chance(&s->r, 60))
-            s->def_ns[s->n_def_ns++] = ns;
-    if (!s->n_def_ns)
-        s->def_ns[s->n_def_ns++] = (int)rnd(&s->r, (unsigned)s->srv.n_ns);
-    for (int i = s->n_def_ns - 1; i > 0; i--) {
-        int j = (int)rnd(&s->r, (unsigned)i + 1), t = s->def_ns[i];
-        s->def_ns[i] = s->def_ns[j];
-        s->def_ns[j] = t;
-    }
+static def_t def_get(const sim_t *s) {
+    def_t d = {.n = s->n_def_ns, .drop_gen = s->drop_gen};
+    memcpy(d.ns, s->def_ns, sizeof(d.ns));
+    return d;
 }
 
-/* The config of the current definition (one reflector per namespace, in
- * config order, or one cluster-wide), loaded; the reflectors follow it. */
-static void load_config(sim_t *s) {
+static void def_set(sim_t *s, const def_t *d) {
+    memcpy(s->def_ns, d->ns, sizeof(s->def_ns));
+    s->n_def_ns = d->n;
+    s->drop_gen = d->drop_gen;
+}
+
+/* The informer's definition: cluster-wide, or some namespaces in some order
+ * (another order of the same set is the same definition: it resumes). */
+static def_t pick_definition(const sim_t *s, rng_t *r) {
+    def_t d = {.n = 0, .drop_gen = chance(r, 30)};
+    if (chance(r, 25))
+        return d;
+    for (int ns = 0; ns < s->srv.n_ns; ns++)
+        if (chance(r, 60))
+            d.ns[d.n++] = ns;
+    if (!d.n)
+        d.ns[d.n++] = (int)rnd(r, (unsigned)s->srv.n_ns);
+    for (int i = d.n - 1; i > 0; i--) {
+        int j = (int)rnd(r, (unsigned)i + 1), t = d.ns[i];
+        d.ns[i] = d.ns[j];
+        d.ns[j] = t;
+    }
+    return d;
+}
+
+/* The config text of the current definition, loaded (exits on an error: the sim wrote it). */
+static kb_config_t *config_of(sim_t *s) {
     char nsl[64] = "";
     for (int i = 0; i < s->n_def_ns; i++)
         snprintf(nsl + strlen(nsl), sizeof(nsl) - strlen(nsl), "%s\"%s\"", i ? ", " : "", ns_names[s->def_ns[i]]);
@@ -1703,13 +1740,20 @@ static void load_config(sim_t *s) {
              s->memory ? "" : "state_dir = \"", s->memory ? "" : s->dir, s->memory ? "" : "\";\n", s->shards,
              s->latest ? "latest" : "none", s->n_def_ns ? "namespaces = [" : "", nsl, s->n_def_ns ? "];" : "",
              s->drop_gen ? " drop_fields = [ \"spec.gen\" ];" : "");
-    kb_config_free(s->cfg);
     char err[512];
-    s->cfg = kb_config_load_string(s->cfgtext, "sim.cfg", err, sizeof(err));
-    if (!s->cfg) {
+    kb_config_t *cfg = kb_config_load_string(s->cfgtext, "sim.cfg", err, sizeof(err));
+    if (!cfg) {
         fprintf(stderr, "kb_sim: config: %s\n", err);
         exit(2);
     }
+    return cfg;
+}
+
+/* The config of the current definition (one reflector per namespace, in
+ * config order, or one cluster-wide), loaded; the reflectors follow it. */
+static void load_config(sim_t *s) {
+    kb_config_free(s->cfg);
+    s->cfg = config_of(s);
     s->n_refl = s->n_def_ns ? s->n_def_ns : 1;
     for (int i = 0; i < s->n_refl; i++)
         s->refl[i].ns = s->n_def_ns ? s->def_ns[i] : -1;
@@ -1719,21 +1763,27 @@ static void load_config(sim_t *s) {
  * state_dir (after kb_gone: no informer is open). A reflector's scope may now
  * be another's: each new one counts as restored-since-listed if any old one
  * was (the server refuses a resume point of the old history to any scope). */
-static void redefine(sim_t *s) {
+static void redefine_to(sim_t *s, const def_t *d) {
     bool old_epoch = false;
     for (int i = 0; i < s->n_refl; i++)
         old_epoch |= s->refl[i].old_epoch;
-    pick_definition(s);
+    def_set(s, d);
     load_config(s);
     for (int i = 0; i < MAX_NS; i++)
         s->refl[i].old_epoch = old_epoch;
-    s->redefined++;
     if (verbose) {
         printf("REDEFINE: namespaces");
         for (int i = 0; i < s->n_def_ns; i++)
             printf(" %s", ns_names[s->def_ns[i]]);
         printf("%s%s\n", s->n_def_ns ? "" : " (all)", s->drop_gen ? ", drop_fields spec.gen" : "");
     }
+}
+
+static void redefine(sim_t *s) {
+    def_t d = pick_definition(s, &s->r);
+    redefine_to(s, &d);
+    s->redefined++;
+    ops_file_settled(s); /* the operator's file says so now */
 }
 
 static void configure(sim_t *s) {
@@ -1760,13 +1810,174 @@ static void configure(sim_t *s) {
     s->redefines = !s->memory && chance(&s->r, 40);
     if (s->redefines) {
         s->srv.n_ns = MAX_NS; /* room for sets to change, and for one no set lists */
-        pick_definition(s);
+        def_t d = pick_definition(s, &s->r);
+        def_set(s, &d);
     } else {
         s->n_def_ns = two ? 2 : 0;
         s->def_ns[0] = 0;
         s->def_ns[1] = 1;
     }
     load_config(s);
+}
+
+/* ---- the operator and the informer itself (issue 24) ------------------------
+ *
+ * In the operator's histories a SIGHUP may also follow an edit of the
+ * informer in the config file. What the reload does with it is decided by
+ * kb_definition_reload (informer/definition.h), the function
+ * kb_bridge_reload calls per informer; the sim carries out whatever it says:
+ *   - a changed definition (another namespace set or order, drop_fields
+ *     flipped): with state_dir the reload is refused — the running informer,
+ *     its sinks and routes go on unchanged and the history goes on; the
+ *     file's definition waits for the next start (crash, restart, SIGTERM),
+ *     which lists and converges (a restart with a changed definition);
+ *   - the informer removed: its pipeline drains, within the deadline or past
+ *     it (what is not acknowledged stays below the watermark in its
+ *     state_dir), and no informer runs while the server goes on (changes,
+ *     compaction, restores);
+ *   - added back by a later SIGHUP, with the file's definition or another: a
+ *     new pipeline on its existing directory, which resumes at its checkpoint
+ *     (its unacknowledged tail first) or, under another definition, lists and
+ *     converges — kb_informer_new decides that, as in the bridge.
+ * The consumer is checked, as everywhere, against the definition that runs at
+ * the end. */
+
+static bool def_same(const def_t *a, const def_t *b) {
+    return a->n == b->n && a->drop_gen == b->drop_gen && !memcmp(a->ns, b->ns, (size_t)a->n * sizeof(a->ns[0]));
+}
+
+/* The file holds what runs (a start applied it). */
+static void ops_file_settled(sim_t *s) {
+    if (!s->ops)
+        return;
+    s->ops->file_def = def_get(s);
+    s->ops->file_edited = false;
+}
+
+/* A start applies the config file as the operator left it. */
+static void ops_file_applies(sim_t *s) {
+    if (!s->ops || !s->ops->file_edited)
+        return;
+    def_t run = def_get(s);
+    TRACE("the start applies the file's definition\n");
+    redefine_to(s, &s->ops->file_def); /* loads the file's config, also when it is unchanged */
+    s->redefined += !def_same(&run, &s->ops->file_def);
+    s->ops->file_edited = false;
+}
+
+/* kb_bridge_reload's decision for the informer of a config whose definition
+ * is d, beside the running informer (none while a reload removed it). */
+static kb_def_reload_t ops_reload_decision(sim_t *s, const def_t *d) {
+    def_t run = def_get(s);
+    char text[sizeof(s->cfgtext)];
+    memcpy(text, s->cfgtext, sizeof(text));
+    def_set(s, d);
+    kb_config_t *ncfg = config_of(s);
+    def_set(s, &run);
+    memcpy(s->cfgtext, text, sizeof(text));
+    const kb_config_informer_t *running[1] = {s->inf ? kb_informer_conf(s->inf) : NULL};
+    size_t keep = 0;
+    char what[128] = "";
+    kb_def_reload_t r = kb_definition_reload(running, s->inf ? 1 : 0, &ncfg->informers[0],
+                                             ncfg->state_dir[0] != '\0', &keep, what, sizeof(what));
+    static const char *const names[] = {"kept", "added", "rebuilt", "refused"};
+    TRACE("SIGHUP: informer pods %s%s%s%s\n", names[r], what[0] ? " (" : "", what, what[0] ? " changed)" : "");
+    kb_config_free(ncfg);
+    return r;
+}
+
+/* SIGHUP removes the informer: its pipeline drains (past the deadline or not). */
+static void ops_informer_remove(sim_t *s) {
+    ops_settle(s);
+    bool late = chance(&s->ops->r, 50);
+    TRACE("SIGHUP: informer pods removed; its drain %s\n", late ? "passes the deadline" : "ends in time");
+    if (late)
+        ops_drain_past_deadline(s);
+    else
+        clean_stop(s);
+    for (int i = 0; i < MAX_NS; i++) { /* its reflectors ended with it */
+        refl_reset(&s->refl[i]);
+        s->refl[i].st = R_WATCH_OPEN;
+    }
+    s->ops->gone = true;
+    s->ops->hup_removed++;
+}
+
+/* SIGHUP puts the informer back (the file's definition, or another): when
+ * the decision starts one, it opens its directory again. */
+static void ops_informer_add(sim_t *s) {
+    def_t want = s->ops->file_def;
+    if (chance(&s->ops->r, 40))
+        want = pick_definition(s, &s->ops->r);
+    s->ops->file_def = want;
+    s->ops->file_edited = true;
+    kb_def_reload_t r = ops_reload_decision(s, &want);
+    if (r != KB_DEF_RELOAD_ADD && r != KB_DEF_RELOAD_REBUILD)
+        return; /* nothing started: the file waits for a start */
+    def_t run = def_get(s);
+    s->ops->added_redefined += !def_same(&run, &want);
+    s->ops->hup_added++;
+    s->ops->gone = false;
+    ops_file_applies(s);
+    kb_open(s);
+}
+
+/* SIGHUP after the informer's definition was edited in the file. */
+static void ops_hup_change(sim_t *s) {
+    def_t want = pick_definition(s, &s->ops->r);
+    s->ops->file_def = want;
+    s->ops->file_edited = true; /* the file says so now, whatever the reload does */
+    switch (ops_reload_decision(s, &want)) {
+    case KB_DEF_RELOAD_REFUSE: /* nothing changes: the running informer goes on */
+        s->ops->hup_refused++;
+        break;
+    case KB_DEF_RELOAD_KEEP: /* the running informer goes on as the file's (only keys applied live differ) */
+        s->ops->hup_kept++;
+        def_set(s, &want);
+        break;
+    case KB_DEF_RELOAD_ADD:
+    case KB_DEF_RELOAD_REBUILD: /* a new one in its place */
+        ops_informer_remove(s);
+        ops_informer_add(s);
+        break;
+    }
+}
+
+static void ops_hup_informer(sim_t *s) {
+    if (s->ops->gone) {
+        if (chance(&s->ops->r, 30))
+            ops_informer_add(s);
+    } else if (chance(&s->ops->r, 60)) {
+        ops_hup_change(s);
+    } else {
+        ops_informer_remove(s);
+    }
+}
+
+/* A step of the history while no informer runs: the server goes on. */
+static void ops_gone_step(sim_t *s) {
+    s->steps++;
+    s->clock++;
+    if (s->restores && chance(&s->r, 4))
+        srv_backup_or_restore(s);
+    else if (chance(&s->r, 10) && s->srv.rv > 2)
+        s->srv.compacted = s->srv.rv - rnd(&s->r, 4);
+    else if (chance(&s->r, 50))
+        srv_op(&s->srv, &s->r);
+}
+
+/* The end of the history: an informer still removed comes back (a start
+ * applies the file if no SIGHUP did). */
+static void ops_finish(sim_t *s) {
+    if (!s->ops || !s->ops->gone)
+        return;
+    ops_informer_add(s);
+    if (!s->ops->gone)
+        return;
+    TRACE("START (the file puts the informer back)\n");
+    s->ops->gone = false;
+    ops_file_applies(s);
+    kb_open(s);
 }
 
 static bool run_history(uint64_t seed, unsigned steps) {
@@ -1789,6 +2000,10 @@ static bool run_history(uint64_t seed, unsigned steps) {
     for (unsigned i = 0; i < steps && !failed; i++) {
         if (s->ops && chance(&s->ops->r, 8)) {
             ops_step(s);
+            continue;
+        }
+        if (s->ops && s->ops->gone) {
+            ops_gone_step(s);
             continue;
         }
         if (s->sb && !s->sb->took && chance(&s->sb->r, 30)) {
@@ -1824,6 +2039,8 @@ static bool run_history(uint64_t seed, unsigned steps) {
             kb_gone(s, true);
             if (s->redefines && chance(&s->r, 40))
                 redefine(s);
+            else
+                ops_file_applies(s);
             kb_open(s);
         } else {
             TRACE("RESTART\n");
@@ -1831,11 +2048,15 @@ static bool run_history(uint64_t seed, unsigned steps) {
             clean_stop(s);
             if (s->redefines && chance(&s->r, 40))
                 redefine(s);
+            else
+                ops_file_applies(s);
             kb_open(s);
         }
     }
     if (!failed && s->sb && !s->sb->took)
         sb_takeover(s);
+    if (!failed)
+        ops_finish(s);
     if (!failed) {
         ops_settle(s);
         quiesce(s);
@@ -1857,12 +2078,14 @@ static bool run_history(uint64_t seed, unsigned steps) {
         free(s->sinks[i].v);
         free(s->sinks[i].log.v);
     }
-    char opsline[256] = "";
+    char opsline[512] = "";
     if (s->ops)
         snprintf(opsline, sizeof(opsline), "; operator: %u sink rebuilds (%u messages handed over), %u stops at a "
-                 "deadline (%u messages left), %u dead letters, %u sink removals, %u informer removals", s->ops->rebuilds,
-                 s->ops->handed, s->ops->terms, s->ops->left, s->ops->dead_letters, s->ops->removals,
-                 s->ops->informers_removed);
+                 "deadline (%u messages left), %u dead letters, %u sink removals, %u informer removals; SIGHUP on this "
+                 "informer: %u changes refused, %u kept, %u removals, %u added back (%u with another definition)",
+                 s->ops->rebuilds, s->ops->handed, s->ops->terms, s->ops->left, s->ops->dead_letters,
+                 s->ops->removals, s->ops->informers_removed, s->ops->hup_refused, s->ops->hup_kept,
+                 s->ops->hup_removed, s->ops->hup_added, s->ops->added_redefined);
     if (s->sb)
         snprintf(opsline, sizeof(opsline), "; standby (%s): %u skipped, %u standby restarts, %u forged marks (%u "
                  "refused at the takeover), %u owed messages paid, %u events lost by the leader's watch, %u deletes "
