@@ -74,7 +74,16 @@
  * the process (4: a watermark frozen), a refusal during a hand-over stopping
  * the retired instance instead of its successor (1427: a watermark frozen);
  * and, in the ledger, a removed sink still waited for (29: the checkpoint
- * frozen).
+ * frozen). The operator's SIGHUP also edits the informer itself (ops_hup_*):
+ * its definition changed (refused with state_dir — nothing changes, the
+ * history goes on, and the next start applies the file's definition and
+ * converges), the informer removed (drained in time or past the deadline,
+ * while the server goes on) and added back on its existing directory, with
+ * the file's definition or another (it resumes, or lists and converges) — the
+ * decision of kb_definition_reload (informer/definition.h), which
+ * kb_bridge_reload calls. A changed definition accepted in place instead of
+ * refused is found at seed 20 (an object outside the new definition stays
+ * live for the consumer).
  *
  * Some other state_dir histories run a second replica (sb_*, below): a
  * standby with its own state_dir and watch that skips per the mark the
