@@ -555,7 +555,7 @@ struct sim_ops {
     sinkops_t k[MAX_SINKS];
     kb_drain_t drain;        /* this informer's pipeline (bridge.c: p->drain) */
     unsigned rebuilds, handed, terms, left, dead_letters, removals, informers_removed;
-    /* The informer itself (ops_hup_*, below run_history's helpers): */
+    /* The informer itself (ops_hup_*, just before run_history): */
     bool gone;               /* a SIGHUP removed it; a later one adds it back */
     bool file_edited;        /* the config file holds file_def, which no start has applied yet */
     def_t file_def;
