@@ -10,6 +10,9 @@
  *   NONE:   every event is kept.
  *   LATEST: Added + Modified…   → Added(latest)
  *           Modified + Modified → Modified(latest)
+ *           Added + Modified, or Modified + Added, at one RV → both kept
+ *                                 (the consumer rule reads the type there:
+ *                                 deltafifo.c's note on acknowledgement)
  *           Sync/Snapshot + X   → X
  *           …+ Deleted          → Deleted (latest object); an Added still
  *                                 queued and then Deleted vanishes entirely

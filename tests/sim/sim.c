@@ -45,7 +45,11 @@
  * exception (docs/guarantees.md): an ADDED at the RV of the DELETED
  * finalStateUnknown it last applied is an object taken in again unchanged,
  * and is applied. (--redefine is accepted and does nothing: this is the
- * default.)
+ * default.) The soak found LATEST merging such an ADDED with the object's
+ * re-send in a new shape (MODIFIED at the same RV) and letting the checkpoint
+ * pass the ADDED, so a crash replayed only the MODIFIED, which the rule skips
+ * (seeds 10290, 15905, past the CI seeds: a live object gone for the
+ * consumer); informer/deltafifo.c keeps the two apart.
  *
  * Checks: (1) the consumer's view equals the server's state (uid and RV of
  * every live object in the final definition's namespaces, in its shape); (2)
