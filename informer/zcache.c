@@ -29,11 +29,11 @@
  * Why the packed events come from a slab of their own (common/slab.h): a
  * change replaces its key's entry with one of nearly the same size, a
  * million times over a cache of a million entries. With glibc's malloc the
- * freed entries went to the arena's unsorted bin and every later large
- * request sorted and merged them, headers spread over a 900 MB heap
- * (docs/performance.md, the cost of one change at 1M); the slab hands the
- * freed block straight to the next entry of its size class. The slab lives
- * with the shared counters, so it outlives the last entry made in it.
+ * freed entries were sorted and merged among the other threads' frees over
+ * the whole heap (docs/performance.md, the cost of one change at 1M); the
+ * slab hands the freed block straight to the next entry of its size class,
+ * without a header per entry. The slab lives with the shared counters, so
+ * it outlives the last entry made in it.
  *
  * Contexts: compression uses one ZSTD_CCtx referencing the current CDict,
  * only on the (serialized) pack path. Decompression borrows a ZSTD_DCtx from
