@@ -3,7 +3,9 @@
  * Layout: the struct, then key\0 ns\0 name\0 uid\0 rv\0 obj\0 in one block,
  * so an event is one malloc and one free, and its size is known exactly. A
  * packed event has an empty obj and its zstd frame after obj's NUL, in the
- * same block: a cache entry stays one allocation whether packed or not.
+ * same block: a cache entry stays one allocation whether packed or not. Its
+ * block comes from whoever packs it (informer/zcache.c: a slab of its own,
+ * for a million of them) and goes back through the dictionary's drop hook.
  */
 #include "common/event.h"
 
@@ -115,13 +117,19 @@ static char *kb_put(char *p, const char *s, size_t n) {
     return p + n + 1;
 }
 
-/* kb_event_new with extra bytes after obj's NUL; in->obj NULL leaves the
- * object's room unwritten (only its terminating NUL is set). */
-static kb_event_t *kb_event_alloc(const kb_event_init_t *in, size_t extra) {
+/* The bytes of the event in made with extra bytes after obj's NUL. */
+static size_t kb_event_bytes(const kb_event_init_t *in, size_t extra) {
     size_t key_len = in->ns_len ? in->ns_len + 1 + in->name_len : in->name_len;
-    size_t strs = key_len + 1 + in->ns_len + 1 + in->name_len + 1 + in->uid_len + 1 + in->rv_len + 1 +
-                  in->obj_len + 1 + extra;
-    kb_event_t *ev = kb_malloc(sizeof(*ev) + strs);
+    return sizeof(kb_event_t) + key_len + 1 + in->ns_len + 1 + in->name_len + 1 + in->uid_len + 1 + in->rv_len +
+           1 + in->obj_len + 1 + extra;
+}
+
+/* kb_event_new with extra bytes after obj's NUL, in mem (kb_event_bytes of
+ * them; NULL: kb_malloc'd); in->obj NULL leaves the object's room unwritten
+ * (only its terminating NUL is set). */
+static kb_event_t *kb_event_alloc(const kb_event_init_t *in, size_t extra, void *mem) {
+    size_t key_len = in->ns_len ? in->ns_len + 1 + in->name_len : in->name_len;
+    kb_event_t *ev = mem ? mem : kb_malloc(kb_event_bytes(in, extra));
     memset(ev, 0, sizeof(*ev));
     atomic_init(&ev->refcnt, 1);
     atomic_init(&ev->ann_span, 0);
@@ -168,7 +176,7 @@ static kb_event_t *kb_event_alloc(const kb_event_init_t *in, size_t extra) {
 }
 
 kb_event_t *kb_event_new(const kb_event_init_t *in) {
-    return kb_event_alloc(in, 0);
+    return kb_event_alloc(in, 0, NULL);
 }
 
 /* The init of a copy of ev with its identity, times and type; object none. */
@@ -187,10 +195,15 @@ static kb_event_init_t kb_event_identity(const kb_event_t *ev) {
     };
 }
 
-kb_event_t *kb_event_pack(const kb_event_t *ev, kb_event_zdict_t *zd, const void *frame, size_t len) {
-    KB_ASSERT(zd && !ev->zdict && ev->obj_len && len && len <= UINT32_MAX && ev->obj_len <= UINT32_MAX);
+size_t kb_event_pack_bytes(const kb_event_t *ev, size_t len) {
     kb_event_init_t in = kb_event_identity(ev);
-    kb_event_t *p = kb_event_alloc(&in, len);
+    return kb_event_bytes(&in, len);
+}
+
+kb_event_t *kb_event_pack(void *mem, const kb_event_t *ev, kb_event_zdict_t *zd, const void *frame, size_t len) {
+    KB_ASSERT(mem && zd && !ev->zdict && ev->obj_len && len && len <= UINT32_MAX && ev->obj_len <= UINT32_MAX);
+    kb_event_init_t in = kb_event_identity(ev);
+    kb_event_t *p = kb_event_alloc(&in, len, mem);
     memcpy((char *)p->obj + 1, frame, len);
     p->seq = ev->seq;
     p->redelivery = ev->redelivery;
@@ -209,7 +222,7 @@ kb_event_t *kb_event_unpack_shell(const kb_event_t *packed) {
     in.obj_len = packed->zraw_len;
     in.labels_off = packed->zlabels_off;
     in.labels_len = packed->zlabels_len;
-    kb_event_t *full = kb_event_alloc(&in, 0);
+    kb_event_t *full = kb_event_alloc(&in, 0, NULL);
     full->seq = packed->seq;
     full->redelivery = packed->redelivery;
     return full;
@@ -252,10 +265,11 @@ kb_event_t *kb_event_ref(kb_event_t *ev) {
 void kb_event_unref(kb_event_t *ev) {
     if (!ev || atomic_fetch_sub_explicit(&ev->refcnt, 1, memory_order_acq_rel) != 1)
         return;
-    if (ev->zdict)
-        ev->zdict->drop(ev->zdict, ev);
     kb_resource_unref(ev->res);
-    free(ev);
+    if (ev->zdict)
+        ev->zdict->drop(ev->zdict, ev); /* frees ev's memory too: its maker allocated it */
+    else
+        free(ev);
 }
 
 size_t kb_event_size(const kb_event_t *ev) {

@@ -75,11 +75,13 @@ const char *kb_resource_kind(const kb_resource_t *res);
 /* The dictionary of packed events, as common/ sees it: informer/zcache.c
  * embeds this as the first member of its dictionary object. drop is called
  * once when a packed event that holds a reference to the dictionary is
- * freed (it gives the reference back and keeps the accounting). */
+ * freed: it frees the event's memory (kb_event_size(ev) bytes, which the
+ * dictionary's owner allocated for kb_event_pack), gives the reference back
+ * and keeps the accounting. */
 typedef struct kb_event_zdict kb_event_zdict_t;
 struct kb_event;
 struct kb_event_zdict {
-    void (*drop)(kb_event_zdict_t *zd, const struct kb_event *ev);
+    void (*drop)(kb_event_zdict_t *zd, struct kb_event *ev);
 };
 
 typedef struct kb_event {
@@ -139,11 +141,16 @@ kb_event_t *kb_event_new(const kb_event_init_t *init);
  * entry when the object lives in state_dir. Refcount 1. */
 kb_event_t *kb_event_thin(const kb_event_t *ev);
 
-/* A packed copy of ev (see above): identity, type, flags and seq of ev, the
- * object replaced by frame (len bytes) made with zd. Takes over the caller's
- * reference to zd (given back through zd->drop when the copy is freed).
- * ev must have its object (obj_len > 0) and not be packed. Refcount 1. */
-kb_event_t *kb_event_pack(const kb_event_t *ev, kb_event_zdict_t *zd, const void *frame, size_t len);
+/* The bytes a packed copy of ev with a frame of len bytes takes (its
+ * kb_event_size, too). */
+size_t kb_event_pack_bytes(const kb_event_t *ev, size_t len);
+/* A packed copy of ev (see above), made in mem (kb_event_pack_bytes(ev, len)
+ * bytes, aligned for the struct, allocated by zd's owner): identity, type,
+ * flags and seq of ev, the object replaced by frame (len bytes) made with zd.
+ * Takes over the caller's reference to zd and the memory (both given back
+ * through zd->drop when the copy is freed). ev must have its object
+ * (obj_len > 0) and not be packed. Refcount 1. */
+kb_event_t *kb_event_pack(void *mem, const kb_event_t *ev, kb_event_zdict_t *zd, const void *frame, size_t len);
 /* The frame of a packed event (zlen bytes). */
 static inline const void *kb_event_frame(const kb_event_t *ev) { return ev->obj + 1; }
 /* The expanded form of a packed event, object not yet written: identity,

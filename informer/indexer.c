@@ -26,7 +26,9 @@
  * caller hands the labels in with the put. Without label keys a stripe value
  * is the event itself: no per-entry cost. With them it is a kb_ix_entry_t:
  * the event and the "key=value\0" strings of the configured keys the object
- * had (one allocation, tens of bytes) — never a copy of all its labels. A
+ * had (one block of the indexer's slab, tens of bytes: common/slab.h, so a
+ * million of them cost no malloc header each and their churn stays out of
+ * the general heap) — never a copy of all its labels. A
  * put or delete hands the replaced entry's filing back with the old event
  * (kb_indexer_old_t), so undoing a failed batch puts it back exactly, even
  * though the old event's own labels are not readable.
@@ -43,6 +45,7 @@
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/hash.h"
+#include "common/slab.h"
 #include "common/strmap.h"
 
 #include <pthread.h>
@@ -51,6 +54,8 @@
 #include <string.h>
 
 #define KB_INDEXER_DEFAULT_STRIPES 16u
+/* Label filings up to this size come from the indexer's slab. */
+#define KB_IX_FILING_SLAB_MAX 1024u
 
 /* One slot of a stripe's table: v NULL marks an empty one. */
 typedef struct kb_ix_slot {
@@ -86,6 +91,7 @@ struct kb_indexer {
     kb_stripe_t *stripes;  /* nstripes of them, indexed by kb_stripe_of (the hash's high half) */
     char **label_keys;     /* the configured keys (owned), n_label_keys of them */
     size_t n_label_keys;   /* 0: stripe values are bare events, no label index */
+    kb_slab_t *filings;    /* the kb_ix_entry_t blocks (NULL without label keys); own lock */
     pthread_mutex_t ix_mtx;/* guards by_ns, by_label and every set in them; taken after a stripe lock */
     kb_strmap_t *by_ns;    /* namespace → kb_ix_set_t* of kb_event_t* (borrowed) */
     kb_strmap_t *by_label; /* "key=value" → kb_ix_set_t* of kb_event_t* (borrowed) */
@@ -120,6 +126,8 @@ kb_indexer_t *kb_indexer_new(unsigned stripes, const char *const *label_keys, si
     for (size_t i = 0; i < n_label_keys; i++)
         if (label_keys[i][0] && !kb_ix_has_key(idx, label_keys[i]))
             idx->label_keys[idx->n_label_keys++] = kb_strdup(label_keys[i]);
+    if (idx->n_label_keys)
+        idx->filings = kb_slab_new(KB_IX_FILING_SLAB_MAX);
     return idx;
 }
 
@@ -146,7 +154,7 @@ static void kb_ix_release(const kb_indexer_t *idx, void *v) {
         return;
     kb_event_unref(kb_ix_ev(idx, v));
     if (idx->n_label_keys)
-        free(v);
+        kb_slab_free(idx->filings, v, kb_ix_extra(idx, v));
 }
 
 /* --- a stripe's table (its lock held) ------------------------------------ */
@@ -261,6 +269,7 @@ void kb_indexer_destroy(kb_indexer_t *idx) {
     }
     kb_ix_destroy_sets(idx->by_ns);
     kb_ix_destroy_sets(idx->by_label);
+    kb_slab_destroy(idx->filings);
     pthread_mutex_destroy(&idx->ix_mtx);
     for (size_t i = 0; i < idx->n_label_keys; i++)
         free(idx->label_keys[i]);
@@ -440,7 +449,7 @@ static kb_ix_entry_t *kb_ix_entry_new(const kb_indexer_t *idx, kb_event_t *ev, c
             total += strlen(idx->label_keys[i]) + 1 + vlen[i] + 1;
     }
     KB_ASSERT(total <= UINT32_MAX);
-    kb_ix_entry_t *e = kb_malloc(sizeof(*e) + total);
+    kb_ix_entry_t *e = kb_slab_alloc(idx->filings, sizeof(*e) + total);
     e->ev = ev;
     e->filed_len = (uint32_t)total;
     char *w = e->filed;
@@ -493,6 +502,7 @@ static void kb_ix_hand_back(kb_indexer_t *idx, void *prev, kb_indexer_old_t *old
     }
     old->ev = prev ? kb_ix_ev(idx, prev) : NULL;
     old->filed = idx->n_label_keys ? prev : NULL;
+    old->idx = idx;
 }
 
 void kb_indexer_put(kb_indexer_t *idx, kb_event_t *ev, const char *labels, size_t labels_len,
@@ -515,7 +525,8 @@ void kb_indexer_old_release(kb_indexer_old_t *old) {
     if (!old)
         return;
     kb_event_unref(old->ev);
-    free(old->filed); /* its event pointer was old->ev's */
+    if (old->filed) /* its event pointer was old->ev's */
+        kb_slab_free(old->idx->filings, old->filed, kb_ix_extra(old->idx, old->filed));
     old->ev = NULL;
     old->filed = NULL;
 }

@@ -42,8 +42,9 @@ void kb_indexer_destroy(kb_indexer_t *idx); /* unrefs every entry; NULL is a no-
 /* What a put or delete replaced: the previous entry and what it was filed
  * under, so kb_indexer_restore can put it back exactly. */
 typedef struct kb_indexer_old {
-    kb_event_t *ev; /* the previous entry (a reference), NULL if the key was absent */
-    void *filed;    /* private: its label filing (NULL without label indexes) */
+    kb_event_t *ev;    /* the previous entry (a reference), NULL if the key was absent */
+    void *filed;       /* private: its label filing (NULL without label indexes) */
+    kb_indexer_t *idx; /* private: the indexer whose slab filed came from */
 } kb_indexer_old_t;
 
 /* Store ev as the state of ev->key (takes a new reference; the caller keeps
@@ -58,7 +59,7 @@ bool kb_indexer_delete(kb_indexer_t *idx, const char *key, size_t len, uint64_t 
  * old; the current entry of the key, if any, is released). old->ev must not
  * be NULL: to undo the put of a key that was absent, delete it. */
 void kb_indexer_restore(kb_indexer_t *idx, kb_indexer_old_t *old);
-/* Drop what old holds; a zeroed old is a no-op. */
+/* Drop what old holds (before its indexer is destroyed); a zeroed old is a no-op. */
 void kb_indexer_old_release(kb_indexer_old_t *old);
 /* If the entry of cur's key is still cur, make repl (another form of the
  * same version: packed, thin) the entry, filed exactly as cur was (no labels

@@ -267,7 +267,9 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
     o->ev = ev;
     o->seq = seq;
     o->refl = refl;
-    snprintf(o->rv_after, sizeof(o->rv_after), "%s", rv_after ? rv_after : "");
+    size_t n = rv_after ? strnlen(rv_after, sizeof(o->rv_after) - 1) : 0; /* a copy per change: no printf */
+    memcpy(o->rv_after, rv_after ? rv_after : "", n);
+    o->rv_after[n] = '\0';
 }
 
 /* Stage ev (consumes it): journal it and make it the cache's state of its key,
@@ -475,9 +477,10 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         kb_refl_set_rv(r, out->data + m.rv.off, m.rv.len);
     /* A watch event completes a resume point; list items do not (the list does, when it ends). */
     int refl = src == KB_SRC_WATCH ? kb_refl_index(r) : -1;
-    char rv_after[KB_RV_MAX] = "";
-    if (src == KB_SRC_WATCH)
-        snprintf(rv_after, sizeof(rv_after), "%.*s", (int)m.rv.len, out->data + m.rv.off);
+    char rv_after[KB_RV_MAX]; /* m.rv.len < KB_RV_MAX (above); no printf per change */
+    size_t rv_after_len = src == KB_SRC_WATCH ? m.rv.len : 0;
+    memcpy(rv_after, out->data + m.rv.off, rv_after_len);
+    rv_after[rv_after_len] = '\0';
 
     kb_event_init_t in = {
         .res = inf->res,

@@ -26,6 +26,15 @@
  * than the rest of a 20k-object cache. The sweep runs once, on the thread
  * that trained, under the caller's lock, right after training.
  *
+ * Why the packed events come from a slab of their own (common/slab.h): a
+ * change replaces its key's entry with one of nearly the same size, a
+ * million times over a cache of a million entries. With glibc's malloc the
+ * freed entries were sorted and merged among the other threads' frees over
+ * the whole heap (docs/performance.md, the cost of one change at 1M); the
+ * slab hands the freed block straight to the next entry of its size class,
+ * without a header per entry. The slab lives with the shared counters, so
+ * it outlives the last entry made in it.
+ *
  * Contexts: compression uses one ZSTD_CCtx referencing the current CDict,
  * only on the (serialized) pack path. Decompression borrows a ZSTD_DCtx from
  * a small process-wide pool (a leaf mutex held only to take or give one
@@ -39,6 +48,7 @@
 #include "common/alloc.h"
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/slab.h"
 #include "common/time.h"
 
 #include <pthread.h>
@@ -61,11 +71,17 @@
 #define KB_ZC_SAMPLES_PER_DICT 25
 #define KB_ZC_DICT_FLOOR (32u << 10)
 
+/* The largest packed event that comes from the slab (bigger ones: malloc). */
+#define KB_ZC_SLAB_MAX 4096u
+
 /* The counters a zcache and its dictionaries share: a dictionary may outlive
- * its zcache (held by entries still referenced), so these are refcounted. */
+ * its zcache (held by entries still referenced), so these are refcounted.
+ * So is the slab the zcache's packed events are made in: the last of them
+ * goes back to it before its dictionary, and so these, are freed. */
 typedef struct kb_zc_counters {
     _Atomic unsigned refcnt;
     _Atomic size_t packed, packed_bytes, packed_raw, dicts, dict_bytes;
+    kb_slab_t *slab; /* NULL for a dictionary read back (it packs nothing) */
 } kb_zc_counters_t;
 
 typedef struct kb_zdict {
@@ -108,8 +124,10 @@ static kb_zc_counters_t *kb_zc_counters_ref(kb_zc_counters_t *c) {
 }
 
 static void kb_zc_counters_unref(kb_zc_counters_t *c) {
-    if (c && atomic_fetch_sub(&c->refcnt, 1) == 1)
-        free(c);
+    if (!c || atomic_fetch_sub(&c->refcnt, 1) != 1)
+        return;
+    kb_slab_destroy(c->slab);
+    free(c);
 }
 
 static kb_zdict_t *kb_zdict_ref(kb_zdict_t *d) {
@@ -129,12 +147,14 @@ static void kb_zdict_unref(kb_zdict_t *d) {
     free(d);
 }
 
-/* A packed event is being freed: its share of the accounting, and its reference. */
-static void kb_zdict_drop(kb_event_zdict_t *zd, const kb_event_t *ev) {
+/* A packed event is being freed: its share of the accounting, its memory
+ * (back to the slab it came from) and its reference, in that order. */
+static void kb_zdict_drop(kb_event_zdict_t *zd, kb_event_t *ev) {
     kb_zdict_t *d = (kb_zdict_t *)zd;
     atomic_fetch_sub(&d->cnt->packed, 1);
     atomic_fetch_sub(&d->cnt->packed_bytes, ev->zlen);
     atomic_fetch_sub(&d->cnt->packed_raw, ev->zraw_len);
+    kb_slab_free(d->cnt->slab, ev, kb_event_size(ev));
     kb_zdict_unref(d);
 }
 
@@ -215,6 +235,7 @@ kb_zcache_t *kb_zcache_new(const kb_zcache_opts_t *opts, const char *name, kb_in
     zc->idx = idx;
     zc->cnt = kb_calloc(1, sizeof(*zc->cnt));
     atomic_init(&zc->cnt->refcnt, 1);
+    zc->cnt->slab = kb_slab_new(KB_ZC_SLAB_MAX);
     zc->cctx = ZSTD_createCCtx();
     KB_ASSERT(zc->cctx);
     /* The entry names its dictionary and its size: the frame need not. */
@@ -382,7 +403,8 @@ static kb_event_t *kb_zc_pack(kb_zcache_t *zc, kb_event_t *ev, bool account) {
     size_t n = kb_zc_compress(zc, ev->obj, ev->obj_len, account);
     if (!n)
         return kb_event_ref(ev);
-    kb_event_t *p = kb_event_pack(ev, &kb_zdict_ref(zc->cur)->base, zc->frame.data, n);
+    void *mem = kb_slab_alloc(zc->cnt->slab, kb_event_pack_bytes(ev, n));
+    kb_event_t *p = kb_event_pack(mem, ev, &kb_zdict_ref(zc->cur)->base, zc->frame.data, n);
     atomic_fetch_add(&zc->cnt->packed, 1);
     atomic_fetch_add(&zc->cnt->packed_bytes, n);
     atomic_fetch_add(&zc->cnt->packed_raw, ev->obj_len);

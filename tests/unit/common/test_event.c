@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -157,6 +158,43 @@ static void test_size(void **state) {
     kb_resource_unref(res);
 }
 
+/* A dictionary stand-in that owns its packed events' memory: drop is told
+ * the size the maker allocated (kb_event_size == kb_event_pack_bytes) and
+ * frees the block. */
+typedef struct test_zdict {
+    kb_event_zdict_t base;
+    size_t allocated, dropped, drops;
+} test_zdict_t;
+
+static void test_zdict_drop(kb_event_zdict_t *zd, kb_event_t *ev) {
+    test_zdict_t *d = (test_zdict_t *)zd;
+    d->dropped += kb_event_size(ev);
+    d->drops++;
+    free(ev);
+}
+
+static void test_pack_memory(void **state) {
+    (void)state;
+    kb_resource_t *res = kb_resource_new("c1", "pods", "", "v1", "pods");
+    kb_event_t *ev = mk(res, "ns1", "p1", "42", "{\"spec\":{\"containers\":[]}}");
+    test_zdict_t d = {.base.drop = test_zdict_drop};
+    const char frame[] = "\x28\xb5\x2f\xfd-frame";
+    d.allocated = kb_event_pack_bytes(ev, sizeof(frame));
+    kb_event_t *p = kb_event_pack(malloc(d.allocated), ev, &d.base, frame, sizeof(frame));
+    assert_int_equal(kb_event_size(p), d.allocated);
+    assert_string_equal(p->key, "ns1/p1");
+    assert_int_equal(p->obj_len, 0);
+    assert_memory_equal(kb_event_frame(p), frame, sizeof(frame));
+    assert_int_equal(atomic_load(&res->refcnt), 3); /* the resource, ev, p */
+    kb_event_unref(p);
+    assert_int_equal(d.drops, 1);
+    assert_int_equal(d.dropped, d.allocated);
+    assert_int_equal(atomic_load(&res->refcnt), 2); /* released before the block went */
+    kb_event_unref(ev);
+    assert_int_equal(d.drops, 1); /* not packed: freed by the event itself */
+    kb_resource_unref(res);
+}
+
 static void test_types(void **state) {
     (void)state;
     static const char *const names[] = {"ADDED", "MODIFIED", "DELETED", "SYNC", "SNAPSHOT"};
@@ -200,6 +238,7 @@ int main(void) {
         cmocka_unit_test(test_retype_and_refs),
         cmocka_unit_test(test_rv_parse),
         cmocka_unit_test(test_size),
+        cmocka_unit_test(test_pack_memory),
         cmocka_unit_test(test_types),
         cmocka_unit_test(test_resource),
     };
