@@ -1477,6 +1477,11 @@ int kb_http_port(const kb_http_t *http) {
 void kb_http_stop(kb_http_t *http) {
     if (!http)
         return;
+    /* No new connection first: a client whose stream ends now and comes
+     * straight back is refused (and retries), as with a stopped server, not
+     * given a watch that ends at once (client-go takes a watch that ends
+     * within a second unanswered for a reason to list again). */
+    MHD_socket listen_fd = MHD_quiesce_daemon(http->mhd);
     /* Under park_mtx: from here no connection parks, and every parked one
      * is resumed (to end); libmicrohttpd must stop with none suspended. */
     pthread_mutex_lock(&http->park_mtx);
@@ -1488,6 +1493,8 @@ void kb_http_stop(kb_http_t *http) {
         pthread_join(http->watchdog, NULL);
     kb_httpcred_stop(http->cred);
     MHD_stop_daemon(http->mhd);
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd); /* (only after the daemon's threads are gone) */
     kb_kapi_destroy(http->kapi);
     kb_http_free(http);
 }
