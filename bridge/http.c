@@ -1,8 +1,9 @@
 /* bridge/http.c — the HTTP API (docs/http.md) on libmicrohttpd.
  *
- * DESIGN. libmicrohttpd serves every connection from KB_HTTP_THREADS threads,
- * each with its own epoll set (so descriptors above FD_SETSIZE work), idle
- * connections closed after 60 s. Why not a thread per connection (as
+ * DESIGN. libmicrohttpd serves every connection from a few threads (4 to 32
+ * by kube_api.max_watches: kb_http_threads), each with its own epoll set (so descriptors above FD_SETSIZE work), idle connections closed
+ * after 60 s; kbridge accepts them itself (kb_http_acceptor) to spread them
+ * evenly over those threads. Why not a thread per connection (as
  * before): the Kubernetes API's largest clients are node agents, thousands
  * of mostly idle watches, and a thread each cost ~65 KB of memory apiece
  * (its stack with the static TLS of every library, a malloc arena's share)
@@ -103,7 +104,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KB_HTTP_IDLE_TIMEOUT_S 60u /* KB_TEST_HTTP_IDLE_TIMEOUT_S shortens it, for tests only */
@@ -115,7 +118,20 @@
 #define KB_HTTP_PAGE 64 /* journal entries a replay holds decoded at a time */
 #define KB_HTTP_RESERVED 8 /* slots beyond KB_HTTP_MAX_CONNECTIONS, for addresses with none open */
 #define KB_HTTP_WATCHDOG_MS 250
-#define KB_HTTP_THREADS 4 /* libmicrohttpd's threads, serving every connection */
+#define KB_HTTP_HANDOVER_MS 200 /* longest wait for libmicrohttpd to register a connection handed over */
+/* libmicrohttpd's threads, serving every connection: one per
+ * KB_HTTP_CONNS_PER_THREAD connections allowed, at least 4, at most 32. Why
+ * that many for mostly idle watches: resuming a parked connection walks
+ * every connection its thread holds suspended (libmicrohttpd 0.9.75's
+ * resume_suspended_connections: N / threads per resume), but each thread a
+ * batch of changes wakes is a context switch. On kubesim, 5,000
+ * spec.nodeName watches, kbridge's CPU over the churn (a thread per watch
+ * before: 0.47 s / 0.99 s) — 40 single changes/s: 8 threads 0.45 s, 32 0.41,
+ * 64 0.39; 500 changes/s in batches of 50: 4 threads 0.66 s, 32 0.83, 64
+ * 1.00. */
+#define KB_HTTP_THREADS_MIN 4
+#define KB_HTTP_THREADS_MAX 32
+#define KB_HTTP_CONNS_PER_THREAD 256
 /* GnuTLS priorities of the HTTPS server: TLS 1.2 and 1.3 only (1.0 and 1.1
  * have no AEAD suite and are deprecated, RFC 8996), key exchange by ECDHE
  * only (a static-RSA suite such as AES128-SHA has no forward secrecy: the
@@ -149,7 +165,9 @@ struct kb_http {
     kb_slots_t slots;     /* http.max_streams bodies, shared with the Kubernetes API */
     int64_t header_timeout_ms;
     atomic_ullong refused_connections, header_timeouts;
-    pthread_mutex_t conns_mtx; /* guards waiting, busy and n_conns (leaf) */
+    pthread_mutex_t conns_mtx; /* guards waiting, busy, n_conns and started (leaf) */
+    pthread_cond_t started_cond; /* a connection was registered (the acceptor waits for it) */
+    uint64_t started;          /* connections registered so far */
     kb_http_conn_t *waiting;   /* connections the watchdog looks at */
     kb_http_conn_t *busy;      /* answering: it never looks (5,000 watches cost it nothing) */
     int n_conns;
@@ -157,10 +175,17 @@ struct kb_http {
     bool watchdog_started;
     pthread_mutex_t park_mtx;  /* parks' state and the timer heap; wakes the watchdog */
     pthread_cond_t park_cond;
-    kb_http_park_t **heap;     /* parked connections by due_ms (a binary min-heap) */
+    struct kb_http_due {       /* parked connections by due_ms (a binary min-heap; the time copied in) */
+        int64_t due_ms;
+        kb_http_park_t *p;
+    } *heap;
     size_t n_heap, cap_heap;
     kb_kapi_t *kapi;      /* the Kubernetes API surface (bridge/kapi.h); NULL when off */
     int max_conns;        /* KB_HTTP_MAX_CONNECTIONS + kube_api.max_watches */
+    int listen_fd;        /* ours, not libmicrohttpd's (kb_http_acceptor) */
+    int wake_fd;          /* an eventfd: the acceptor ends */
+    pthread_t acceptor;
+    bool acceptor_started;
 };
 
 /* ---- answers ------------------------------------------------------------ */
@@ -328,6 +353,8 @@ static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **sock
         pthread_mutex_lock(&h->conns_mtx);
         kb_http_link(&h->waiting, x);
         h->n_conns++;
+        h->started++;
+        pthread_cond_signal(&h->started_cond);
         pthread_mutex_unlock(&h->conns_mtx);
         *socket_context = x;
         return;
@@ -398,15 +425,15 @@ static void kb_http_cut_slow(kb_http_t *h) {
 /* ---- parking (http_int.h) ------------------------------------------------ */
 
 static bool kb_http_heap_less(kb_http_t *h, size_t a, size_t b) {
-    return h->heap[a]->due_ms < h->heap[b]->due_ms;
+    return h->heap[a].due_ms < h->heap[b].due_ms;
 }
 
 static void kb_http_heap_swap(kb_http_t *h, size_t a, size_t b) {
-    kb_http_park_t *t = h->heap[a];
+    struct kb_http_due t = h->heap[a];
     h->heap[a] = h->heap[b];
     h->heap[b] = t;
-    h->heap[a]->heap_i = a + 1;
-    h->heap[b]->heap_i = b + 1;
+    h->heap[a].p->heap_i = a + 1;
+    h->heap[b].p->heap_i = b + 1;
 }
 
 static void kb_http_heap_fix(kb_http_t *h, size_t i) {
@@ -433,7 +460,7 @@ static void kb_http_heap_push(kb_http_t *h, kb_http_park_t *p) {
         h->cap_heap = h->cap_heap ? h->cap_heap * 2 : 64;
         h->heap = kb_realloc(h->heap, h->cap_heap * sizeof(*h->heap));
     }
-    h->heap[h->n_heap++] = p;
+    h->heap[h->n_heap++] = (struct kb_http_due){p->due_ms, p};
     p->heap_i = h->n_heap;
     kb_http_heap_fix(h, h->n_heap - 1);
 }
@@ -446,7 +473,7 @@ static void kb_http_heap_remove(kb_http_t *h, kb_http_park_t *p) {
     p->heap_i = 0;
     if (i != --h->n_heap) {
         h->heap[i] = h->heap[h->n_heap];
-        h->heap[i]->heap_i = i + 1;
+        h->heap[i].p->heap_i = i + 1;
         kb_http_heap_fix(h, i);
     }
 }
@@ -466,7 +493,7 @@ bool kb_http_park(kb_http_park_t *p, int64_t due_ms) {
         p->suspended = true;
         p->due_ms = due_ms;
         kb_http_heap_push(h, p);
-        if (h->heap[0] == p)
+        if (h->heap[0].p == p)
             pthread_cond_signal(&h->park_cond); /* earlier than the watchdog's sleep */
         MHD_suspend_connection(p->c);
     }
@@ -506,11 +533,11 @@ void kb_http_park_fini(kb_http_park_t *p) {
  * and say how long the watchdog may sleep. Caller holds park_mtx. */
 static int64_t kb_http_fire_due(kb_http_t *h, int64_t now) {
     bool all = atomic_load(&h->stopping);
-    while (h->n_heap && (all || h->heap[0]->due_ms <= now))
-        kb_http_unpark_locked(h, h->heap[0]);
+    while (h->n_heap && (all || h->heap[0].due_ms <= now))
+        kb_http_unpark_locked(h, h->heap[0].p);
     int64_t sleep = KB_HTTP_WATCHDOG_MS;
-    if (h->n_heap && h->heap[0]->due_ms - now < sleep)
-        sleep = h->heap[0]->due_ms - now;
+    if (h->n_heap && h->heap[0].due_ms - now < sleep)
+        sleep = h->heap[0].due_ms - now;
     return sleep < 1 ? 1 : sleep;
 }
 
@@ -1379,7 +1406,12 @@ static void kb_http_free(kb_http_t *h) {
         }
     }
     free(h->heap);
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
+    if (h->wake_fd >= 0)
+        close(h->wake_fd);
     pthread_cond_destroy(&h->park_cond);
+    pthread_cond_destroy(&h->started_cond);
     pthread_mutex_destroy(&h->park_mtx);
     pthread_mutex_destroy(&h->conns_mtx);
     free(h);
@@ -1398,11 +1430,88 @@ static kb_http_t *kb_http_new(kb_bridge_t *b, const kb_config_t *cfg) {
     pthread_mutex_init(&h->conns_mtx, NULL);
     pthread_mutex_init(&h->park_mtx, NULL);
     kb_cond_init_mono(&h->park_cond);
+    kb_cond_init_mono(&h->started_cond);
+    h->listen_fd = h->wake_fd = -1;
     return h;
 }
 
+/* Our own listening socket (non-blocking), or -1 with why in why (naming
+ * the port asked for). */
+static int kb_http_listen(const struct sockaddr_storage *ss, socklen_t len, char *why, size_t why_size) {
+    unsigned port = ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                                                    : ((const struct sockaddr_in *)ss)->sin_port);
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int){1}, sizeof(int));
+        if (ss->ss_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){1}, sizeof(int));
+        if (bind(fd, (const struct sockaddr *)ss, len) == 0 && listen(fd, SOMAXCONN) == 0)
+            return fd;
+    }
+    snprintf(why, why_size, "Failed to bind to port %u: %s", port, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* Give c to libmicrohttpd and wait (at most KB_HTTP_HANDOVER_MS) until its
+ * thread has registered it: the accept policy runs here, in this thread,
+ * and must count the connection before it judges the next one (a burst
+ * would otherwise pass http.max_per_address and the connection limit), as
+ * must libmicrohttpd's per-thread share of the limit. */
+static void kb_http_hand_over(kb_http_t *h, int c, struct sockaddr_storage *addr, socklen_t alen) {
+    pthread_mutex_lock(&h->conns_mtx);
+    uint64_t before = h->started;
+    pthread_mutex_unlock(&h->conns_mtx);
+    if (MHD_add_connection(h->mhd, c, (struct sockaddr *)addr, alen) != MHD_YES)
+        return; /* refused (by kb_http_accept, or at the limit): libmicrohttpd closed it */
+    struct timespec dl = kb_deadline_mono(KB_HTTP_HANDOVER_MS);
+    pthread_mutex_lock(&h->conns_mtx);
+    while (h->started == before && pthread_cond_timedwait(&h->started_cond, &h->conns_mtx, &dl) == 0)
+        ;
+    pthread_mutex_unlock(&h->conns_mtx);
+}
+
+/* Accept every connection and hand it to libmicrohttpd, which puts it on
+ * the thread its descriptor number picks (MHD_add_connection), the accept
+ * policy (kb_http_accept) applied as for its own. Why not its own listening
+ * socket: every one of its threads polls that socket and whichever wakes
+ * first takes what is pending, so one thread ended up with most of 5,000
+ * watches — and resuming a parked connection walks every suspended
+ * connection of its thread. Out of descriptors, it waits 100 ms rather
+ * than spin on a socket that stays readable. */
+static void *kb_http_acceptor(void *arg) {
+    kb_http_t *h = arg;
+    kb_thread_set_name("kb:http-accept");
+    struct pollfd p[2] = {{.fd = h->listen_fd, .events = POLLIN}, {.fd = h->wake_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (p[1].revents)
+            break;
+        for (;;) {
+            struct sockaddr_storage addr;
+            socklen_t alen = sizeof(addr);
+            int c = accept4(h->listen_fd, (struct sockaddr *)&addr, &alen, SOCK_CLOEXEC);
+            if (c < 0) {
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                    nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+                break;
+            }
+            kb_http_hand_over(h, c, &addr, alen);
+        }
+    }
+    return NULL;
+}
+
+static unsigned kb_http_threads(int max_conns) {
+    int n = max_conns / KB_HTTP_CONNS_PER_THREAD;
+    return (unsigned)(n < KB_HTTP_THREADS_MIN ? KB_HTTP_THREADS_MIN : n > KB_HTTP_THREADS_MAX ? KB_HTTP_THREADS_MAX : n);
+}
+
 static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_storage *ss) {
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET |
+                     MHD_USE_ERROR_LOG;
     if (ss->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     bool tls_on = kb_httpcred_has_tls(h->cred);
@@ -1415,12 +1524,9 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
         {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)KB_HTTP_TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
-    /* The port asked for, also passed apart from the address: libmicrohttpd's bind error names this one. */
-    uint16_t want_port = ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
-                                                         : ((const struct sockaddr_in *)ss)->sin_port);
-    return MHD_start_daemon(flags, want_port, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER,
-                            kb_http_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_THREAD_POOL_SIZE,
-                            (unsigned)KB_HTTP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+    return MHD_start_daemon(flags, 0, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER,
+                            kb_http_log, NULL, MHD_OPTION_THREAD_POOL_SIZE,
+                            kb_http_threads(h->max_conns), MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
                             kb_http_idle_timeout_s(), MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
@@ -1448,23 +1554,42 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
         goto fail;
     h->kapi = kb_kapi_new(b, h, &h->stopping, &h->slots);
     h->max_conns = KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi);
+    char why[256];
+    h->listen_fd = kb_http_listen(&ss, sslen, why, sizeof(why));
+    if (h->listen_fd < 0) {
+        snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (%s)", cfg->http_listen, why);
+        err = KB_ERR_IO;
+        goto fail;
+    }
     h->mhd = kb_http_daemon(h, &ss);
-    if (!h->mhd) {
-        snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (in use, or not an address of this host%s)",
-                 cfg->http_listen, kb_httpcred_has_tls(h->cred) ? "; or libmicrohttpd refused TLS" : "");
+    h->wake_fd = eventfd(0, EFD_CLOEXEC);
+    if (!h->mhd || h->wake_fd < 0) {
+        snprintf(errstr, errstr_size, "http.listen: cannot serve on %s (libmicrohttpd did not start%s)",
+                 cfg->http_listen, kb_httpcred_has_tls(h->cred) ? "; it may have refused TLS" : "");
         err = KB_ERR_IO;
         goto fail;
     }
     h->watchdog_started = pthread_create(&h->watchdog, NULL, kb_http_watchdog, h) == 0;
     kb_httpcred_start(h->cred);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : 0;
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof(bound);
+    if (getsockname(h->listen_fd, (struct sockaddr *)&bound, &blen) == 0)
+        h->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+    h->acceptor_started = pthread_create(&h->acceptor, NULL, kb_http_acceptor, h) == 0;
+    if (!h->acceptor_started) {
+        snprintf(errstr, errstr_size, "http.listen: cannot start the thread that accepts connections");
+        kb_http_stop(h);
+        return KB_ERR_IO;
+    }
     KB_INFO("http", "listening on %.*s:%d (%s, %s)", (int)(strrchr(cfg->http_listen, ':') - cfg->http_listen),
             cfg->http_listen, h->port, kb_httpcred_has_tls(h->cred) ? "https" : "http",
             kb_httpcred_has_token(h->cred) ? "bearer token required" : "no token: every endpoint is open");
     *out = h;
     return KB_OK;
 fail:
+    if (h->mhd)
+        MHD_stop_daemon(h->mhd);
     kb_kapi_destroy(h->kapi);
     kb_http_free(h);
     return err;
@@ -1481,7 +1606,12 @@ void kb_http_stop(kb_http_t *http) {
      * straight back is refused (and retries), as with a stopped server, not
      * given a watch that ends at once (client-go takes a watch that ends
      * within a second unanswered for a reason to list again). */
-    MHD_socket listen_fd = MHD_quiesce_daemon(http->mhd);
+    if (http->acceptor_started) {
+        eventfd_write(http->wake_fd, 1);
+        pthread_join(http->acceptor, NULL);
+    }
+    close(http->listen_fd);
+    http->listen_fd = -1;
     /* Under park_mtx: from here no connection parks, and every parked one
      * is resumed (to end); libmicrohttpd must stop with none suspended. */
     pthread_mutex_lock(&http->park_mtx);
@@ -1493,8 +1623,6 @@ void kb_http_stop(kb_http_t *http) {
         pthread_join(http->watchdog, NULL);
     kb_httpcred_stop(http->cred);
     MHD_stop_daemon(http->mhd);
-    if (listen_fd != MHD_INVALID_SOCKET)
-        close(listen_fd); /* (only after the daemon's threads are gone) */
     kb_kapi_destroy(http->kapi);
     kb_http_free(http);
 }

@@ -91,7 +91,10 @@
 
 #define KB_KAPI_BLOCK 65536
 #define KB_KAPI_WAIT_MS 500
-#define KB_KAPI_IDLE_MS 30000  /* a quiet watch's longest sleep (hang-ups and stops wake it sooner) */
+#define KB_KAPI_IDLE_MS 300000 /* a quiet watch's longest park, a safety net only: a change, its bookmark, its
+                                * deadline, a hang-up and a stop each resume it (every resume walks the
+                                * suspended connections of its thread: 5,000 watches waking every 30 s
+                                * were a large part of kbridge's CPU in bench/watch_fanout.py) */
 #define KB_KAPI_PENDING 64     /* events a watch takes from its queue per write */
 #define KB_KAPI_WATCH_BLOCK 1024 /* the response's own buffer (zeroed, so resident: per watch); only HTTP/1.0 writes
                                  * through it, a chunked body goes straight into the connection's */
