@@ -67,9 +67,10 @@
  * conns_mtx (the connection table) is a leaf too. park_mtx (parks and the
  * timer heap) is taken last but for libmicrohttpd's own mutex (suspend and
  * resume take it inside), by the history's notify under its sig_mtx, and
- * never while taking another of ours. kb_http_stop sets stopping and resumes
- * every parked connection under it, so none is suspended when libmicrohttpd
- * stops (which it requires).
+ * never while taking another of ours. kb_http_stop first ends the acceptor
+ * (a client that comes straight back is refused, as by a stopped server),
+ * then sets stopping and resumes every parked connection under park_mtx, so
+ * none is suspended when libmicrohttpd stops (which it requires).
  */
 #include "bridge/http.h"
 
