@@ -1,11 +1,12 @@
 /* bridge/http.c — the HTTP API (docs/http.md) on libmicrohttpd.
  *
  * DESIGN. libmicrohttpd serves every connection from a few threads (4 to 32
- * by kube_api.max_watches: kb_http_threads), each with its own epoll set (so descriptors above FD_SETSIZE work), idle connections closed
- * after 60 s; kbridge accepts them itself (kb_http_acceptor) to spread them
- * evenly over those threads. Why not a thread per connection (as
- * before): the Kubernetes API's largest clients are node agents, thousands
- * of mostly idle watches, and a thread each cost ~65 KB of memory apiece
+ * by kube_api.max_watches: kb_http_threads), each with its own epoll set
+ * (so descriptors above FD_SETSIZE work), idle connections closed after
+ * 60 s; kbridge accepts them itself (kb_http_acceptor) to spread them evenly
+ * over those threads. Why not a thread per connection (as before): the
+ * Kubernetes API's largest clients are node agents, thousands of mostly
+ * idle watches, and a thread each cost ~65 KB of memory apiece
  * (its stack with the static TLS of every library, a malloc arena's share)
  * — more than a third of what the API server itself needs for them. So
  * nothing waits on a thread: a stream with nothing to write, or a request
@@ -1507,7 +1508,9 @@ static void *kb_http_acceptor(void *arg) {
 
 static unsigned kb_http_threads(int max_conns) {
     int n = max_conns / KB_HTTP_CONNS_PER_THREAD;
-    return (unsigned)(n < KB_HTTP_THREADS_MIN ? KB_HTTP_THREADS_MIN : n > KB_HTTP_THREADS_MAX ? KB_HTTP_THREADS_MAX : n);
+    if (n < KB_HTTP_THREADS_MIN)
+        n = KB_HTTP_THREADS_MIN;
+    return (unsigned)(n > KB_HTTP_THREADS_MAX ? KB_HTTP_THREADS_MAX : n);
 }
 
 static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_storage *ss) {

@@ -18,9 +18,10 @@
  * read lock (like every handler); a request waiting for a resourceVersion the
  * cache has not reached is parked meanwhile (http_int.h), holding neither a
  * thread nor the lock; the streams it returns run later without that lock and
- * keep only the informer they read, which outlives the server. Locks: the kapi mutex (discovery, histories, cuts, counters) is a
- * leaf except that creating a history takes the informer's ingest lock
- * inside it; a history's own mutex is never held while taking the kapi mutex.
+ * keep only the informer they read, which outlives the server. Locks: the
+ * kapi mutex (discovery, histories, cuts, counters) is a leaf except that
+ * creating a history takes the informer's ingest lock inside it; a history's
+ * own mutex is never held while taking the kapi mutex.
  */
 #ifndef KB_BRIDGE_KAPI_H
 #define KB_BRIDGE_KAPI_H
