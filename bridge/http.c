@@ -1,11 +1,24 @@
 /* bridge/http.c — the HTTP API (docs/http.md) on libmicrohttpd.
  *
- * DESIGN. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_
- * CONNECTION with poll(), so descriptors above FD_SETSIZE work), idle
- * connections closed after 60 s. A thread per connection lets a stream's
- * reader block on its own condition variable instead of suspending and
- * resuming connections; the API is for probes, scrapes and a few consumers,
- * not for thousands of clients. Optionally HTTPS (libmicrohttpd's GnuTLS), the
+ * DESIGN. libmicrohttpd serves every connection from a few threads (4 to 32
+ * by kube_api.max_watches: kb_http_threads), each with its own epoll set
+ * (so descriptors above FD_SETSIZE work), idle connections closed after
+ * 60 s; kbridge accepts them itself (kb_http_acceptor) to spread them evenly
+ * over those threads. Why not a thread per connection (as before): the
+ * Kubernetes API's largest clients are node agents, thousands of mostly
+ * idle watches, and a thread each cost ~65 KB of memory apiece
+ * (its stack with the static TLS of every library, a malloc arena's share)
+ * — more than a third of what the API server itself needs for them. So
+ * nothing waits on a thread: a stream with nothing to write, or a request
+ * waiting for a resourceVersion, parks its connection (http_int.h;
+ * libmicrohttpd suspends it) until whoever has something for it unparks it
+ * — a live event, the history's notify — or its due time comes; the
+ * watchdog thread keeps the due times in a heap and resumes what is due. A
+ * content reader that finds nothing parks and returns 0; parking refuses
+ * when an unpark came first or the server stops, so 0 is never returned
+ * without a park behind it (libmicrohttpd would call again at once). Every
+ * handler must not block its thread for long (a list reads its objects as
+ * it writes them, a block at a time). Optionally HTTPS (libmicrohttpd's GnuTLS), the
  * certificate handed over per handshake by bridge/httpcred.c, which also
  * holds the token: both are read again when their files change.
  *
@@ -16,10 +29,12 @@
  *    the accept callback from our own table of open connections;
  *  - request time: libmicrohttpd's idle timeout restarts with every byte, so
  *    a watchdog thread shuts down a connection that has not sent a whole
- *    request — line, headers and body — within http.header_timeout (it holds
- *    a dup of each socket, so a descriptor number reused after libmicrohttpd
- *    closed its own is never hit). The body counts: no endpoint reads one,
- *    and a body trickled a byte at a time would hold the slot for ever;
+ *    request — line, headers and body — within http.header_timeout, looking
+ *    only at the connections not being answered (a list of their own: 5,000
+ *    open watches cost it nothing). It holds a dup of each socket, so a
+ *    descriptor number reused after libmicrohttpd closed its own is never
+ *    hit. The body counts: no endpoint reads one, and a body trickled a
+ *    byte at a time would hold the slot for ever;
  *  - bodies: at most http.max_streams snapshots/replays at once (429 beyond),
  *    Kubernetes API lists and watch initial events included (bridge/slots.h),
  *    and a replay holds one page of KB_HTTP_PAGE journal entries decoded at a
@@ -40,8 +55,9 @@
  * seq is above the last replayed one — no gap, no repeat. An overflowed queue
  * ends the stream after what was queued (the client resumes from its last
  * resourceVersion). An idle watch sends a BOOKMARK every 20 s (keeps the
- * connection alive and proves the client is still there) and notices a
- * client that hung up, or kb_http_stop, within half a second.
+ * connection alive and proves the client is still there); parked, it looks
+ * again every half second, so it notices a client that hung up, or
+ * kb_http_stop, within that.
  *
  * Locks: every handler runs under the bridge's read lock (kb_bridge_rdlock;
  * a reload takes the write lock), released before the body streams; a
@@ -49,7 +65,13 @@
  * request waiting for a resourceVersion lets it go meanwhile). A
  * watch's mtx is a leaf (taken inside the informer's subscriber
  * lock by the callback); nothing calls into the informer while holding it.
- * conns_mtx (the connection table) is a leaf too.
+ * conns_mtx (the connection table) is a leaf too. park_mtx (parks and the
+ * timer heap) is taken last but for libmicrohttpd's own mutex (suspend and
+ * resume take it inside), by the history's notify under its sig_mtx, and
+ * never while taking another of ours. kb_http_stop first ends the acceptor
+ * (a client that comes straight back is refused, as by a stopped server),
+ * then sets stopping and resumes every parked connection under park_mtx, so
+ * none is suspended when libmicrohttpd stops (which it requires).
  */
 #include "bridge/http.h"
 
@@ -84,7 +106,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KB_HTTP_IDLE_TIMEOUT_S 60u /* KB_TEST_HTTP_IDLE_TIMEOUT_S shortens it, for tests only */
@@ -96,6 +120,20 @@
 #define KB_HTTP_PAGE 64 /* journal entries a replay holds decoded at a time */
 #define KB_HTTP_RESERVED 8 /* slots beyond KB_HTTP_MAX_CONNECTIONS, for addresses with none open */
 #define KB_HTTP_WATCHDOG_MS 250
+#define KB_HTTP_HANDOVER_MS 200 /* longest wait for libmicrohttpd to register a connection handed over */
+/* libmicrohttpd's threads, serving every connection: one per
+ * KB_HTTP_CONNS_PER_THREAD connections allowed, at least 4, at most 32. Why
+ * that many for mostly idle watches: resuming a parked connection walks
+ * every connection its thread holds suspended (libmicrohttpd 0.9.75's
+ * resume_suspended_connections: N / threads per resume), but each thread a
+ * batch of changes wakes is a context switch. On kubesim, 5,000
+ * spec.nodeName watches, kbridge's CPU over the churn (a thread per watch
+ * before: 0.47 s / 0.99 s) — 40 single changes/s: 8 threads 0.45 s, 32 0.41,
+ * 64 0.39; 500 changes/s in batches of 50: 4 threads 0.66 s, 32 0.83, 64
+ * 1.00. */
+#define KB_HTTP_THREADS_MIN 4
+#define KB_HTTP_THREADS_MAX 32
+#define KB_HTTP_CONNS_PER_THREAD 256
 /* GnuTLS priorities of the HTTPS server: TLS 1.2 and 1.3 only (1.0 and 1.1
  * have no AEAD suite and are deprecated, RFC 8996), key exchange by ECDHE
  * only (a static-RSA suite such as AES128-SHA has no forward secrecy: the
@@ -106,13 +144,14 @@
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:-CIPHER-ALL:+AES-256-GCM:"         \
     "+AES-128-GCM:+CHACHA20-POLY1305:-MAC-ALL:+AEAD:%SERVER_PRECEDENCE"
 
-/* One open connection (libmicrohttpd's socket context), on h->conns. */
+/* One open connection (libmicrohttpd's socket context), on h->waiting
+ * (no whole request read yet: the request deadline runs) or h->busy. */
 typedef struct kb_http_conn {
     struct kb_http_conn *prev, *next;
     int fd;
     struct sockaddr_storage addr; /* the client's address (port ignored) */
     int64_t wait_since_ms;        /* waiting for a request's headers since then */
-    bool answering;               /* whole request read (headers and body): the request deadline is off */
+    bool answering;               /* whole request read (headers and body): the request deadline is off; on busy */
     bool served;                  /* answered a request already (kept alive) */
     bool cut;                     /* shut down by the watchdog */
 } kb_http_conn_t;
@@ -123,20 +162,32 @@ struct kb_http {
     kb_httpcred_t *cred;  /* token and TLS pair, re-read when their files change (bridge/httpcred.h) */
     int port;
     int64_t start_real_ns;
-    atomic_bool stopping; /* set by kb_http_stop; open streams end */
+    atomic_bool stopping; /* set by kb_http_stop (under park_mtx); open streams end */
     int max_per_address;
     kb_slots_t slots;     /* http.max_streams bodies, shared with the Kubernetes API */
     int64_t header_timeout_ms;
     atomic_ullong refused_connections, header_timeouts;
-    pthread_mutex_t conns_mtx; /* guards conns and n_conns (leaf) */
-    kb_http_conn_t *conns;
+    pthread_mutex_t conns_mtx; /* guards waiting, busy, n_conns and started (leaf) */
+    pthread_cond_t started_cond; /* a connection was registered (the acceptor waits for it) */
+    uint64_t started;          /* connections registered so far */
+    kb_http_conn_t *waiting;   /* connections the watchdog looks at */
+    kb_http_conn_t *busy;      /* answering: it never looks (5,000 watches cost it nothing) */
     int n_conns;
     pthread_t watchdog;
     bool watchdog_started;
-    pthread_mutex_t stop_mtx;  /* wakes the watchdog on stop */
-    pthread_cond_t stop_cond;
+    pthread_mutex_t park_mtx;  /* parks' state and the timer heap; wakes the watchdog */
+    pthread_cond_t park_cond;
+    struct kb_http_due {       /* parked connections by due_ms (a binary min-heap; the time copied in) */
+        int64_t due_ms;
+        kb_http_park_t *p;
+    } *heap;
+    size_t n_heap, cap_heap;
     kb_kapi_t *kapi;      /* the Kubernetes API surface (bridge/kapi.h); NULL when off */
     int max_conns;        /* KB_HTTP_MAX_CONNECTIONS + kube_api.max_watches */
+    int listen_fd;        /* ours, not libmicrohttpd's (kb_http_acceptor) */
+    int wake_fd;          /* an eventfd: the acceptor ends */
+    pthread_t acceptor;
+    bool acceptor_started;
 };
 
 /* ---- answers ------------------------------------------------------------ */
@@ -238,16 +289,21 @@ static bool kb_http_same_host(const struct sockaddr_storage *a, const struct soc
     return false;
 }
 
+static int kb_http_same_in(const kb_http_conn_t *x, const struct sockaddr *addr) {
+    int n = 0;
+    for (; x; x = x->next)
+        n += kb_http_same_host(&x->addr, addr);
+    return n;
+}
+
 /* libmicrohttpd asks before it takes a connection: at most max_per_address
  * from one address, and the last KB_HTTP_RESERVED slots only for an address
  * with none open (a probe opens one connection at a time). */
 static enum MHD_Result kb_http_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
     kb_http_t *h = cls;
     KB_UNUSED(len);
-    int same = 0;
     pthread_mutex_lock(&h->conns_mtx);
-    for (const kb_http_conn_t *x = h->conns; x; x = x->next)
-        same += kb_http_same_host(&x->addr, addr);
+    int same = kb_http_same_in(h->waiting, addr) + kb_http_same_in(h->busy, addr);
     int total = h->n_conns;
     pthread_mutex_unlock(&h->conns_mtx);
     bool ok = same < h->max_per_address &&
@@ -255,6 +311,24 @@ static enum MHD_Result kb_http_accept(void *cls, const struct sockaddr *addr, so
     if (!ok)
         atomic_fetch_add(&h->refused_connections, 1);
     return ok ? MHD_YES : MHD_NO;
+}
+
+static void kb_http_link(kb_http_conn_t **head, kb_http_conn_t *x) {
+    x->prev = NULL;
+    x->next = *head;
+    if (*head)
+        (*head)->prev = x;
+    *head = x;
+}
+
+static void kb_http_unlink(kb_http_conn_t **head, kb_http_conn_t *x) {
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        *head = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->prev = x->next = NULL;
 }
 
 /* Track each connection from start to close. The descriptor kept is a dup:
@@ -279,11 +353,10 @@ static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **sock
                    ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
         x->wait_since_ms = kb_http_now_ms();
         pthread_mutex_lock(&h->conns_mtx);
-        x->next = h->conns;
-        if (h->conns)
-            h->conns->prev = x;
-        h->conns = x;
+        kb_http_link(&h->waiting, x);
         h->n_conns++;
+        h->started++;
+        pthread_cond_signal(&h->started_cond);
         pthread_mutex_unlock(&h->conns_mtx);
         *socket_context = x;
         return;
@@ -291,12 +364,7 @@ static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **sock
     if (!x)
         return;
     pthread_mutex_lock(&h->conns_mtx);
-    if (x->prev)
-        x->prev->next = x->next;
-    else
-        h->conns = x->next;
-    if (x->next)
-        x->next->prev = x->prev;
+    kb_http_unlink(x->answering ? &h->busy : &h->waiting, x);
     h->n_conns--;
     pthread_mutex_unlock(&h->conns_mtx);
     if (x->fd >= 0)
@@ -305,14 +373,19 @@ static void kb_http_conn_notify(void *cls, struct MHD_Connection *c, void **sock
     *socket_context = NULL;
 }
 
-/* The whole request read, headers and body (answering), or the answer done
- * (waiting for the next request, which gets header_timeout again). */
+/* The whole request read, headers and body (answering: off the watchdog's
+ * list), or the answer done (waiting for the next request, which gets
+ * header_timeout again). */
 static void kb_http_conn_mark(kb_http_t *h, struct MHD_Connection *c, bool answering) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     kb_http_conn_t *x = ci ? ci->socket_context : NULL;
     if (!x)
         return;
     pthread_mutex_lock(&h->conns_mtx);
+    if (x->answering != answering) {
+        kb_http_unlink(x->answering ? &h->busy : &h->waiting, x);
+        kb_http_link(answering ? &h->busy : &h->waiting, x);
+    }
     x->served |= x->answering && !answering;
     x->answering = answering;
     x->wait_since_ms = kb_http_now_ms();
@@ -321,21 +394,27 @@ static void kb_http_conn_mark(kb_http_t *h, struct MHD_Connection *c, bool answe
 
 static void kb_http_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                               enum MHD_RequestTerminationCode toe) {
-    KB_UNUSED(con_cls);
     KB_UNUSED(toe);
+    kb_http_req_t *req = *con_cls;
+    if (req) {
+        kb_http_park_fini(&req->park);
+        free(req);
+        *con_cls = NULL;
+    }
     kb_http_conn_mark(cls, c, false);
 }
 
 /* Shut down every connection that has not sent a whole request (line,
  * headers and body) within header_timeout: the idle timeout restarts with
- * each byte, this does not.
+ * each byte, this does not. Only the waiting list is walked: a connection
+ * being answered (a watch) is on the busy one.
  * A kept-alive connection waiting for its next request is closed by the same
  * rule, but that is no refusal and is not counted. */
 static void kb_http_cut_slow(kb_http_t *h) {
     int64_t now = kb_http_now_ms();
     pthread_mutex_lock(&h->conns_mtx);
-    for (kb_http_conn_t *x = h->conns; x; x = x->next) {
-        if (x->answering || x->cut || x->fd < 0 || now - x->wait_since_ms <= h->header_timeout_ms)
+    for (kb_http_conn_t *x = h->waiting; x; x = x->next) {
+        if (x->cut || x->fd < 0 || now - x->wait_since_ms <= h->header_timeout_ms)
             continue;
         shutdown(x->fd, SHUT_RDWR);
         x->cut = true;
@@ -345,16 +424,148 @@ static void kb_http_cut_slow(kb_http_t *h) {
     pthread_mutex_unlock(&h->conns_mtx);
 }
 
+/* ---- parking (http_int.h) ------------------------------------------------ */
+
+static bool kb_http_heap_less(kb_http_t *h, size_t a, size_t b) {
+    return h->heap[a].due_ms < h->heap[b].due_ms;
+}
+
+static void kb_http_heap_swap(kb_http_t *h, size_t a, size_t b) {
+    struct kb_http_due t = h->heap[a];
+    h->heap[a] = h->heap[b];
+    h->heap[b] = t;
+    h->heap[a].p->heap_i = a + 1;
+    h->heap[b].p->heap_i = b + 1;
+}
+
+static void kb_http_heap_fix(kb_http_t *h, size_t i) {
+    while (i > 0 && kb_http_heap_less(h, i, (i - 1) / 2)) {
+        kb_http_heap_swap(h, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n_heap && kb_http_heap_less(h, l, m))
+            m = l;
+        if (r < h->n_heap && kb_http_heap_less(h, r, m))
+            m = r;
+        if (m == i)
+            return;
+        kb_http_heap_swap(h, i, m);
+        i = m;
+    }
+}
+
+/* Caller holds park_mtx. */
+static void kb_http_heap_push(kb_http_t *h, kb_http_park_t *p) {
+    if (h->n_heap == h->cap_heap) {
+        h->cap_heap = h->cap_heap ? h->cap_heap * 2 : 64;
+        h->heap = kb_realloc(h->heap, h->cap_heap * sizeof(*h->heap));
+    }
+    h->heap[h->n_heap++] = (struct kb_http_due){p->due_ms, p};
+    p->heap_i = h->n_heap;
+    kb_http_heap_fix(h, h->n_heap - 1);
+}
+
+/* Caller holds park_mtx. */
+static void kb_http_heap_remove(kb_http_t *h, kb_http_park_t *p) {
+    if (!p->heap_i)
+        return;
+    size_t i = p->heap_i - 1;
+    p->heap_i = 0;
+    if (i != --h->n_heap) {
+        h->heap[i] = h->heap[h->n_heap];
+        h->heap[i].p->heap_i = i + 1;
+        kb_http_heap_fix(h, i);
+    }
+}
+
+void kb_http_park_init(kb_http_park_t *p, kb_http_t *h, struct MHD_Connection *c) {
+    memset(p, 0, sizeof(*p));
+    p->h = h;
+    p->c = c;
+}
+
+bool kb_http_park(kb_http_park_t *p, int64_t due_ms) {
+    kb_http_t *h = p->h;
+    pthread_mutex_lock(&h->park_mtx);
+    bool park = !p->kicked && !atomic_load(&h->stopping);
+    p->kicked = false;
+    if (park) {
+        p->suspended = true;
+        p->due_ms = due_ms;
+        kb_http_heap_push(h, p);
+        if (h->heap[0].p == p)
+            pthread_cond_signal(&h->park_cond); /* earlier than the watchdog's sleep */
+        MHD_suspend_connection(p->c);
+    }
+    pthread_mutex_unlock(&h->park_mtx);
+    return park;
+}
+
+/* Caller holds park_mtx. */
+static void kb_http_unpark_locked(kb_http_t *h, kb_http_park_t *p) {
+    if (!p->suspended) {
+        p->kicked = true;
+        return;
+    }
+    p->suspended = false;
+    kb_http_heap_remove(h, p);
+    MHD_resume_connection(p->c);
+}
+
+void kb_http_unpark(kb_http_park_t *p) {
+    if (!p->h)
+        return;
+    pthread_mutex_lock(&p->h->park_mtx);
+    kb_http_unpark_locked(p->h, p);
+    pthread_mutex_unlock(&p->h->park_mtx);
+}
+
+void kb_http_park_fini(kb_http_park_t *p) {
+    if (!p->h)
+        return;
+    pthread_mutex_lock(&p->h->park_mtx);
+    KB_ASSERT(!p->suspended);
+    kb_http_heap_remove(p->h, p);
+    pthread_mutex_unlock(&p->h->park_mtx);
+}
+
+/* Resume every parked connection that is due (all of them once stopping),
+ * and say how long the watchdog may sleep. Caller holds park_mtx. */
+static int64_t kb_http_fire_due(kb_http_t *h, int64_t now) {
+    bool all = atomic_load(&h->stopping);
+    while (h->n_heap && (all || h->heap[0].due_ms <= now))
+        kb_http_unpark_locked(h, h->heap[0].p);
+    int64_t sleep = KB_HTTP_WATCHDOG_MS;
+    if (h->n_heap && h->heap[0].due_ms - now < sleep)
+        sleep = h->heap[0].due_ms - now;
+    return sleep < 1 ? 1 : sleep;
+}
+
+/* The watchdog: parked connections' due times, and every KB_HTTP_WATCHDOG_MS
+ * the request deadline of connections still waiting for a whole request. */
 static void *kb_http_watchdog(void *arg) {
     kb_http_t *h = arg;
     kb_thread_set_name("kb:http-wd");
-    pthread_mutex_lock(&h->stop_mtx);
+    int64_t next_cut = kb_http_now_ms() + KB_HTTP_WATCHDOG_MS;
+    pthread_mutex_lock(&h->park_mtx);
     while (!atomic_load(&h->stopping)) {
-        struct timespec dl = kb_deadline_mono(KB_HTTP_WATCHDOG_MS);
-        pthread_cond_timedwait(&h->stop_cond, &h->stop_mtx, &dl);
-        kb_http_cut_slow(h);
+        int64_t now = kb_http_now_ms();
+        int64_t sleep = kb_http_fire_due(h, now);
+        if (now >= next_cut) {
+            pthread_mutex_unlock(&h->park_mtx);
+            kb_http_cut_slow(h);
+            pthread_mutex_lock(&h->park_mtx);
+            next_cut = now + KB_HTTP_WATCHDOG_MS;
+            continue;
+        }
+        if (next_cut - now < sleep)
+            sleep = next_cut - now;
+        struct timespec dl = kb_deadline_mono(sleep);
+        pthread_cond_timedwait(&h->park_cond, &h->park_mtx, &dl);
     }
-    pthread_mutex_unlock(&h->stop_mtx);
+    pthread_mutex_unlock(&h->park_mtx);
     return NULL;
 }
 
@@ -388,8 +599,9 @@ struct kb_http_stream {
     int fd;               /* the client's socket, to notice a hang-up */
     uint64_t last_seq;    /* live events up to here were replayed already */
     int64_t last_write_ms;
+    kb_http_park_t park;  /* parked while nothing is queued; kb_http_live unparks it */
+    bool parked;          /* the fill parked: the reader returns 0 */
     pthread_mutex_t mtx;  /* guards the live queue (leaf) */
-    pthread_cond_t cond;
     kb_event_t **q;       /* ring of KB_HTTP_LIVE_MAX_EVENTS references */
     size_t q_head, q_n, q_bytes;
     bool overflow;
@@ -408,6 +620,10 @@ static ssize_t kb_http_stream_read(void *cls, uint64_t pos, char *buf, size_t ma
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (r == KB_FILL_END)
             s->ended = true;
+        if (s->parked) { /* suspended until a live event or its next look (http_int.h) */
+            s->parked = false;
+            return 0;
+        }
     }
     size_t n = s->out.len - s->out_off;
     if (n > max)
@@ -423,11 +639,11 @@ static void kb_http_stream_free(void *cls) {
     kb_http_stream_t *s = cls;
     if (s->subscribed)
         kb_informer_unsubscribe(s->inf, kb_http_live, s); /* waits out a running callback */
+    kb_http_park_fini(&s->park);
     if (s->q) {
         for (size_t i = 0; i < s->q_n; i++)
             kb_event_unref(s->q[(s->q_head + i) % KB_HTTP_LIVE_MAX_EVENTS]);
         free(s->q);
-        pthread_cond_destroy(&s->cond);
         pthread_mutex_destroy(&s->mtx);
     }
     kb_event_list_fini(&s->items);
@@ -628,10 +844,12 @@ static void kb_http_bookmark(kb_http_stream_t *s) {
     s->last_write_ms = kb_now_mono_ns() / KB_NS_PER_MS;
 }
 
-/* The informer's subscriber callback: under its ingest lock, so only queue. */
+/* The informer's subscriber callback: under its ingest lock, so only queue
+ * (and resume the connection, a leaf lock and an eventfd write). */
 static void kb_http_live(void *opaque, kb_event_t *ev) {
     kb_http_stream_t *s = opaque;
     pthread_mutex_lock(&s->mtx);
+    bool wake = !s->overflow;
     if (!s->overflow) {
         size_t sz = kb_event_size(ev);
         if (s->q_n == KB_HTTP_LIVE_MAX_EVENTS || s->q_bytes + sz > KB_HTTP_LIVE_MAX_BYTES) {
@@ -640,9 +858,10 @@ static void kb_http_live(void *opaque, kb_event_t *ev) {
             s->q[(s->q_head + s->q_n++) % KB_HTTP_LIVE_MAX_EVENTS] = kb_event_ref(ev);
             s->q_bytes += sz;
         }
-        pthread_cond_signal(&s->cond);
     }
     pthread_mutex_unlock(&s->mtx);
+    if (wake)
+        kb_http_unpark(&s->park);
 }
 
 static bool kb_http_peer_gone(int fd) {
@@ -704,10 +923,6 @@ static kb_fill_t kb_http_replay_fill(kb_http_stream_t *s) {
         if (atomic_load(&s->h->stopping))
             return KB_FILL_END;
         pthread_mutex_lock(&s->mtx);
-        if (!s->q_n && !s->overflow) {
-            struct timespec dl = kb_deadline_mono(KB_HTTP_WAIT_MS);
-            pthread_cond_timedwait(&s->cond, &s->mtx, &dl);
-        }
         kb_event_t *ev = NULL;
         if (s->q_n) {
             ev = s->q[s->q_head];
@@ -731,8 +946,15 @@ static kb_fill_t kb_http_replay_fill(kb_http_stream_t *s) {
         }
         if (kb_http_peer_gone(s->fd))
             return KB_FILL_ERR;
-        if (kb_now_mono_ns() / KB_NS_PER_MS - s->last_write_ms >= KB_HTTP_BOOKMARK_MS) {
+        int64_t now = kb_http_now_ms();
+        if (now - s->last_write_ms >= KB_HTTP_BOOKMARK_MS) {
             kb_http_bookmark(s);
+            return KB_FILL_OK;
+        }
+        /* Nothing queued: park until a live event, or look again in
+         * KB_HTTP_WAIT_MS (a hang-up or a stop is noticed then). */
+        if (kb_http_park(&s->park, now + KB_HTTP_WAIT_MS)) {
+            s->parked = true;
             return KB_FILL_OK;
         }
     }
@@ -774,7 +996,7 @@ static enum MHD_Result kb_http_get_replay(kb_http_t *h, struct MHD_Connection *c
     if (watch) {
         s->q = kb_calloc(KB_HTTP_LIVE_MAX_EVENTS, sizeof(*s->q));
         pthread_mutex_init(&s->mtx, NULL);
-        kb_cond_init_mono(&s->cond);
+        kb_http_park_init(&s->park, h, c);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         s->fd = ci ? ci->connect_fd : -1;
         /* Subscribe before reading the journal: nothing falls in between. */
@@ -1050,9 +1272,10 @@ static bool kb_http_path_is(const kb_http_endpoint_t *ep, const char *url) {
     return !strncmp(url, ep->path, n);
 }
 
-static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, const char *url, const char *method) {
+static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, kb_http_req_t *req, const char *url,
+                                        const char *method) {
     if (h->kapi && kb_kapi_owns(url))
-        return kb_http_authorized(h, c, false) ? kb_kapi_handle(h->kapi, c, url, method)
+        return kb_http_authorized(h, c, false) ? kb_kapi_handle(h->kapi, c, req, url, method)
                                         : kb_http_status(c, MHD_HTTP_UNAUTHORIZED, "Unauthorized",
                                                          "a valid bearer token is required");
     const kb_http_endpoint_t *ep = NULL;
@@ -1088,14 +1311,16 @@ static enum MHD_Result kb_http_dispatch(kb_http_t *h, struct MHD_Connection *c, 
 static enum MHD_Result kb_http_handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                       const char *version, const char *upload_data, size_t *upload_data_size,
                                       void **con_cls) {
-    static int started;
     KB_UNUSED(version);
     KB_UNUSED(upload_data);
+    kb_http_t *h = cls;
     if (!*con_cls) {
         /* First call: headers only. Answer once the body (ignored) is read;
          * until then the request deadline runs (a body trickled a byte at a
          * time holds a connection as long as trickled headers would). */
-        *con_cls = &started;
+        kb_http_req_t *req = kb_calloc(1, sizeof(*req));
+        kb_http_park_init(&req->park, h, c);
+        *con_cls = req;
         kb_thread_set_name("kb:http");
         return MHD_YES;
     }
@@ -1103,13 +1328,16 @@ static enum MHD_Result kb_http_handle(void *cls, struct MHD_Connection *c, const
         *upload_data_size = 0;
         return MHD_YES;
     }
-    kb_http_conn_mark(cls, c, true);
+    kb_http_conn_mark(h, c, true);
     /* The bridge's read lock for the whole answer: a reload swaps informers
      * and sinks under its write lock. Streams keep only their informer, which
-     * stays allocated until the bridge is destroyed, and never take it. */
-    kb_http_t *h = cls;
+     * stays allocated until the bridge is destroyed, and never take it. A
+     * request that waits (req->parked) lets it go meanwhile and is handled
+     * again from the start when resumed. */
+    kb_http_req_t *req = *con_cls;
+    req->parked = false;
     kb_bridge_rdlock(h->b);
-    enum MHD_Result ret = kb_http_dispatch(h, c, url, method);
+    enum MHD_Result ret = kb_http_dispatch(h, c, req, url, method);
     kb_bridge_unlock(h->b);
     return ret;
 }
@@ -1169,15 +1397,24 @@ static unsigned kb_http_idle_timeout_s(void) {
 
 static void kb_http_free(kb_http_t *h) {
     kb_httpcred_destroy(h->cred);
-    while (h->conns) { /* libmicrohttpd reports every close; this only guards against one it did not */
-        kb_http_conn_t *x = h->conns;
-        h->conns = x->next;
-        if (x->fd >= 0)
-            close(x->fd);
-        free(x);
+    for (int l = 0; l < 2; l++) { /* libmicrohttpd reports every close; this only guards against one it did not */
+        kb_http_conn_t **head = l ? &h->busy : &h->waiting;
+        while (*head) {
+            kb_http_conn_t *x = *head;
+            *head = x->next;
+            if (x->fd >= 0)
+                close(x->fd);
+            free(x);
+        }
     }
-    pthread_cond_destroy(&h->stop_cond);
-    pthread_mutex_destroy(&h->stop_mtx);
+    free(h->heap);
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
+    if (h->wake_fd >= 0)
+        close(h->wake_fd);
+    pthread_cond_destroy(&h->park_cond);
+    pthread_cond_destroy(&h->started_cond);
+    pthread_mutex_destroy(&h->park_mtx);
     pthread_mutex_destroy(&h->conns_mtx);
     free(h);
 }
@@ -1193,13 +1430,92 @@ static kb_http_t *kb_http_new(kb_bridge_t *b, const kb_config_t *cfg) {
     h->max_per_address = cfg->http_max_per_address;
     h->header_timeout_ms = (int64_t)cfg->http_header_timeout * 1000;
     pthread_mutex_init(&h->conns_mtx, NULL);
-    pthread_mutex_init(&h->stop_mtx, NULL);
-    kb_cond_init_mono(&h->stop_cond);
+    pthread_mutex_init(&h->park_mtx, NULL);
+    kb_cond_init_mono(&h->park_cond);
+    kb_cond_init_mono(&h->started_cond);
+    h->listen_fd = h->wake_fd = -1;
     return h;
 }
 
+/* Our own listening socket (non-blocking), or -1 with why in why (naming
+ * the port asked for). */
+static int kb_http_listen(const struct sockaddr_storage *ss, socklen_t len, char *why, size_t why_size) {
+    unsigned port = ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                                                    : ((const struct sockaddr_in *)ss)->sin_port);
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int){1}, sizeof(int));
+        if (ss->ss_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){1}, sizeof(int));
+        if (bind(fd, (const struct sockaddr *)ss, len) == 0 && listen(fd, SOMAXCONN) == 0)
+            return fd;
+    }
+    snprintf(why, why_size, "Failed to bind to port %u: %s", port, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* Give c to libmicrohttpd and wait (at most KB_HTTP_HANDOVER_MS) until its
+ * thread has registered it: the accept policy runs here, in this thread,
+ * and must count the connection before it judges the next one (a burst
+ * would otherwise pass http.max_per_address and the connection limit), as
+ * must libmicrohttpd's per-thread share of the limit. */
+static void kb_http_hand_over(kb_http_t *h, int c, struct sockaddr_storage *addr, socklen_t alen) {
+    pthread_mutex_lock(&h->conns_mtx);
+    uint64_t before = h->started;
+    pthread_mutex_unlock(&h->conns_mtx);
+    if (MHD_add_connection(h->mhd, c, (struct sockaddr *)addr, alen) != MHD_YES)
+        return; /* refused (by kb_http_accept, or at the limit): libmicrohttpd closed it */
+    struct timespec dl = kb_deadline_mono(KB_HTTP_HANDOVER_MS);
+    pthread_mutex_lock(&h->conns_mtx);
+    while (h->started == before && pthread_cond_timedwait(&h->started_cond, &h->conns_mtx, &dl) == 0)
+        ;
+    pthread_mutex_unlock(&h->conns_mtx);
+}
+
+/* Accept every connection and hand it to libmicrohttpd, which puts it on
+ * the thread its descriptor number picks (MHD_add_connection), the accept
+ * policy (kb_http_accept) applied as for its own. Why not its own listening
+ * socket: every one of its threads polls that socket and whichever wakes
+ * first takes what is pending, so one thread ended up with most of 5,000
+ * watches — and resuming a parked connection walks every suspended
+ * connection of its thread. Out of descriptors, it waits 100 ms rather
+ * than spin on a socket that stays readable. */
+static void *kb_http_acceptor(void *arg) {
+    kb_http_t *h = arg;
+    kb_thread_set_name("kb:http-accept");
+    struct pollfd p[2] = {{.fd = h->listen_fd, .events = POLLIN}, {.fd = h->wake_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (p[1].revents)
+            break;
+        for (;;) {
+            struct sockaddr_storage addr;
+            socklen_t alen = sizeof(addr);
+            int c = accept4(h->listen_fd, (struct sockaddr *)&addr, &alen, SOCK_CLOEXEC);
+            if (c < 0) {
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                    nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+                break;
+            }
+            kb_http_hand_over(h, c, &addr, alen);
+        }
+    }
+    return NULL;
+}
+
+static unsigned kb_http_threads(int max_conns) {
+    int n = max_conns / KB_HTTP_CONNS_PER_THREAD;
+    if (n < KB_HTTP_THREADS_MIN)
+        n = KB_HTTP_THREADS_MIN;
+    return (unsigned)(n > KB_HTTP_THREADS_MAX ? KB_HTTP_THREADS_MAX : n);
+}
+
 static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_storage *ss) {
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET |
+                     MHD_USE_ERROR_LOG;
     if (ss->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     bool tls_on = kb_httpcred_has_tls(h->cred);
@@ -1212,11 +1528,9 @@ static struct MHD_Daemon *kb_http_daemon(kb_http_t *h, const struct sockaddr_sto
         {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)KB_HTTP_TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
-    /* The port asked for, also passed apart from the address: libmicrohttpd's bind error names this one. */
-    uint16_t want_port = ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
-                                                         : ((const struct sockaddr_in *)ss)->sin_port);
-    return MHD_start_daemon(flags, want_port, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER,
-                            kb_http_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)ss, MHD_OPTION_CONNECTION_LIMIT,
+    return MHD_start_daemon(flags, 0, kb_http_accept, h, kb_http_handle, h, MHD_OPTION_EXTERNAL_LOGGER,
+                            kb_http_log, NULL, MHD_OPTION_THREAD_POOL_SIZE,
+                            kb_http_threads(h->max_conns), MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)(h->max_conns + KB_HTTP_RESERVED), MHD_OPTION_CONNECTION_TIMEOUT,
                             kb_http_idle_timeout_s(), MHD_OPTION_NOTIFY_CONNECTION, kb_http_conn_notify, h,
                             MHD_OPTION_NOTIFY_COMPLETED, kb_http_completed, h, MHD_OPTION_ARRAY,
@@ -1242,25 +1556,44 @@ kb_err_t kb_http_start(kb_bridge_t *b, kb_http_t **out, char *errstr, size_t err
     err = kb_httpcred_new(cfg, &h->cred, errstr, errstr_size);
     if (err != KB_OK)
         goto fail;
-    h->kapi = kb_kapi_new(b, &h->stopping, &h->slots);
+    h->kapi = kb_kapi_new(b, h, &h->stopping, &h->slots);
     h->max_conns = KB_HTTP_MAX_CONNECTIONS + kb_kapi_max_watches(h->kapi);
+    char why[256];
+    h->listen_fd = kb_http_listen(&ss, sslen, why, sizeof(why));
+    if (h->listen_fd < 0) {
+        snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (%s)", cfg->http_listen, why);
+        err = KB_ERR_IO;
+        goto fail;
+    }
     h->mhd = kb_http_daemon(h, &ss);
-    if (!h->mhd) {
-        snprintf(errstr, errstr_size, "http.listen: cannot listen on %s (in use, or not an address of this host%s)",
-                 cfg->http_listen, kb_httpcred_has_tls(h->cred) ? "; or libmicrohttpd refused TLS" : "");
+    h->wake_fd = eventfd(0, EFD_CLOEXEC);
+    if (!h->mhd || h->wake_fd < 0) {
+        snprintf(errstr, errstr_size, "http.listen: cannot serve on %s (libmicrohttpd did not start%s)",
+                 cfg->http_listen, kb_httpcred_has_tls(h->cred) ? "; it may have refused TLS" : "");
         err = KB_ERR_IO;
         goto fail;
     }
     h->watchdog_started = pthread_create(&h->watchdog, NULL, kb_http_watchdog, h) == 0;
     kb_httpcred_start(h->cred);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : 0;
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof(bound);
+    if (getsockname(h->listen_fd, (struct sockaddr *)&bound, &blen) == 0)
+        h->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+    h->acceptor_started = pthread_create(&h->acceptor, NULL, kb_http_acceptor, h) == 0;
+    if (!h->acceptor_started) {
+        snprintf(errstr, errstr_size, "http.listen: cannot start the thread that accepts connections");
+        kb_http_stop(h);
+        return KB_ERR_IO;
+    }
     KB_INFO("http", "listening on %.*s:%d (%s, %s)", (int)(strrchr(cfg->http_listen, ':') - cfg->http_listen),
             cfg->http_listen, h->port, kb_httpcred_has_tls(h->cred) ? "https" : "http",
             kb_httpcred_has_token(h->cred) ? "bearer token required" : "no token: every endpoint is open");
     *out = h;
     return KB_OK;
 fail:
+    if (h->mhd)
+        MHD_stop_daemon(h->mhd);
     kb_kapi_destroy(h->kapi);
     kb_http_free(h);
     return err;
@@ -1273,10 +1606,23 @@ int kb_http_port(const kb_http_t *http) {
 void kb_http_stop(kb_http_t *http) {
     if (!http)
         return;
-    pthread_mutex_lock(&http->stop_mtx);
+    /* No new connection first: a client whose stream ends now and comes
+     * straight back is refused (and retries), as with a stopped server, not
+     * given a watch that ends at once (client-go takes a watch that ends
+     * within a second unanswered for a reason to list again). */
+    if (http->acceptor_started) {
+        eventfd_write(http->wake_fd, 1);
+        pthread_join(http->acceptor, NULL);
+    }
+    close(http->listen_fd);
+    http->listen_fd = -1;
+    /* Under park_mtx: from here no connection parks, and every parked one
+     * is resumed (to end); libmicrohttpd must stop with none suspended. */
+    pthread_mutex_lock(&http->park_mtx);
     atomic_store(&http->stopping, true);
-    pthread_cond_signal(&http->stop_cond);
-    pthread_mutex_unlock(&http->stop_mtx);
+    kb_http_fire_due(http, kb_http_now_ms());
+    pthread_cond_signal(&http->park_cond);
+    pthread_mutex_unlock(&http->park_mtx);
     if (http->watchdog_started)
         pthread_join(http->watchdog, NULL);
     kb_httpcred_stop(http->cred);

@@ -5,8 +5,9 @@
  *
  * kb_http_start() binds http.listen exactly ("host:port"; port 0 picks a free
  * port, logged as "http: listening on HOST:PORT") and serves from
- * libmicrohttpd's threads, one per connection, at most KB_HTTP_MAX_CONNECTIONS
- * at a time (a few more for addresses with none open: probes), over HTTPS
+ * a few libmicrohttpd threads shared by every connection (a connection that
+ * waits holds none), at most KB_HTTP_MAX_CONNECTIONS (plus
+ * kube_api.max_watches) at a time (a few more for addresses with none open: probes), over HTTPS
  * when http.tls_cert_file is set. With http.token_file set, every endpoint
  * except /healthz and /readyz needs "Authorization: Bearer <token>"; the
  * token of http.metrics_token_file (if set) reads /metrics only.
@@ -40,8 +41,8 @@ kb_err_t kb_http_token_check(const kb_config_t *cfg, char *errstr, size_t errstr
 /* The port bound (useful with port 0). */
 int kb_http_port(const kb_http_t *http);
 
-/* Stop accepting, end open streams (each notices within half a second),
- * join the connection threads and free. NULL is a no-op. */
+/* Stop accepting, end open streams (every parked one is resumed to end),
+ * join the server's threads and free. NULL is a no-op. */
 void kb_http_stop(kb_http_t *http);
 
 #endif

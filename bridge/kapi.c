@@ -41,26 +41,25 @@
  * A watch from unset/"0" sends ADDED for a cut and continues after the cut's
  * position in the ring (no gap, no repeat).
  *
- * Why a thread per watch still, and what it costs: libmicrohttpd runs a
- * thread per connection (bridge/http.c) and a watch's content reader blocks
- * on it; moving watches to one epoll writer would mean taking the socket
- * from libmicrohttpd (it offers that only for an HTTP upgrade) and writing
- * HTTP/1.1 chunking and TLS ourselves. What made threads expensive was not
- * their number but waking them: now a watch sleeps on its own condition
- * variable until a change is queued for it, its bookmark or deadline is due,
- * or the reaper wakes it (its client hung up, the server stops), so an idle
- * watch costs no CPU. Memory per watch (measured, ~65 KB): the thread's
- * stack, most of it the static TLS every thread gets (librdkafka alone has
- * 15.5 KB of it) — the stack pages below a live watch's frame hold next to
- * nothing, so giving them back gains nothing —, the connection's memory pool
- * (libmicrohttpd's 32 KB, partly touched), and a KB_KAPI_WATCH_BLOCK
- * response buffer (libmicrohttpd zeroes it: a 64 KB one was resident per
- * watch).
+ * Why no thread per watch: a node agent's watch is idle nearly all the
+ * time, and 5,000 of them each holding a thread cost ~65 KB apiece (the
+ * stack with its static TLS — librdkafka alone has 15.5 KB of it — and a
+ * per-thread malloc arena's share), a third of the API server's memory for
+ * the same watches. So a watch with nothing to write parks its connection
+ * (bridge/http_int.h: libmicrohttpd suspends it; no thread, no polling) and
+ * the history's notify (kb_history_watch_notify) resumes it when a change is
+ * queued for it; its next bookmark or deadline is the park's due time, and
+ * the reaper resumes it on a hang-up (its socket in the reaper's epoll set)
+ * or a stop. Resumed, the content reader takes everything queued at once,
+ * then parks again. An idle watch costs no CPU and ~27 KB, most of it
+ * libmicrohttpd's connection pool (its write buffer, which it zeroes); the
+ * response's own buffer is KB_KAPI_WATCH_BLOCK small (a chunked body never
+ * uses it). A request waiting for a resourceVersion (kb_kapi_wait_rv) is
+ * parked the same way, looked at again every KB_KAPI_RV_POLL_MS.
  *
- * Threads: every handler runs on its connection's thread under the bridge's
- * read lock, except while it waits for a resourceVersion (the lock is let go,
- * so no reload or stop waits for it); streams run later without it (see
- * kapi.h for locks).
+ * Threads: every handler runs on one of libmicrohttpd's few threads under
+ * the bridge's read lock, which a parked request does not hold (no reload or
+ * stop waits for it); streams run later without it (see kapi.h for locks).
  */
 #include "bridge/kapi.h"
 #include "bridge/kcrd.h"
@@ -87,16 +86,20 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define KB_KAPI_BLOCK 65536
 #define KB_KAPI_WAIT_MS 500
-#define KB_KAPI_IDLE_MS 30000  /* a quiet watch's longest sleep (hang-ups and stops wake it sooner) */
+#define KB_KAPI_IDLE_MS 300000 /* a quiet watch's longest park, a safety net only: a change, its bookmark, its
+                                * deadline, a hang-up and a stop each resume it (every resume walks the
+                                * suspended connections of its thread: 5,000 watches waking every 30 s
+                                * were a large part of kbridge's CPU in bench/watch_fanout.py) */
 #define KB_KAPI_PENDING 64     /* events a watch takes from its queue per write */
-#define KB_KAPI_WATCH_BLOCK 8192 /* libmicrohttpd's buffer of a watch (zeroed, so resident: per watch) */
+#define KB_KAPI_WATCH_BLOCK 1024 /* the response's own buffer (zeroed, so resident: per watch); only HTTP/1.0 writes
+                                 * through it, a chunked body goes straight into the connection's */
 #define KB_KAPI_RV_WAIT_MS 3000
+#define KB_KAPI_RV_POLL_MS 50
 #define KB_KAPI_CUTS 16
 #define KB_KAPI_CUT_TTL_MS (300 * 1000)
 #define KB_KAPI_COUNTERS 512
@@ -158,6 +161,7 @@ typedef struct kb_kapi_counter {
 
 struct kb_kapi {
     kb_bridge_t *b;
+    kb_http_t *http;            /* the server: parks watches and waiting requests (http_int.h) */
     const atomic_bool *stopping;
     kb_slots_t *slots;          /* the server's http.max_streams (bridge/slots.h) */
     int history_cap, bookmark_ms, max_watches;
@@ -188,12 +192,6 @@ struct kb_kapi {
     atomic_bool quit;
 };
 
-#ifndef PR_FUTEX_HASH /* Linux 6.16: a process's own futex hash (prctl(2)) */
-#define PR_FUTEX_HASH 78
-#define PR_FUTEX_HASH_SET_SLOTS 1
-#define PR_FUTEX_HASH_GET_SLOTS 2
-#endif
-#define KB_KAPI_FUTEX_SLOTS_MAX 16384 /* 1 MB of kernel memory at most */
 
 /* Core resources that are cluster-scoped (when discovery cannot be read). */
 static const char *const kb_kapi_cluster_scoped[] = {
@@ -703,6 +701,7 @@ typedef struct kb_kapi_query {
     kb_fieldsel_t *fsel;    /* NULL: none (or an empty one) */
     bool as_table;          /* Accept asked for a meta.k8s.io Table (bridge/ktable.h) */
     kb_ktable_t table;
+    kb_http_req_t *req;     /* the request being handled (its wait and park); only during the handler */
 } kb_kapi_query_t;
 
 static bool kb_kapi_bool(const char *v, bool *out) {
@@ -851,27 +850,34 @@ static void kb_kapi_cut(kb_informer_t *inf, const char *ns, const kb_kapi_query_
     all->n = keep;
 }
 
-/* Wait up to KB_KAPI_RV_WAIT_MS for the informer to reach rv. cur gets the
- * newest cut RV. The caller's hold on the bridge's read lock is let go while
- * it waits (a reload or a stop must never wait for a waiting request: anyone
- * with a token could send a dozen) and taken back before it returns; the
- * informer stays allocated meanwhile, and if a reload retired it the answer
- * is false, as if rv was never reached (the client asks again). */
-static bool kb_kapi_wait_rv(kb_kapi_t *k, kb_informer_t *inf, uint64_t rv, char *cur, size_t cur_size) {
-    int64_t deadline = kb_now_mono_ns() + KB_KAPI_RV_WAIT_MS * KB_NS_PER_MS;
+typedef enum {
+    KB_KAPI_RV_REACHED, /* the cache is at rv or past it */
+    KB_KAPI_RV_MISSED,  /* not within KB_KAPI_RV_WAIT_MS (or the server stops): 504 */
+    KB_KAPI_RV_PARKED   /* not yet: the request is parked; the caller returns MHD_YES and answers nothing */
+} kb_kapi_rv_t;
+
+/* Whether the informer has reached rv, waiting up to KB_KAPI_RV_WAIT_MS
+ * from the request's first call. cur gets the newest cut RV. Waiting does
+ * not hold a thread or the bridge's read lock (a reload or a stop must never
+ * wait for a waiting request: anyone with a token could send a dozen): the
+ * request is parked and looked at again every KB_KAPI_RV_POLL_MS, handled
+ * from the start each time — so an informer a reload retired meanwhile is
+ * resolved afresh (404, or the new one). */
+static kb_kapi_rv_t kb_kapi_wait_rv(kb_kapi_t *k, kb_http_req_t *req, kb_informer_t *inf, uint64_t rv, char *cur,
+                                    size_t cur_size) {
     kb_informer_cut(inf, NULL, NULL, cur, cur_size, NULL);
     if (kb_rv_parse(cur, strlen(cur)) >= rv)
-        return true;
-    kb_bridge_unlock(k->b);
-    bool reached = false;
-    while (!reached && kb_now_mono_ns() <= deadline && !atomic_load(k->stopping)) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        kb_informer_cut(inf, NULL, NULL, cur, cur_size, NULL);
-        reached = kb_rv_parse(cur, strlen(cur)) >= rv;
-    }
-    kb_bridge_rdlock(k->b);
-    return reached && kb_bridge_find_informer(k->b, kb_informer_conf(inf)->name) == inf;
+        return KB_KAPI_RV_REACHED;
+    int64_t now = kb_now_mono_ns() / KB_NS_PER_MS;
+    if (!req->wait_until_ms)
+        req->wait_until_ms = now + KB_KAPI_RV_WAIT_MS;
+    if (now >= req->wait_until_ms || atomic_load(k->stopping))
+        return KB_KAPI_RV_MISSED;
+    int64_t due = now + KB_KAPI_RV_POLL_MS < req->wait_until_ms ? now + KB_KAPI_RV_POLL_MS : req->wait_until_ms;
+    if (!kb_http_park(&req->park, due))
+        return KB_KAPI_RV_MISSED; /* the server stops */
+    req->parked = true;
+    return KB_KAPI_RV_PARKED;
 }
 
 static enum MHD_Result kb_kapi_too_large(struct MHD_Connection *c, const char *rv, const char *cur) {
@@ -930,6 +936,8 @@ struct kb_kapi_stream {
     bool registered;
     bool slot;              /* holds one of http.max_streams: a list, or a watch until its initial events are out */
     struct MHD_Connection *conn; /* a watch's connection (its idle timeout is lifted after the initial events) */
+    kb_http_park_t park;    /* a watch parks its connection while it has nothing to write (http_int.h) */
+    bool parked;            /* the fill parked: the reader returns 0 */
 };
 
 /* Copy up to max bytes of the pending events' lines ({"type":…,"object":<the
@@ -975,6 +983,10 @@ static ssize_t kb_kapi_stream_read(void *cls, uint64_t pos, char *buf, size_t ma
         kb_buf_reset(&s->out);
         s->out_off = 0;
         s->ended = !s->fill(s);
+        if (s->parked) { /* suspended until a change, its due time, a hang-up or a stop */
+            s->parked = false;
+            return 0;
+        }
     }
     size_t n = 0;
     if (s->out_off < s->out.len) {
@@ -1025,7 +1037,8 @@ static void kb_kapi_stream_free(void *cls) {
     kb_kapi_slot_give(s);
     if (s->registered)
         kb_kapi_unregister(s);
-    kb_history_unwatch(atomic_load(&s->w));
+    kb_history_unwatch(atomic_load(&s->w)); /* no notify runs after it */
+    kb_http_park_fini(&s->park);
     for (size_t i = s->pend_i; i < s->n_pend; i++)
         kb_event_unref(s->pend[i].ev);
     if (s->fd >= 0)
@@ -1325,7 +1338,10 @@ static enum MHD_Result kb_kapi_list_rv(kb_kapi_t *k, struct MHD_Connection *c, c
     bool exact = (q->rvm && !strcmp(q->rvm, "Exact")) || (!q->rvm && q->limit > 0);
     char cur[64];
     *answered = true;
-    if (!kb_kapi_wait_rv(k, r->inf, want, cur, sizeof(cur)))
+    kb_kapi_rv_t w = kb_kapi_wait_rv(k, q->req, r->inf, want, cur, sizeof(cur));
+    if (w == KB_KAPI_RV_PARKED)
+        return MHD_YES;
+    if (w == KB_KAPI_RV_MISSED)
         return kb_kapi_too_large(c, q->rv, cur);
     if (exact && kb_rv_parse(cur, strlen(cur)) != want)
         return kb_kapi_status(c, MHD_HTTP_GONE, "Expired", NULL,
@@ -1377,7 +1393,10 @@ static enum MHD_Result kb_kapi_get(kb_kapi_t *k, struct MHD_Connection *c, const
                                    const kb_kapi_path_t *p, kb_kapi_query_t *q) {
     char cur[64];
     uint64_t want = q->rv && strcmp(q->rv, "0") ? kb_rv_parse(q->rv, strlen(q->rv)) : 0;
-    if (want && !kb_kapi_wait_rv(k, r->inf, want, cur, sizeof(cur)))
+    kb_kapi_rv_t w = want ? kb_kapi_wait_rv(k, q->req, r->inf, want, cur, sizeof(cur)) : KB_KAPI_RV_REACHED;
+    if (w == KB_KAPI_RV_PARKED)
+        return MHD_YES;
+    if (w == KB_KAPI_RV_MISSED)
         return kb_kapi_too_large(c, q->rv, cur);
     char key[520];
     snprintf(key, sizeof(key), "%s%s%s", p->has_ns ? p->ns : "", p->has_ns ? "/" : "", p->name);
@@ -1512,15 +1531,24 @@ static bool kb_kapi_end(kb_kapi_stream_t *s, kb_kapi_end_t why) {
     return false;
 }
 
-/* Live changes: batch what is queued, sleep when nothing is. The watcher is
- * registered with the history at the first call (after the initial events),
- * from the position they end at. */
+/* The history's notify (under its sig_mtx): a change is queued for the
+ * watch, it lost changes, or the reaper woke it. */
+static void kb_kapi_notify(void *arg) {
+    kb_kapi_stream_t *s = arg;
+    kb_http_unpark(&s->park);
+}
+
+/* Live changes: batch what is queued, park the connection when nothing is
+ * (until the history's notify, the next bookmark or the deadline, at most
+ * KB_KAPI_IDLE_MS; the reaper unparks it on a hang-up or a stop). The watcher
+ * is registered with the history at the first call (after the initial
+ * events), from the position they end at. */
 static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
     kb_history_watcher_t *w = atomic_load(&s->w);
     if (!w) {
         kb_buf_fini(&s->out); /* the initial events' block: from here on, bookmarks only */
         kb_buf_init(&s->out);
-        w = kb_history_watch(s->hist->h, s->pos, &s->filter);
+        w = kb_history_watch_notify(s->hist->h, s->pos, &s->filter, kb_kapi_notify, s);
         pthread_mutex_lock(&s->k->reg_mtx);
         atomic_store(&s->w, w);
         struct epoll_event ee = {.events = EPOLLRDHUP, .data.ptr = s};
@@ -1547,7 +1575,7 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
             return true;
         kb_history_entry_t e = {0};
         kb_event_type_t type = KB_EV_MODIFIED;
-        int got = kb_history_watcher_next(w, buffered ? 0 : kb_kapi_idle_ms(s, now), &e, &type);
+        int got = kb_history_watcher_next(w, 0, &e, &type);
         if (got < 0) {
             if (!atomic_exchange(&s->slow, true))
                 atomic_fetch_add(&s->k->slow_closed, 1);
@@ -1566,11 +1594,15 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
         }
         if (buffered)
             return true;
-        now = kb_now_mono_ns() / KB_NS_PER_MS;
         if (s->q.bookmarks && now >= s->next_bookmark_ms && kb_history_watcher_rv(w, rv, sizeof(rv))) {
             kb_kapi_bookmark(s, rv, false);
             return true;
         }
+        if (kb_http_park(&s->park, now + kb_kapi_idle_ms(s, now))) {
+            s->parked = true;
+            return true;
+        }
+        /* unparked meanwhile (a change, a hang-up) or stopping: look again */
     }
 }
 
@@ -1661,8 +1693,9 @@ static bool kb_kapi_watch_start(kb_kapi_t *k, struct MHD_Connection *c, const kb
     if (from_cut) {
         uint64_t want = q->rv ? kb_rv_parse(q->rv, strlen(q->rv)) : 0;
         char cur[64];
-        if (want && !kb_kapi_wait_rv(k, r->inf, want, cur, sizeof(cur))) {
-            *ret = kb_kapi_too_large(c, q->rv, cur);
+        kb_kapi_rv_t w = want ? kb_kapi_wait_rv(k, q->req, r->inf, want, cur, sizeof(cur)) : KB_KAPI_RV_REACHED;
+        if (w != KB_KAPI_RV_REACHED) { /* parked: the watch is set up afresh when the request is resumed */
+            *ret = w == KB_KAPI_RV_PARKED ? MHD_YES : kb_kapi_too_large(c, q->rv, cur);
             return false;
         }
         if (!kb_kapi_slot_take(s)) {
@@ -1769,6 +1802,8 @@ static enum MHD_Result kb_kapi_watch(kb_kapi_t *k, struct MHD_Connection *c, con
      * idle timeout like a list's (the API server, too, ends a watch whose
      * client does not keep up). */
     s->conn = c;
+    kb_http_park_init(&s->park, k->http, c);
+    s->q.req = NULL; /* the request's, not the stream's */
     if (!s->slot)
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     pthread_mutex_lock(&k->reg_mtx);
@@ -1853,8 +1888,8 @@ static bool kb_kapi_is_discovery(const char *url) {
     return !s || !strchr(s + 1, '/');
 }
 
-static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, const char *url, const char *method,
-                                        const char **verb, char *label, size_t label_size) {
+static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, kb_http_req_t *req, const char *url,
+                                        const char *method, const char **verb, char *label, size_t label_size) {
     kb_kapi_path_t p;
     kb_kapi_res_t r;
     bool parsed = kb_kapi_parse(url, &p);
@@ -1879,6 +1914,7 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
     kb_kapi_query_t q;
     char err[512];
     unsigned bad = kb_kapi_query_parse(c, kb_kapi_kind(r.inf), &q, err, sizeof(err));
+    q.req = req;
     bool bad_include = false;
     q.as_table = kb_ktable_wanted(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT),
                                   kb_kapi_arg(c, "includeObject"), p.group, p.resource, &q.table, &bad_include);
@@ -1907,7 +1943,8 @@ static enum MHD_Result kb_kapi_resource(kb_kapi_t *k, struct MHD_Connection *c, 
     return ret;
 }
 
-enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, const char *url, const char *method) {
+enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, kb_http_req_t *req, const char *url,
+                               const char *method) {
     pthread_mutex_lock(&k->mtx);
     size_t rows = atomic_load(&k->n_disc);
     kb_kapi_disc_all(k, false); /* a reload may have added informers */
@@ -1929,8 +1966,9 @@ enum MHD_Result kb_kapi_handle(kb_kapi_t *k, struct MHD_Connection *c, const cha
     const char *verb = "other";
     char label[160] = "";
     kb_kapi_code = 0;
-    enum MHD_Result ret = kb_kapi_resource(k, c, url, method, &verb, label, sizeof(label));
-    kb_kapi_count(k, verb, label, kb_kapi_code);
+    enum MHD_Result ret = kb_kapi_resource(k, c, req, url, method, &verb, label, sizeof(label));
+    if (!req->parked) /* a parked request is counted once, when it is answered */
+        kb_kapi_count(k, verb, label, kb_kapi_code);
     return ret;
 }
 
@@ -1979,28 +2017,13 @@ void kb_kapi_metrics(kb_kapi_t *k, kb_buf_t *o) {
 
 /* ---- life ------------------------------------------------------------------- */
 
-/* Size the process's futex hash for max_watches waiting threads. Since Linux
- * 6.16 a process gets a private hash of 4 slots per thread but at most 4 per
- * online CPU: 16 slots on two cores, so with 5,000 watches asleep every
- * wake-up walked a chain of ~300 waiters under a spinlock (a third of
- * kbridge's CPU under churn; a signal to one of 5,000 waiting threads took
- * 26 us against 9 us with 16,384 slots). Older kernels refuse the call: the
- * global hash they use is sized by CPUs, and nothing changes. */
-static void kb_kapi_futex_hash(int max_watches) {
-    unsigned long want = 1024;
-    while (want < 2UL * (unsigned long)max_watches && want < KB_KAPI_FUTEX_SLOTS_MAX)
-        want *= 2;
-    int have = prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_GET_SLOTS, 0, 0, 0);
-    if (have > 0 && (unsigned long)have < want && prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, want, 0, 0) == 0)
-        KB_DEBUG("kapi", "futex hash: %d -> %lu slots for up to %d watches", have, want, max_watches);
-}
-
-kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *slots) {
+kb_kapi_t *kb_kapi_new(kb_bridge_t *b, kb_http_t *http, const atomic_bool *stopping, kb_slots_t *slots) {
     const kb_config_t *cfg = kb_bridge_config(b);
     if (!cfg->kapi_enabled)
         return NULL;
     kb_kapi_t *k = kb_calloc(1, sizeof(*k));
     k->b = b;
+    k->http = http;
     k->stopping = stopping;
     k->slots = slots;
     k->history_cap = cfg->kapi_history;
@@ -2032,7 +2055,6 @@ kb_kapi_t *kb_kapi_new(kb_bridge_t *b, const atomic_bool *stopping, kb_slots_t *
     if (k->api)
         kb_kapi_discoverer_start(k);
     k->epfd = epoll_create1(EPOLL_CLOEXEC); /* -1: hang-ups are noticed at a watch's next wake-up */
-    kb_kapi_futex_hash(k->max_watches);
     k->reaper_started = pthread_create(&k->reaper, NULL, kb_kapi_reaper, k) == 0;
     return k;
 }

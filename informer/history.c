@@ -101,7 +101,9 @@ struct kb_history_watcher {
     uint64_t term_hash;
     struct kb_history_watcher *prev, *next; /* in its bucket or h->all; under h->mtx */
     pthread_cond_t cond;         /* signalled when something is queued or on wake */
-    bool waiting, kicked, lost;  /* under h->mtx */
+    void (*notify)(void *arg);   /* instead of cond: called after mtx is let go (kb_history_watch_notify) */
+    void *notify_arg;
+    bool waiting, kicked, lost;  /* under h->mtx; with notify, waiting means "read to empty, not told since" */
     uint64_t gen;                /* the last dispatch that visited it (visits once per change) */
     kb_hq_item_t *q;             /* ring of q_cap; q_len from q_head; under h->mtx */
     size_t q_cap, q_head, q_len;
@@ -461,8 +463,12 @@ static void kb_history_unlock_wake(kb_history_t *h) {
     memcpy(ws, h->wake, n * sizeof(*ws));
     h->n_wake = 0;
     pthread_mutex_unlock(&h->mtx);
-    for (size_t i = 0; i < n; i++)
-        pthread_cond_signal(&ws[i]->cond);
+    for (size_t i = 0; i < n; i++) {
+        if (ws[i]->notify)
+            ws[i]->notify(ws[i]->notify_arg);
+        else
+            pthread_cond_signal(&ws[i]->cond);
+    }
     pthread_mutex_unlock(&h->sig_mtx);
     atomic_fetch_add(&h->wakeups, n);
     if (ws != few)
@@ -639,9 +645,16 @@ static void kb_history_unfile(kb_history_t *h, kb_history_watcher_t *w) {
 }
 
 kb_history_watcher_t *kb_history_watch(kb_history_t *h, uint64_t pos, const kb_history_filter_t *f) {
+    return kb_history_watch_notify(h, pos, f, NULL, NULL);
+}
+
+kb_history_watcher_t *kb_history_watch_notify(kb_history_t *h, uint64_t pos, const kb_history_filter_t *f,
+                                              void (*notify)(void *arg), void *arg) {
     kb_history_watcher_t *w = kb_calloc(1, sizeof(*w));
     w->h = h;
     w->f = *f;
+    w->notify = notify;
+    w->notify_arg = arg;
     kb_cond_init_mono(&w->cond);
     pthread_mutex_lock(&h->mtx);
     kb_history_file(h, w);
@@ -701,6 +714,8 @@ int kb_history_watcher_next(kb_history_watcher_t *w, int wait_ms, kb_history_ent
         out->now_ref = kb_hl_ref(s->now);
         *type = it.type;
         r = 1;
+    } else if (w->notify) {
+        w->waiting = true; /* read to empty: the next change queued for it calls notify */
     }
     pthread_mutex_unlock(&h->mtx);
     return r;

@@ -31,7 +31,9 @@
  * positions); readers on any thread. Locks: one mutex per history, a leaf
  * inside the informer's subscriber lock; each watcher waits on its own
  * condition variable under that mutex, and is signalled after the mutex is
- * let go, under a second one (sig_mtx, a leaf) that keeps it alive meanwhile.
+ * let go, under a second one (sig_mtx) that keeps it alive meanwhile — or,
+ * registered with kb_history_watch_notify, is told through its callback under
+ * sig_mtx (sig_mtx is then taken before whatever lock that callback takes).
  */
 #ifndef KB_INFORMER_HISTORY_H
 #define KB_INFORMER_HISTORY_H
@@ -115,6 +117,14 @@ typedef struct kb_history_watcher kb_history_watcher_t;
  * or _after_seq) that f lets through; the changes already in the ring from
  * pos are queued now. A pos already evicted makes a lost watcher. Thread: any. */
 kb_history_watcher_t *kb_history_watch(kb_history_t *h, uint64_t pos, const kb_history_filter_t *f);
+/* The same, for a reader that does not block in kb_history_watcher_next
+ * (wait_ms 0) but is told: once a call of it found nothing queued, the next
+ * change queued for w (or kb_history_watcher_wake, or w losing changes) calls
+ * notify(arg) once, after the history's mutex is let go, under sig_mtx (so
+ * notify must take no lock of the history; kb_history_unwatch waits for a
+ * running notify). A non-blocking server parks the connection meanwhile. */
+kb_history_watcher_t *kb_history_watch_notify(kb_history_t *h, uint64_t pos, const kb_history_filter_t *f,
+                                              void (*notify)(void *arg), void *arg);
 /* Unregister and free. NULL is a no-op. No other call on w may run. */
 void kb_history_unwatch(kb_history_watcher_t *w);
 

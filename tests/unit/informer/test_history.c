@@ -244,11 +244,49 @@ static void test_slow_watcher_alone(void **state) {
     teardown(&fx);
 }
 
+static void count_notify(void *arg) {
+    (*(int *)arg)++;
+}
+
+/* A watcher registered with a notify (a reader that parks its connection
+ * instead of blocking) is told once it has read to empty and a change is
+ * queued for it — once per emptying, however many follow —, never for a
+ * change on another node, and when it is woken (a hang-up, a stop). */
+static void test_notify_after_empty(void **state) {
+    (void)state;
+    fixture_t fx;
+    setup(&fx, 100);
+    kb_fieldsel_t *fsel = NULL;
+    char err[256], name[64];
+    assert_true(kb_fieldsel_parse(fx.kind, "spec.nodeName=node-a", &fsel, err, sizeof(err)));
+    kb_history_filter_t f = {.ns = "d", .fsel = fsel};
+    uint64_t pos = 0;
+    assert_int_equal(kb_history_after_rv(fx.h, 10, &pos), KB_HISTORY_OK);
+    int told = 0;
+    watcher_t wa = {.fsel = fsel, .f = f};
+    wa.w = kb_history_watch_notify(fx.h, pos, &wa.f, count_notify, &told);
+    assert_int_equal(next_type(&wa, name, sizeof(name)), 0); /* read to empty: armed */
+    watch_event(fx.inf, "MODIFIED", "b", "11", "db", "node-b");
+    assert_int_equal(told, 0);
+    watch_event(fx.inf, "MODIFIED", "a", "12", "web", "node-a");
+    assert_int_equal(told, 1);
+    watch_event(fx.inf, "MODIFIED", "a", "13", "web", "node-a");
+    assert_int_equal(told, 1);
+    assert_int_equal(next_type(&wa, name, sizeof(name)), KB_EV_MODIFIED);
+    assert_int_equal(next_type(&wa, name, sizeof(name)), KB_EV_MODIFIED);
+    assert_int_equal(next_type(&wa, name, sizeof(name)), 0);
+    kb_history_watcher_wake(wa.w);
+    assert_int_equal(told, 2);
+    watcher_close(&wa);
+    teardown(&fx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatch_by_node),
         cmocka_unit_test(test_register_from_past),
         cmocka_unit_test(test_slow_watcher_alone),
+        cmocka_unit_test(test_notify_after_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
