@@ -317,10 +317,39 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
     kb_inf_push_staged(inf, ev, ev->seq, refl, rv_after);
 }
 
+/* The inferred delete of a cache entry: its last known object, and as the
+ * envelope's RV the list's (gone_at, the RV of the list or audit that found
+ * it absent) where that is higher. Why: the object is absent at the list's
+ * RV, so it was deleted at or before it — and every state anyone delivered
+ * of it, another replica included (an HA takeover), is at or below it; with
+ * the object's last RV the consumer rule would skip the DELETED after a newer
+ * state someone else delivered. gone_at NULL keeps the last RV: a changed
+ * definition (the rule's "ADDED at the RV of the DELETED finalStateUnknown"
+ * takes the object in again), a name re-created (its new incarnation's ADDED
+ * follows, perhaps below the list's RV). */
+static kb_event_t *kb_inf_gone_event(kb_informer_t *inf, kb_event_t *cached, const char *gone_at) {
+    uint64_t at = gone_at ? kb_rv_parse(gone_at, strlen(gone_at)) : 0;
+    if (at <= cached->rv_num)
+        return kb_inf_retype_full(inf, cached, KB_EV_DELETED, true);
+    kb_event_t *full = kb_informer_full(inf, cached);
+    kb_event_init_t in = {.type = KB_EV_DELETED, .final_state_unknown = true, .res = full->res,
+                          .ns = full->ns, .ns_len = full->ns_len, .name = full->name, .name_len = full->name_len,
+                          .uid = full->uid, .uid_len = full->uid_len, .rv = gone_at, .rv_len = strlen(gone_at),
+                          .obj = full->obj, .obj_len = full->obj_len, .labels_off = full->labels_off,
+                          .labels_len = full->labels_len, .observed_ns = full->observed_ns,
+                          .read_mono_ns = full->read_mono_ns};
+    kb_event_t *ev = kb_event_new(&in);
+    ev->seq = full->seq;
+    ev->redelivery = full->redelivery;
+    kb_event_unref(full);
+    return ev;
+}
+
 /* Stage the inferred delete of a cache entry (finalStateUnknown, its last
- * known object), its grave at grave_max at most (0: its own RV). */
-static void kb_inf_stage_gone(kb_informer_t *inf, kb_event_t *cached, uint64_t grave_max) {
-    kb_inf_stage(inf, kb_inf_retype_full(inf, cached, KB_EV_DELETED, true), -1, "", grave_max);
+ * known object, at gone_at: kb_inf_gone_event), its grave at grave_max at
+ * most (0: at the DELETED's RV). */
+static void kb_inf_stage_gone(kb_informer_t *inf, kb_event_t *cached, uint64_t grave_max, const char *gone_at) {
+    kb_inf_stage(inf, kb_inf_gone_event(inf, cached, gone_at), -1, "", grave_max);
 }
 
 /* Stage a resume-point marker (a bookmark, a finished list). */
@@ -533,7 +562,7 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch (or the
          * watch deletes an incarnation we never saw): the one we had is gone. */
-        kb_inf_stage_gone(inf, old, 0);
+        kb_inf_stage_gone(inf, old, 0, NULL);
         kb_event_unref(old);
         old = NULL;
     }
@@ -563,7 +592,7 @@ static void kb_inf_delete_unseen(kb_reflector_t *r, uint64_t list_rv) {
         kb_event_t *ev = cached.ev[i];
         if (kb_strmap_get(r->seen, ev->key, ev->key_len, ev->key_hash))
             continue;
-        kb_inf_stage_gone(inf, ev, list_rv);
+        kb_inf_stage_gone(inf, ev, list_rv, r->def_stale ? NULL : r->list_rv);
         n++;
     }
     kb_event_list_fini(&cached);
@@ -596,7 +625,7 @@ static void kb_inf_delete_unscoped(kb_informer_t *inf, uint64_t list_rv) {
         kb_event_t *ev = cached.ev[i];
         if (kb_inf_in_scope(inf, ev->ns, ev->ns_len))
             continue;
-        kb_inf_stage_gone(inf, ev, list_rv);
+        kb_inf_stage_gone(inf, ev, list_rv, NULL);
         n++;
     }
     kb_event_list_fini(&cached);
@@ -657,7 +686,8 @@ kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, co
     return err;
 }
 
-kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done) {
+kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, const char *audit_rv,
+                              bool *done) {
     kb_informer_t *inf = r->inf;
     *done = false;
     if (!kb_refl_wait_room(r))
@@ -668,7 +698,7 @@ kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len
     kb_err_t err = KB_OK;
     if (old && old->rv_len == strlen(rv) && !memcmp(old->rv, rv, old->rv_len)) {
         kb_inf_batch_begin(inf);
-        kb_inf_stage_gone(inf, old, 0);
+        kb_inf_stage_gone(inf, old, 0, r->def_stale ? NULL : audit_rv);
         err = kb_inf_batch_end(inf);
         *done = err == KB_OK;
     }

@@ -199,13 +199,15 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len);
 
 /* For the drift audit (informer/audit.c). Thread: the audit's; locks: take ingest_mtx.
  * audit_ingest: an object read back by GET, through the watch's gate (no resume point moves).
- * audit_delete: key's cached entry, if still at rv, leaves as DELETED finalStateUnknown.
+ * audit_delete: key's cached entry, if still at rv, leaves as DELETED finalStateUnknown
+ *   at the audit list's RV (audit_rv; informer.c, kb_inf_gone_event).
  * staged, done: whether a change was delivered (false: the cache had moved on). */
 /* stale_grave: the grave of key (key_len bytes) the audit found contradicted by
  * its list — forgotten first if it is still there (0: none). */
 kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, const char *key, size_t key_len,
                               uint64_t stale_grave, bool *staged);
-kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done);
+kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, const char *audit_rv,
+                              bool *done);
 /* Whether this replica owns the object (sharding.*, kb_shard_owns): key_hash is
  * FNV-1a of its key, uid/ns its metadata. An object received that is not ours
  * while the server was asked to shard shows it ignored shardSelector: counted,

@@ -86,8 +86,10 @@
  * DELETED counted known by the object's last RV (486: a deleted object stays
  * live), owed keys not delivered again (469: a change the leader's watch lost
  * never arrives), a mark trusted above what the standby saw (164: a stale
- * state stays). Two gaps it found are let through, counted (sb_delete_below,
- * sb_never_known; docs/cluster.md section 9).
+ * state stays), a relist's DELETED at the object's last RV instead of the
+ * list's (899: the rule skips it below what the old leader delivered). One
+ * gap it found is let through, counted (sb_never_known; docs/cluster.md
+ * section 9).
  *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
@@ -946,8 +948,7 @@ typedef struct sim_standby {
     bool swapped;               /* the standby is in s's place for one of its steps */
     int took_life;              /* the lifetime the new leader began */
     unsigned skipped, restarts, forged, refused, owed_paid, lost;
-    unsigned deletes_below;     /* the known gaps: see sb_delete_below … */
-    unsigned ghosts;            /* … and sb_ghost */
+    unsigned ghosts;            /* the known gap: see sb_ghost */
     bool skipped_uid[4096];     /* uids whose DELETED the standby skipped */
 } sim_standby_t;
 
@@ -1191,26 +1192,6 @@ static bool sb_superseded(const sim_t *s, const msink_t *k, size_t i) {
         if (k->log.v[j].life >= s->sb->took_life && k->log.v[j].ns == m->ns && k->log.v[j].name == m->name &&
             k->log.v[j].uid != m->uid && k->log.v[j].rv > m->rv)
             return true;
-    return false;
-}
-
-/* Known gap (issue 24, open): the new leader learns by a relist that an
- * object is gone and sends a DELETED (finalStateUnknown) at the last RV *it*
- * saw — below the state the old leader delivered, so the rule skips it and
- * the consumer keeps the object. Only that exact case is let through (the new
- * leader sent a DELETED of the uid the consumer holds, lower than what it
- * holds), counted and printed; everything else still fails. */
-static bool sb_delete_below(sim_t *s, const msink_t *k, int ns, int name, bool stale_live, const cview_t *v) {
-    if (!stale_live || !s->sb || !s->sb->took)
-        return false;
-    for (size_t j = 0; j < k->log.n; j++) {
-        const cmsg_t *m = &k->log.v[j];
-        if (m->life >= s->sb->took_life && m->ns == ns && m->name == name && m->type == KB_EV_DELETED && m->fsu &&
-            m->uid == v->uid && m->rv < v->rv) {
-            s->sb->deletes_below++;
-            return true;
-        }
-    }
     return false;
 }
 
@@ -1591,7 +1572,7 @@ static void check_sink(sim_t *s, int si) {
             cview_t *v = &view[ns][n];
             bool live = v->seen && v->alive, want = o->alive && def_covers(s, ns);
             if ((want != live || (want && (v->uid != o->uid || v->rv != o->rv))) &&
-                !sb_delete_below(s, k, ns, n, live && !want, v) && !sb_ghost(s, k, v, live && !want))
+                !sb_ghost(s, k, v, live && !want))
                 fail("sink %d: %s/n%d is %s uid %u @%llu on the server%s but %s uid %u @%llu for the consumer", si,
                      ns_names[ns], n, o->alive ? "live" : "gone", o->uid, (unsigned long long)o->rv,
                      o->alive && !want ? " (outside the definition)" : "", live ? "live" : "gone", v->uid,
@@ -1865,11 +1846,10 @@ static bool run_history(uint64_t seed, unsigned steps) {
                  s->ops->informers_removed);
     if (s->sb)
         snprintf(opsline, sizeof(opsline), "; standby (%s): %u skipped, %u standby restarts, %u forged marks (%u "
-                 "refused at the takeover), %u owed messages paid, %u events lost by the leader's watch, %u deletes "
-                 "below the old leader's state and %u objects the new leader never knew (known gaps)",
+                 "refused at the takeover), %u owed messages paid, %u events lost by the leader's watch, "
+                 "%u objects the new leader never knew (known gap)",
                  s->sb->lossy ? "lossy leader" : "restarting", s->sb->skipped, s->sb->restarts, s->sb->forged,
-                 s->sb->refused, s->sb->owed_paid, s->sb->lost, s->sb->deletes_below,
-                 s->sb->ghosts);
+                 s->sb->refused, s->sb->owed_paid, s->sb->lost, s->sb->ghosts);
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
                "%u crashes, %u restarts, %u redefinitions, %u restores, %u messages%s)\n",
