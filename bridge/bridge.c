@@ -746,6 +746,8 @@ static kb_pipeline_t *kb_pipeline_new(kb_bridge_t *b, const kb_config_t *cfg, co
     kb_informer_t *inf = kb_informer_new(cfg, conf, b->api, errstr, errstr_size);
     if (!inf)
         return NULL;
+    if (b->ha) /* a standby's changes may be at a sink already (the leader's): informer.h */
+        kb_informer_ha_shared(inf, kb_ha_shared_rv(b->ha));
     kb_pipeline_t *p = kb_calloc(1, sizeof(*p));
     p->bridge = b;
     p->inf = inf;
@@ -1205,6 +1207,10 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
             goto fail;
     }
     kb_bsinks_link_dead_letters(b->sinks, cfg);
+    if (cfg->ha_enabled) /* before the pipelines: their informers read its role (kb_ha_shared_rv) */
+        b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
+                                                        .seen = kb_bridge_ha_seen,
+                                                        .redeliver = kb_bridge_ha_redeliver, .opaque = b});
     b->pipes = kb_calloc(cfg->n_informers ? cfg->n_informers : 1, sizeof(*b->pipes));
     for (size_t i = 0; i < cfg->n_informers; i++) {
         kb_pipeline_t *p = kb_pipeline_new(b, cfg, &cfg->informers[i], errstr, errstr_size);
@@ -1221,10 +1227,6 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         atomic_store(&p->eos, kb_router_eos(p->router, b->sinks));
         kb_eos_read_back(b, p);
     }
-    if (cfg->ha_enabled)
-        b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
-                                                        .seen = kb_bridge_ha_seen,
-                                                        .redeliver = kb_bridge_ha_redeliver, .opaque = b});
     return b;
 fail:
     kb_bridge_destroy(b);

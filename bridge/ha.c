@@ -31,9 +31,10 @@
  *   - a change whose RV is not above the published one: the leader has it
  *     acknowledged (or a newer state of the key) — acknowledged to nothing
  *     here (KB_HA_SKIP: the ledger moves, the journal is pruned as usual);
- *   - a DELETED made up by a relist carries the object's last RV, not the
- *     deletion's: it counts as known once the published RV reaches the
- *     newest resume point this replica had tracked when it saw it (the list's);
+ *   - a DELETED made up by a relist carries the list's RV (the object's
+ *     last RV under a changed definition): it counts as known once the
+ *     published RV reaches the newest resume point this replica had tracked
+ *     when it saw it (at least the list's);
  *   - anything else: the worker waits (for a newer publication, for
  *     leadership, or for shutdown). So the standby is never further behind
  *     than one renew period plus the leader's own acknowledgement lag, and
@@ -47,6 +48,12 @@
  * skips only up to the trusted part; a mark still above after a whole lease
  * period, or at all when taking over, is refused: a WARN naming the informer
  * and both RVs, kbridge_ha_marks_refused_total, and it is ignored.
+ * What a standby queues may be at a sink already — the leader delivers the
+ * same changes — so its informers queue it marked as a redelivery
+ * (kb_ha_shared_rv, informer.h's kb_informer_ha_shared): with "latest"
+ * compaction an ADDED never vanishes with its DELETED there; after a
+ * takeover, up to the RV of the Lease write that took it (every change the
+ * old leader delivered was made before that write, in the same etcd).
  * On takeover the waiting workers deliver from where they wait: every change
  * after the last published watermark. Repeats are what the leader
  * acknowledged after its last publication (up to renew_seconds of changes) —
@@ -134,6 +141,7 @@ struct kb_ha {
     kb_ha_pub_t pub[KB_HA_MAX_MARKS]; /* the leader's last published marks */
     size_t n_pub;
     uint64_t marks_refused;     /* published marks refused as above anything seen here */
+    _Atomic uint64_t shared_rv; /* kb_ha_shared_rv */
     char holder[128];
     uint64_t transitions;
 
@@ -195,6 +203,7 @@ kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, const kb_ha_hook
     ha->lease_s = cfg->ha_lease_seconds;
     ha->renew_s = cfg->ha_renew_seconds;
     ha->shard = cfg->sharding_index;
+    atomic_store(&ha->shared_rv, UINT64_MAX); /* a standby until the Lease is ours */
     snprintf(ha->identity, sizeof(ha->identity), "%s", cfg->ha_identity);
     kb_ha_expand_name(ha, cfg);
     kb_ha_namespace(ha, cfg);
@@ -430,6 +439,8 @@ static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
     if (!atomic_load(&ha->leader)) {
         kb_ha_vet(ha, true);
         kb_ha_prepare(ha);
+        uint64_t rv = kb_rv_parse(ha->seen_rv, strlen(ha->seen_rv)); /* our write's: kb_ha_write */
+        atomic_store(&ha->shared_rv, rv ? rv : UINT64_MAX);
     }
     atomic_store(&ha->deadline_ns, t0 + ha->lease_s * KB_NS_PER_SEC - KB_HA_MARGIN_NS);
     if (!atomic_exchange(&ha->leader, true)) {
@@ -445,6 +456,7 @@ static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
 
 static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
     if (atomic_exchange(&ha->leader, false)) {
+        atomic_store(&ha->shared_rv, UINT64_MAX);
         pthread_mutex_lock(&ha->mtx);
         ha->transitions++;
         pthread_mutex_unlock(&ha->mtx);
@@ -665,6 +677,10 @@ void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st) {
     pthread_mutex_unlock(&ha->mtx);
     snprintf(st->identity, sizeof(st->identity), "%s", ha->identity);
     snprintf(st->lease, sizeof(st->lease), "%s/%s", ha->ns, ha->name);
+}
+
+const _Atomic uint64_t *kb_ha_shared_rv(kb_ha_t *ha) {
+    return &ha->shared_rv;
 }
 
 int kb_ha_shard(const kb_ha_t *ha) {

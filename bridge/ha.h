@@ -100,6 +100,13 @@ typedef enum {
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
                           const _Atomic bool *abandon);
 
+/* Changes at or below this RV may have been delivered by the other replica:
+ * UINT64_MAX while this one stands by, the Lease's RV of its takeover once it
+ * leads (every change the old leader delivered was made before: one etcd
+ * holds both). Read by the informers at each change (kb_informer_ha_shared);
+ * valid for ha's life. Thread: any (atomic). */
+const _Atomic uint64_t *kb_ha_shared_rv(kb_ha_t *ha);
+
 /* This replica leads and its lease has not run out: it may hand messages to sinks. Thread: any (atomics). */
 bool kb_ha_leads(kb_ha_t *ha);
 

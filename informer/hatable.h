@@ -8,8 +8,10 @@
  * so that the simulation (tests/sim) steps it as the bridge does:
  *
  *   - which RV a change must be covered by to count as known to the leader
- *     (kb_hatable_need: a relist's DELETED carries the object's last RV, not
- *     the deletion's — it is known once the mark reaches the list's RV);
+ *     (kb_hatable_need: a DELETED inferred by a relist carries the list's RV,
+ *     by a changed definition the object's last RV, not the deletion's —
+ *     either is known once the mark reaches this replica's resume point when
+ *     it was staged, at least the list's RV);
  *   - how far a published mark is trusted (kb_hamark_trust): only up to what
  *     this replica has seen itself — a leader cannot have acknowledged a
  *     change that was never made, so a higher mark is either a moment ahead

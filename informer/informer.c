@@ -270,6 +270,22 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
     snprintf(o->rv_after, sizeof(o->rv_after), "%s", rv_after ? rv_after : "");
 }
 
+void kb_informer_ha_shared(kb_informer_t *inf, const _Atomic uint64_t *shared_rv) {
+    inf->ha_shared = shared_rv;
+}
+
+/* May another replica (the HA leader while we stand by, the old leader after
+ * a takeover) have delivered ev already? Then a consumer may hold its ADDED,
+ * and compaction must not let it vanish with its DELETED: with "latest" an
+ * ADDED still queued here that meets the DELETED a relist infers would
+ * otherwise be taken for never delivered (docs/cluster.md, section 9). */
+static bool kb_inf_shared(const kb_informer_t *inf, const kb_event_t *ev) {
+    if (!inf->ha_shared || ev->type == KB_EV_DELETED)
+        return false;
+    uint64_t upto = atomic_load(inf->ha_shared);
+    return upto && (ev->rv_num <= upto || !ev->rv_num);
+}
+
 /* Stage ev (consumes it): journal it and make it the cache's state of its key,
  * remembering the previous entry in case the batch cannot be committed.
  * refl/rv_after: the resume point this event completes (-1/"" if none);
@@ -278,6 +294,8 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
 static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const char *rv_after, uint64_t grave_max) {
     kb_inf_batch_txn(inf);
     ev->seq = kb_ledger_next_seq(inf->ledger);
+    if (kb_inf_shared(inf, ev))
+        ev->redelivery = true; /* not yet shared: see kb_informer_ha_shared */
     if (inf->state) { /* the journal's resume-point tag: nothing to build without one */
         kb_buf_t tag = KB_BUF_INIT;
         kb_ledger_tag(inf->ledger, refl, rv_after, &tag);

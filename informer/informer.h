@@ -135,6 +135,15 @@ void kb_informer_txn_cut(kb_informer_t *inf, kb_buf_t *json);
  * watch resumes at its RVs. KB_ERR_INVAL (errstr) if it does not parse or is
  * ahead of state_dir. Thread: main, before kb_informer_start. */
 kb_err_t kb_informer_apply_cut(kb_informer_t *inf, const char *json, size_t len, char *errstr, size_t errstr_size);
+/* HA: a change staged here at or below *shared_rv (read at each change; the
+ * replica's role sets it: UINT64_MAX while it stands by, the Lease's RV at
+ * its takeover once it leads) may have been delivered by another replica — a
+ * leader delivers what a standby holds. Such a change is queued marked as a
+ * redelivery, as the journal's tail after a restart is, so compaction never
+ * merges an ADDED a consumer may have away with its DELETED. shared_rv
+ * (borrowed, outlives inf; NULL: none) is set once, before kb_informer_start.
+ * Thread: main. */
+void kb_informer_ha_shared(kb_informer_t *inf, const _Atomic uint64_t *shared_rv);
 /* Queue the journal's unacknowledged tail again (kb_informer_start does it;
  * exposed for the deterministic simulation, which runs no threads). */
 void kb_informer_requeue_tail(kb_informer_t *inf);

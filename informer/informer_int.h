@@ -149,6 +149,8 @@ struct kb_informer {
     uint64_t prior_rv;             /* ingest_mtx: what a list of a scope with no resume point compares with
                                     * to notice a restore: state_dir's newest resume point at start
                                     * (kb_ledger_known_rv); 0 once a restore was noticed (a new epoch) */
+    const _Atomic uint64_t *ha_shared; /* set before start (NULL: no HA): changes at or below this RV may
+                                    * have been delivered by another replica (kb_informer_ha_shared) */
 
     /* The checkpointer: writes the ledger's watermark every 200 ms. */
     pthread_t ckpt_thread;

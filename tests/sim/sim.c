@@ -107,6 +107,7 @@
 #include "sinks/sink.h" /* kb_sink_refused: what the bridge counts as a destination's verdict */
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -949,6 +950,7 @@ typedef struct sim_standby {
     int took_life;              /* the lifetime the new leader began */
     unsigned skipped, restarts, forged, refused, owed_paid, lost;
     unsigned ghosts;            /* the known gap: see sb_ghost */
+    _Atomic uint64_t shared_rv; /* kb_informer_ha_shared: UINT64_MAX as a standby, the server's RV at the takeover */
     bool skipped_uid[4096];     /* uids whose DELETED the standby skipped */
 } sim_standby_t;
 
@@ -973,6 +975,7 @@ static void sb_open(sim_t *s) {
     sb->inf = sim_informer_new(s, sb->cfg);
     if (!sb->inf)
         return;
+    kb_informer_ha_shared(sb->inf, &sb->shared_rv);
     static const char *const names[MAX_SINKS] = {"s0", "s1"};
     for (int i = 0; i < s->n_sinks; i++)
         if (kb_ledger_add_sink(kb_informer_ledger(sb->inf), names[i]) != s->sinks[i].lidx)
@@ -993,6 +996,7 @@ static void sb_configure(sim_t *s, uint64_t seed) {
     sim_standby_t *sb = s->sb = calloc(1, sizeof(*sb));
     sb->r = r;
     sb->lossy = chance(&sb->r, 50);
+    atomic_store(&sb->shared_rv, UINT64_MAX);
     for (int i = 0; i < SB_SHARDS; i++)
         kb_deltas_init(&sb->wait[i]);
     char dir[sizeof(s->dir)], text[sizeof(s->cfgtext)];
@@ -1116,6 +1120,7 @@ static void sb_takeover(sim_t *s) {
     kb_config_free(s->cfg);
     s->cfg = NULL;
     sb_swap(s); /* s->inf: the new leader */
+    atomic_store(&sb->shared_rv, s->srv.rv); /* bridge/ha.c: the Lease's RV once it is ours */
     sb->took = true;
     sb->took_life = s->life;
     kb_ledger_t *l = kb_informer_ledger(s->inf);
@@ -1197,10 +1202,10 @@ static bool sb_superseded(const sim_t *s, const msink_t *k, size_t i) {
 
 /* Known gaps (issue 24, open): an object the old leader delivered whose
  * deletion the new leader never sends — it was created and deleted while the
- * standby's watch was broken (its relist no longer has it), or, with
- * compaction "latest", its ADDED still queued at the new leader merged with
- * the relist's DELETED (the new leader takes it for never delivered). The
- * consumer keeps it. Let through only when the standby skipped no DELETED of
+ * standby's watch was broken (its relist no longer has it). The consumer
+ * keeps it. (With compaction "latest", an ADDED still queued at the new
+ * leader no longer merges away with the relist's DELETED: what a standby
+ * queues is marked as possibly delivered, kb_informer_ha_shared.) Let through only when the standby skipped no DELETED of
  * that uid (that one is owed) and the new leader sent none; counted. */
 static bool sb_never_known(const sim_t *s, const msink_t *k, unsigned uid) {
     if (!s->sb || !s->sb->took || s->sb->skipped_uid[uid % 4096])
