@@ -1187,6 +1187,22 @@ static size_t kb_bridge_ha_seen(void *opaque, kb_ha_mark_t *out, size_t max) {
     return kb_bridge_ha_rvs(opaque, kb_ledger_tracked_rv, out, max);
 }
 
+/* Per informer, the newest window of RVs it only listed (kb_informer_blind). Thread: ha. */
+static size_t kb_bridge_ha_blind(void *opaque, kb_ha_window_t *out, size_t max) {
+    kb_bridge_t *b = opaque;
+    size_t n = 0;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->n_pipes && n < max; i++) {
+        kb_pipeline_t *p = b->pipes[i];
+        if (!kb_informer_blind(p->inf, &out[n].lo, &out[n].hi))
+            continue;
+        snprintf(out[n].informer, sizeof(out[n].informer), "%s", kb_informer_conf(p->inf)->name);
+        n++;
+    }
+    pthread_rwlock_unlock(&b->lock);
+    return n;
+}
+
 kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
     if (kb_bridge_validate(cfg, errstr, errstr_size) != KB_OK)
         return NULL;
@@ -1209,7 +1225,7 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
     kb_bsinks_link_dead_letters(b->sinks, cfg);
     if (cfg->ha_enabled) /* before the pipelines: their informers read its role (kb_ha_shared_rv) */
         b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
-                                                        .seen = kb_bridge_ha_seen,
+                                                        .seen = kb_bridge_ha_seen, .blind = kb_bridge_ha_blind,
                                                         .redeliver = kb_bridge_ha_redeliver, .opaque = b});
     b->pipes = kb_calloc(cfg->n_informers ? cfg->n_informers : 1, sizeof(*b->pipes));
     for (size_t i = 0; i < cfg->n_informers; i++) {

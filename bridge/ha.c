@@ -141,6 +141,7 @@ struct kb_ha {
     kb_ha_pub_t pub[KB_HA_MAX_MARKS]; /* the leader's last published marks */
     size_t n_pub;
     uint64_t marks_refused;     /* published marks refused as above anything seen here */
+    uint64_t blind_takeovers;   /* takeovers an informer's blind window reached above the trusted mark */
     _Atomic uint64_t shared_rv; /* kb_ha_shared_rv */
     char holder[128];
     uint64_t transitions;
@@ -433,12 +434,45 @@ static void kb_ha_prepare(kb_ha_t *ha) {
 
 static void kb_ha_pay(kb_ha_t *ha, int64_t t0);
 
+/* Taking over: an informer whose newest relist's blind window (changes it
+ * listed but did not watch, kb_informer_blind) reaches above the mark taken
+ * over may owe a DELETED nobody can send — an object created and deleted in
+ * that window that the old leader delivered but had not published as
+ * acknowledged: no server state remains, and this replica never knew it.
+ * Nothing here can close that; it is logged and counted, exactly when it can
+ * have happened (docs/cluster.md, section 9). */
+static void kb_ha_blind_check(kb_ha_t *ha) {
+    kb_ha_window_t w[KB_HA_MAX_MARKS];
+    uint64_t trusted[KB_HA_MAX_MARKS];
+    size_t n = ha->hooks.blind ? ha->hooks.blind(ha->hooks.opaque, w, KB_HA_MAX_MARKS) : 0;
+    bool any = false;
+    pthread_mutex_lock(&ha->mtx);
+    for (size_t i = 0; i < n; i++) {
+        kb_ha_pub_t *p = kb_ha_pub_find(ha, w[i].informer);
+        trusted[i] = p ? p->m.trusted : 0;
+        any = any || w[i].hi > trusted[i];
+    }
+    if (any)
+        ha->blind_takeovers++;
+    pthread_mutex_unlock(&ha->mtx);
+    for (size_t i = 0; i < n; i++)
+        if (w[i].hi > trusted[i])
+            KB_WARN("ha", "shard %d: informer=%s blind takeover: resourceVersions (%llu, %llu] were listed here, not "
+                    "watched, and reach above the watermark taken over (%llu): an object created and deleted in "
+                    "(%llu, %llu] that the old leader delivered gets no DELETED (no replica knows it); a consumer "
+                    "by key corrects it when the name is next used", ha->shard, w[i].informer,
+                    (unsigned long long)w[i].lo, (unsigned long long)w[i].hi, (unsigned long long)trusted[i],
+                    (unsigned long long)(w[i].lo > trusted[i] ? w[i].lo : trusted[i]), (unsigned long long)w[i].hi);
+}
+
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
  * marks taken over from the previous leader (NULL: renewed our own). */
 static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
     if (!atomic_load(&ha->leader)) {
         kb_ha_vet(ha, true);
         kb_ha_prepare(ha);
+        if (taken)
+            kb_ha_blind_check(ha);
         uint64_t rv = kb_rv_parse(ha->seen_rv, strlen(ha->seen_rv)); /* our write's: kb_ha_write */
         atomic_store(&ha->shared_rv, rv ? rv : UINT64_MAX);
     }
@@ -674,6 +708,7 @@ void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st) {
     snprintf(st->holder, sizeof(st->holder), "%s", ha->holder);
     st->transitions = ha->transitions;
     st->marks_refused = ha->marks_refused;
+    st->blind_takeovers = ha->blind_takeovers;
     pthread_mutex_unlock(&ha->mtx);
     snprintf(st->identity, sizeof(st->identity), "%s", ha->identity);
     snprintf(st->lease, sizeof(st->lease), "%s/%s", ha->ns, ha->name);

@@ -55,6 +55,13 @@ typedef struct kb_ha_mark {
  * the ha thread with no ha lock held. */
 typedef size_t (*kb_ha_marks_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
 
+/* An informer's newest window (lo, hi] of RVs this replica listed but did not
+ * watch (kb_informer_blind). */
+typedef struct kb_ha_window {
+    char informer[128];
+    uint64_t lo, hi;
+} kb_ha_window_t;
+
 /* This replica is about to lead (called before it delivers anything as the
  * leader): make the sinks ready — a transactional sink fences the previous
  * leader's producer — and give, per informer, the resourceVersion up to which
@@ -69,6 +76,8 @@ typedef struct kb_ha_hooks {
     kb_ha_marks_fn marks;     /* the leader's own watermarks, to publish */
     kb_ha_prepare_fn prepare; /* about to lead (NULL: nothing to prepare) */
     kb_ha_marks_fn seen;      /* per informer, the newest RV this replica has seen itself (kb_ledger_tracked_rv) */
+    /* per informer with one, its blind window (kb_ha_window_t); returns how many (NULL: none) */
+    size_t (*blind)(void *opaque, kb_ha_window_t *out, size_t max);
     /* Just took the lead: hand the sinks again, outside the ledger, the state
      * this replica holds for key — deleted (a reference, borrowed) when the
      * change skipped was its deletion, else NULL (the cached state). True if
@@ -117,6 +126,7 @@ typedef struct kb_ha_status {
     char lease[400];           /* "namespace/name" */
     uint64_t transitions;      /* this process's leadership changes */
     uint64_t marks_refused;    /* published watermarks refused: above anything this replica saw */
+    uint64_t blind_takeovers;  /* takeovers with an informer's blind window above the mark taken over */
 } kb_ha_status_t;
 void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st);
 int kb_ha_shard(const kb_ha_t *ha);

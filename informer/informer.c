@@ -859,6 +859,31 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
     return berr;
 }
 
+/* A list at now_rv of a scope that was watched up to prev (0: never): what
+ * changed in (prev, now_rv] was not watched here, only listed — an object
+ * created and deleted in it was never known (kb_informer_blind). */
+static void kb_inf_note_blind(kb_informer_t *inf, uint64_t prev, uint64_t now_rv) {
+    if (now_rv <= prev)
+        return;
+    if (prev >= inf->blind_hi) { /* after the last one: the newest */
+        inf->blind_lo = prev;
+        inf->blind_hi = now_rv;
+        return;
+    }
+    if (prev < inf->blind_lo) /* overlaps it (two scopes): both, as one window */
+        inf->blind_lo = prev;
+    if (now_rv > inf->blind_hi)
+        inf->blind_hi = now_rv;
+}
+
+bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
+    pthread_mutex_lock(&inf->ingest_mtx);
+    *lo = inf->blind_lo;
+    *hi = inf->blind_hi;
+    pthread_mutex_unlock(&inf->ingest_mtx);
+    return *hi > 0;
+}
+
 /* The list is complete (its RV in r->list_rv): stage the deletes of what it
  * did not contain (deleted while we did not watch) and the resume point at
  * the list's RV. Caller holds ingest_mtx in a batch. */
@@ -869,6 +894,7 @@ static void kb_inf_list_close(kb_reflector_t *r) {
      * A scope with no resume point (a changed definition lists first) compares
      * with where state_dir was when this process started. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
+    kb_inf_note_blind(inf, prev, now_rv);
     if (!prev)
         prev = inf->prior_rv;
     if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {
@@ -1410,6 +1436,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     }
     kb_inf_set_resume_points(inf);
     inf->prior_rv = kb_ledger_known_rv(inf->ledger);
+    inf->blind_hi = inf->prior_rv; /* what lists came before this start is not known: all of it */
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);
     KB_INFOF("informer",
