@@ -455,14 +455,19 @@ static void kb_ha_blind_check(kb_ha_t *ha) {
     if (any)
         ha->blind_takeovers++;
     pthread_mutex_unlock(&ha->mtx);
-    for (size_t i = 0; i < n; i++)
-        if (w[i].hi > trusted[i])
-            KB_WARN("ha", "shard %d: informer=%s blind takeover: resourceVersions (%llu, %llu] were listed here, not "
-                    "watched, and reach above the watermark taken over (%llu): an object created and deleted in "
-                    "(%llu, %llu] that the old leader delivered gets no DELETED (no replica knows it); a consumer "
-                    "by key corrects it when the name is next used", ha->shard, w[i].informer,
-                    (unsigned long long)w[i].lo, (unsigned long long)w[i].hi, (unsigned long long)trusted[i],
-                    (unsigned long long)(w[i].lo > trusted[i] ? w[i].lo : trusted[i]), (unsigned long long)w[i].hi);
+    for (size_t i = 0; i < n; i++) {
+        if (w[i].hi <= trusted[i])
+            continue;
+        char hi[32] = "the list under way";
+        if (w[i].hi != UINT64_MAX)
+            snprintf(hi, sizeof(hi), "%llu", (unsigned long long)w[i].hi);
+        KB_WARN("ha", "shard %d: informer=%s blind takeover: resourceVersions (%llu, %s] were listed here, not "
+                "watched, and reach above the watermark taken over (%llu): an object created and deleted in "
+                "(%llu, %s] that the old leader delivered gets no DELETED (no replica knows it; docs/cluster.md, "
+                "section 9)", ha->shard, w[i].informer, (unsigned long long)w[i].lo, hi,
+                (unsigned long long)trusted[i], (unsigned long long)(w[i].lo > trusted[i] ? w[i].lo : trusted[i]),
+                hi);
+    }
 }
 
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the

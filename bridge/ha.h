@@ -27,6 +27,12 @@
  * above that for a lease period, or at a takeover, is refused (logged,
  * counted in kb_ha_status_t.marks_refused, ignored).
  *
+ * What a standby queues may be at a sink already (the leader's): its
+ * informers mark it as a possible repeat (kb_ha_shared_rv). The one loss left
+ * — an object created and deleted while the new leader's watch was down, above
+ * the mark it takes over — is logged at the takeover and counted
+ * (kb_ha_status_t.blind_takeovers; docs/cluster.md, section 9).
+ *
  * Ownership: the bridge owns the kb_ha_t (kb_bridge_new creates it when
  * ha.enabled). The api client and the marks callback are borrowed and outlive it.
  * Threads: one "kb:ha" thread talks to the API server; kb_admit/kb_ha_status

@@ -750,6 +750,7 @@ void kb_inf__list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = r->listed || kb_inf_scope_cached(r) ? kb_strmap_new(1024) : NULL;
     r->list_open = true;
+    atomic_store(&r->unwatched, true);
     r->list_rv[0] = '\0';
     if (!r->listed) /* an unfinished first list starts over: its objects are counted again */
         atomic_fetch_sub(&r->inf->st_sync_objects, r->list_items);
@@ -880,6 +881,19 @@ bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
     pthread_mutex_lock(&inf->ingest_mtx);
     *lo = inf->blind_lo;
     *hi = inf->blind_hi;
+    for (size_t i = 0; i < inf->n_refl; i++) {
+        kb_reflector_t *r = &inf->refl[i];
+        if (!atomic_load(&r->unwatched))
+            continue;
+        char rv[KB_RV_MAX];
+        pthread_mutex_lock(&r->rv_mtx);
+        snprintf(rv, sizeof(rv), "%s", r->rv);
+        pthread_mutex_unlock(&r->rv_mtx);
+        uint64_t from = kb_rv_parse(rv, strlen(rv)); /* a list under way: not watched from there on */
+        if (*hi == 0 || from < *lo)
+            *lo = from;
+        *hi = UINT64_MAX;
+    }
     pthread_mutex_unlock(&inf->ingest_mtx);
     return *hi > 0;
 }
@@ -895,6 +909,7 @@ static void kb_inf_list_close(kb_reflector_t *r) {
      * with where state_dir was when this process started. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
     kb_inf_note_blind(inf, prev, now_rv);
+    atomic_store(&r->unwatched, false);
     if (!prev)
         prev = inf->prior_rv;
     if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {

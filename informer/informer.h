@@ -129,7 +129,8 @@ struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
 /* The newest window (lo, hi] of RVs this process did not watch, only listed
  * (a first list, or a relist after 410): an object created and deleted in it
  * was never known here. After a start from state_dir it is (0, the resume
- * point) — which lists came before cannot be told. An HA takeover whose
+ * point) — which lists came before cannot be told. While a list is due or
+ * under way, hi is UINT64_MAX (it is not watching). An HA takeover whose
  * trusted mark is below hi may owe a DELETED nobody can send (bridge/ha.c).
  * False: none. Thread: any; locks: ingest_mtx. */
 bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi);

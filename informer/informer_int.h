@@ -91,6 +91,8 @@ typedef struct kb_reflector {
     bool has_cls;          /* the last request failed with an answer from the server */
     int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
     _Atomic bool relist_asked; /* the audit found too much drift: relist at the next frame or watch */
+    _Atomic bool unwatched; /* a list is due or under way: what changes until it completes is not watched
+                             * here (kb_informer_blind); cleared when it completes */
     bool def_stale;        /* state_dir was written under another definition: list first, and until a
                             * list of this scope commits (set before start; then ingest_mtx) */
 } kb_reflector_t;
