@@ -864,23 +864,23 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
  * changed in (prev, now_rv] was not watched here, only listed — an object
  * created and deleted in it was never known (kb_informer_blind). */
 static void kb_inf_note_blind(kb_informer_t *inf, uint64_t prev, uint64_t now_rv) {
+    uint64_t lo = atomic_load(&inf->blind_lo), hi = atomic_load(&inf->blind_hi);
     if (now_rv <= prev)
         return;
-    if (prev >= inf->blind_hi) { /* after the last one: the newest */
-        inf->blind_lo = prev;
-        inf->blind_hi = now_rv;
-        return;
+    if (prev >= hi) { /* after the last one: the newest */
+        lo = prev;
+        hi = now_rv;
+    } else { /* overlaps it (two scopes): both, as one window */
+        lo = prev < lo ? prev : lo;
+        hi = now_rv > hi ? now_rv : hi;
     }
-    if (prev < inf->blind_lo) /* overlaps it (two scopes): both, as one window */
-        inf->blind_lo = prev;
-    if (now_rv > inf->blind_hi)
-        inf->blind_hi = now_rv;
+    atomic_store(&inf->blind_lo, lo); /* lo first: a reader may pair a newer lo with an older hi, never the reverse */
+    atomic_store(&inf->blind_hi, hi);
 }
 
 bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
-    pthread_mutex_lock(&inf->ingest_mtx);
-    *lo = inf->blind_lo;
-    *hi = inf->blind_hi;
+    *hi = atomic_load(&inf->blind_hi);
+    *lo = atomic_load(&inf->blind_lo);
     for (size_t i = 0; i < inf->n_refl; i++) {
         kb_reflector_t *r = &inf->refl[i];
         if (!atomic_load(&r->unwatched))
@@ -894,7 +894,6 @@ bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
             *lo = from;
         *hi = UINT64_MAX;
     }
-    pthread_mutex_unlock(&inf->ingest_mtx);
     return *hi > 0;
 }
 
@@ -1451,7 +1450,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     }
     kb_inf_set_resume_points(inf);
     inf->prior_rv = kb_ledger_known_rv(inf->ledger);
-    inf->blind_hi = inf->prior_rv; /* what lists came before this start is not known: all of it */
+    atomic_store(&inf->blind_hi, inf->prior_rv); /* which lists came before this start is not known: all of it */
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);
     KB_INFOF("informer",

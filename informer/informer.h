@@ -132,7 +132,8 @@ struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
  * point) — which lists came before cannot be told. While a list is due or
  * under way, hi is UINT64_MAX (it is not watching). An HA takeover whose
  * trusted mark is below hi may owe a DELETED nobody can send (bridge/ha.c).
- * False: none. Thread: any; locks: ingest_mtx. */
+ * False: none. Thread: any; locks: a reflector's rv_mtx (never the ingest
+ * lock, which a full queue's push holds). */
 bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi);
 
 /* The exactly-once cut for the transaction about to commit, as JSON appended

@@ -153,8 +153,11 @@ struct kb_informer {
                                     * (kb_ledger_known_rv); 0 once a restore was noticed (a new epoch) */
     const _Atomic uint64_t *ha_shared; /* set before start (NULL: no HA): changes at or below this RV may
                                     * have been delivered by another replica (kb_informer_ha_shared) */
-    uint64_t blind_lo, blind_hi;   /* ingest_mtx: the newest window (lo, hi] of RVs this process did not
-                                    * watch, only listed (kb_informer_blind); 0, 0: none */
+    /* The newest window (lo, hi] of RVs this process did not watch, only
+     * listed (kb_informer_blind); 0, 0: none. Written under ingest_mtx,
+     * read without it: the ingest lock may be held across a full queue's
+     * push, and an HA takeover (whose workers empty that queue) reads it. */
+    _Atomic uint64_t blind_lo, blind_hi;
 
     /* The checkpointer: writes the ledger's watermark every 200 ms. */
     pthread_t ckpt_thread;
