@@ -113,6 +113,7 @@
 
 #define KB_HA_MARGIN_NS (1 * KB_NS_PER_SEC)
 #define KB_HA_ANNOTATION "kbridge.io/watermarks"
+#define KB_HA_TOOK "kbridge.io/takeover" /* {"rv":"…","trusted":{"informer":"rv",…}}: kb_ha_took */
 #define KB_HA_MAX_BODY (1u << 20)
 
 /* One informer's published watermark as this replica holds it. */
@@ -142,6 +143,7 @@ struct kb_ha {
     size_t n_pub;
     uint64_t marks_refused;     /* published marks refused as above anything seen here */
     uint64_t blind_takeovers;   /* takeovers an informer's blind window reached above the trusted mark */
+    bool blind_counted;         /* this takeover is counted in blind_takeovers */
     _Atomic uint64_t shared_rv; /* kb_ha_shared_rv */
     char holder[128];
     uint64_t transitions;
@@ -150,6 +152,8 @@ struct kb_ha {
     char seen_rv[64];           /* the Lease's resourceVersion last seen … */
     int64_t seen_ns;            /* … and when first seen (monotonic) */
     char acquire[40];           /* acquireTime of our own leadership */
+    bool took_over;             /* leading since a takeover (this process's, or the one KB_HA_TOOK records) */
+    char took_json[4096];       /* the KB_HA_TOOK annotation this leader writes ("" none): a restart re-arms it */
 };
 
 typedef struct kb_lease {
@@ -157,6 +161,7 @@ typedef struct kb_lease {
     int duration;
     long transitions;
     char marks[4096];           /* the annotation's JSON, "" if none */
+    char took[4096];            /* the KB_HA_TOOK annotation, "" if none */
 } kb_lease_t;
 
 static void kb_ha_expand_name(kb_ha_t *ha, const kb_config_t *cfg) {
@@ -246,6 +251,8 @@ static bool kb_lease_parse(const char *body, kb_lease_t *l) {
     const char *acquire = json_string_value(json_object_get(spec, "acquireTime"));
     json_t *ann = json_object_get(json_object_get(o, "metadata"), "annotations");
     const char *marks = json_string_value(json_object_get(ann, KB_HA_ANNOTATION));
+    const char *took = json_string_value(json_object_get(ann, KB_HA_TOOK));
+    snprintf(l->took, sizeof(l->took), "%s", took ? took : "");
     snprintf(l->rv, sizeof(l->rv), "%s", rv ? rv : "");
     snprintf(l->holder, sizeof(l->holder), "%s", holder ? holder : "");
     snprintf(l->acquire, sizeof(l->acquire), "%s", acquire ? acquire : "");
@@ -278,6 +285,8 @@ static char *kb_ha_lease_json(kb_ha_t *ha, const char *rv, const char *holder, c
     kb_format_rfc3339_us(kb_now_real_ns(), now, sizeof(now));
     json_t *meta = json_pack("{s:s, s:s, s:{s:s}}", "name", ha->name, "namespace", ha->ns, "annotations",
                              KB_HA_ANNOTATION, marks ? marks : "{}");
+    if (ha->took_json[0])
+        json_object_set_new(json_object_get(meta, "annotations"), KB_HA_TOOK, json_string(ha->took_json));
     if (rv)
         json_object_set_new(meta, "resourceVersion", json_string(rv));
     json_t *spec = json_pack("{s:s, s:i, s:s, s:s, s:I}", "holderIdentity", holder, "leaseDurationSeconds",
@@ -434,53 +443,103 @@ static void kb_ha_prepare(kb_ha_t *ha) {
 
 static void kb_ha_pay(kb_ha_t *ha, int64_t t0);
 
-/* Taking over: an informer whose newest relist's blind window (changes it
- * listed but did not watch, kb_informer_blind) reaches above the mark taken
- * over may owe a DELETED nobody can send — an object created and deleted in
- * that window that the old leader delivered but had not published as
- * acknowledged: no server state remains, and this replica never knew it.
- * Nothing here can close that; it is logged and counted, exactly when it can
- * have happened (docs/cluster.md, section 9). */
+/* Taking over: each informer learns the mark it trusts from the old leader
+ * (kb_informer_ha_took), and from then on weighs every window of RVs it
+ * lists without watching — the newest before the takeover, each after it —
+ * against what the old leader may have delivered without publishing it. An
+ * object created and deleted in such a window that the old leader delivered
+ * gets no DELETED: no server state remains and no replica knew it. Nothing
+ * here can close that; the informer logs each such window as it completes,
+ * and the takeover is counted once (at the renew after it), exactly when it
+ * can have happened (docs/cluster.md, section 9). Thread: ha, no lock held
+ * while calling out. */
+static void kb_ha_took(kb_ha_t *ha, uint64_t took_rv, const kb_ha_mark_t *m, size_t n, bool now) {
+    json_t *trusted = json_object();
+    for (size_t i = 0; i < n; i++) {
+        char rv[24];
+        snprintf(rv, sizeof(rv), "%llu", (unsigned long long)m[i].rv);
+        json_object_set_new(trusted, m[i].informer, json_string(rv));
+    }
+    char rv[24];
+    snprintf(rv, sizeof(rv), "%llu", (unsigned long long)took_rv);
+    json_t *o = json_pack("{s:s, s:o}", "rv", rv, "trusted", trusted);
+    char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    snprintf(ha->took_json, sizeof(ha->took_json), "%s", text && strlen(text) < sizeof(ha->took_json) ? text : "");
+    free(text);
+    pthread_mutex_lock(&ha->mtx);
+    ha->took_over = true;
+    ha->blind_counted = false;
+    pthread_mutex_unlock(&ha->mtx);
+    if (ha->hooks.took)
+        ha->hooks.took(ha->hooks.opaque, m, n, took_rv, now);
+}
+
+/* Taking over now: the marks as trusted, at our write's RV. */
+static void kb_ha_take(kb_ha_t *ha, uint64_t took_rv) {
+    kb_ha_mark_t m[KB_HA_MAX_MARKS];
+    size_t n = 0;
+    pthread_mutex_lock(&ha->mtx);
+    for (size_t i = 0; i < ha->n_pub && n < KB_HA_MAX_MARKS; i++, n++) {
+        snprintf(m[n].informer, sizeof(m[n].informer), "%s", ha->pub[i].informer);
+        m[n].rv = ha->pub[i].m.trusted;
+    }
+    pthread_mutex_unlock(&ha->mtx);
+    kb_ha_took(ha, took_rv, m, n, true);
+}
+
+/* Leading again after a restart: the takeover the Lease records (KB_HA_TOOK,
+ * written by our previous process) is re-armed, so what this process lists
+ * unwatched is weighed against it too. */
+static void kb_ha_rearm(kb_ha_t *ha, const char *took) {
+    json_t *o = json_loads(took, 0, NULL);
+    const char *rv = json_string_value(json_object_get(o, "rv"));
+    json_t *trusted = json_object_get(o, "trusted");
+    kb_ha_mark_t m[KB_HA_MAX_MARKS];
+    size_t n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(trusted, key, v) {
+        if (n == KB_HA_MAX_MARKS || !json_string_value(v))
+            break;
+        snprintf(m[n].informer, sizeof(m[n].informer), "%s", key);
+        m[n].rv = kb_rv_parse(json_string_value(v), strlen(json_string_value(v)));
+        n++;
+    }
+    uint64_t took_rv = rv ? kb_rv_parse(rv, strlen(rv)) : 0;
+    json_decref(o);
+    if (took_rv)
+        kb_ha_took(ha, took_rv, m, n, false);
+}
+
+/* Counts the takeover once an informer reports a blind window (it logs each
+ * one itself, as it completes: kb_informer_ha_took). Thread: ha. */
 static void kb_ha_blind_check(kb_ha_t *ha) {
     kb_ha_window_t w[KB_HA_MAX_MARKS];
-    uint64_t trusted[KB_HA_MAX_MARKS];
     size_t n = ha->hooks.blind ? ha->hooks.blind(ha->hooks.opaque, w, KB_HA_MAX_MARKS) : 0;
-    bool any = false;
     pthread_mutex_lock(&ha->mtx);
-    for (size_t i = 0; i < n; i++) {
-        kb_ha_pub_t *p = kb_ha_pub_find(ha, w[i].informer);
-        trusted[i] = p ? p->m.trusted : 0;
-        any = any || w[i].hi > trusted[i];
-    }
-    if (any)
+    if (n && !ha->blind_counted)
         ha->blind_takeovers++;
+    ha->blind_counted = ha->blind_counted || n;
     pthread_mutex_unlock(&ha->mtx);
-    for (size_t i = 0; i < n; i++) {
-        if (w[i].hi <= trusted[i])
-            continue;
-        char hi[32] = "the list under way";
-        if (w[i].hi != UINT64_MAX)
-            snprintf(hi, sizeof(hi), "%llu", (unsigned long long)w[i].hi);
-        KB_WARN("ha", "shard %d: informer=%s blind takeover: resourceVersions (%llu, %s] were listed here, not "
-                "watched, and reach above the watermark taken over (%llu): an object created and deleted in "
-                "(%llu, %s] that the old leader delivered gets no DELETED (no replica knows it; docs/cluster.md, "
-                "section 9)", ha->shard, w[i].informer, (unsigned long long)w[i].lo, hi,
-                (unsigned long long)trusted[i], (unsigned long long)(w[i].lo > trusted[i] ? w[i].lo : trusted[i]),
-                hi);
-    }
 }
 
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
- * marks taken over from the previous leader (NULL: renewed our own). */
-static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
+ * marks taken over from the previous leader (NULL: renewed our own); rearm:
+ * the takeover our own Lease records, as read before the write (NULL: none). */
+static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken, const char *rearm) {
     if (!atomic_load(&ha->leader)) {
         kb_ha_vet(ha, true);
         kb_ha_prepare(ha);
-        if (taken)
-            kb_ha_blind_check(ha);
         uint64_t rv = kb_rv_parse(ha->seen_rv, strlen(ha->seen_rv)); /* our write's: kb_ha_write */
         atomic_store(&ha->shared_rv, rv ? rv : UINT64_MAX);
+        if (taken)
+            kb_ha_take(ha, rv ? rv : UINT64_MAX);
+        else if (rearm && rearm[0])
+            kb_ha_rearm(ha, rearm);
     }
+    if (ha->took_over)
+        kb_ha_blind_check(ha);
     atomic_store(&ha->deadline_ns, t0 + ha->lease_s * KB_NS_PER_SEC - KB_HA_MARGIN_NS);
     if (!atomic_exchange(&ha->leader, true)) {
         pthread_mutex_lock(&ha->mtx);
@@ -496,6 +555,8 @@ static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
 static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
     if (atomic_exchange(&ha->leader, false)) {
         atomic_store(&ha->shared_rv, UINT64_MAX);
+        ha->took_over = false;
+        ha->took_json[0] = '\0';
         pthread_mutex_lock(&ha->mtx);
         ha->transitions++;
         pthread_mutex_unlock(&ha->mtx);
@@ -515,18 +576,21 @@ static int64_t kb_ha_round(kb_ha_t *ha) {
         ha->acquire[0] = '\0';
         char *marks = kb_ha_marks_json(ha);
         if (kb_ha_write(ha, NULL, ha->identity, 0, ha->lease_s, marks))
-            kb_ha_lead(ha, t0, NULL);
+            kb_ha_lead(ha, t0, NULL, NULL);
         free(marks);
         return next;
     }
     if (st != 200)
         return t0 + KB_NS_PER_SEC; /* the deadline fences us meanwhile */
     if (!strcmp(l.holder, ha->identity)) {
+        bool rearm = !atomic_load(&ha->leader) && l.took[0] && !ha->took_json[0];
         if (!atomic_load(&ha->leader))
             snprintf(ha->acquire, sizeof(ha->acquire), "%s", l.acquire);
+        if (rearm) /* our previous process took over: keep the record (kb_ha_rearm) */
+            snprintf(ha->took_json, sizeof(ha->took_json), "%s", l.took);
         char *marks = kb_ha_marks_json(ha);
         if (kb_ha_write(ha, l.rv, ha->identity, l.transitions, ha->lease_s, marks))
-            kb_ha_lead(ha, t0, NULL);
+            kb_ha_lead(ha, t0, NULL, rearm ? l.took : NULL);
         free(marks);
         return next;
     }
@@ -542,7 +606,7 @@ static int64_t kb_ha_round(kb_ha_t *ha) {
      * old leader's published watermarks until ours replace them. */
     ha->acquire[0] = '\0';
     if (kb_ha_write(ha, l.rv, ha->identity, l.transitions + 1, ha->lease_s, l.marks[0] ? l.marks : "{}"))
-        kb_ha_lead(ha, t0, l.marks);
+        kb_ha_lead(ha, t0, l.marks, NULL);
     return t0 + 200 * KB_NS_PER_MS; /* publish our own marks soon */
 }
 

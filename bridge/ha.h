@@ -61,11 +61,12 @@ typedef struct kb_ha_mark {
  * the ha thread with no ha lock held. */
 typedef size_t (*kb_ha_marks_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
 
-/* An informer's newest window (lo, hi] of RVs this replica listed but did not
- * watch (kb_informer_blind). */
+/* Since this replica took over: an informer's windows of RVs it listed but did
+ * not watch that reach into what the old leader may have delivered unpublished
+ * (kb_informer_blind): how many, and their hull (lo, hi]. */
 typedef struct kb_ha_window {
     char informer[128];
-    uint64_t lo, hi;
+    uint64_t n, lo, hi;
 } kb_ha_window_t;
 
 /* This replica is about to lead (called before it delivers anything as the
@@ -82,7 +83,10 @@ typedef struct kb_ha_hooks {
     kb_ha_marks_fn marks;     /* the leader's own watermarks, to publish */
     kb_ha_prepare_fn prepare; /* about to lead (NULL: nothing to prepare) */
     kb_ha_marks_fn seen;      /* per informer, the newest RV this replica has seen itself (kb_ledger_tracked_rv) */
-    /* per informer with one, its blind window (kb_ha_window_t); returns how many (NULL: none) */
+    /* took over at took_rv: per informer, the old leader's mark as trusted (kb_informer_ha_took; now
+     * false: re-armed after a restart, from the Lease; NULL: none) */
+    void (*took)(void *opaque, const kb_ha_mark_t *trusted, size_t n, uint64_t took_rv, bool now);
+    /* per informer, its blind windows since the takeover (kb_ha_window_t); returns how many (NULL: none) */
     size_t (*blind)(void *opaque, kb_ha_window_t *out, size_t max);
     /* Just took the lead: hand the sinks again, outside the ledger, the state
      * this replica holds for key — deleted (a reference, borrowed) when the

@@ -70,6 +70,14 @@ void kb_hamark_commit(kb_hamark_t *m, uint64_t rv);
 /* Is a change that needs `need` skipped? leads: this replica delivers. */
 bool kb_hamark_skips(kb_hamark_t *m, uint64_t need, uint64_t seen, bool leads);
 
+/* A window (lo, hi] a new leader listed without watching, against the mark it
+ * trusted at the takeover and the takeover's RV (shared: every change the old
+ * leader delivered is at or below it): true when an object the old leader
+ * delivered (created at or below shared) can have been deleted in it above
+ * trusted (not published as acknowledged) — no replica knows it, and its
+ * DELETED is never sent. *from: the window's part above trusted. */
+bool kb_hatable_blind(uint64_t lo, uint64_t hi, uint64_t trusted, uint64_t shared, uint64_t *from);
+
 /* ---- what a new leader owes ------------------------------------------------- */
 
 #define KB_OWED_MAX (1u << 21) /* keys owed per informer; past it a skip is not remembered (and counted) */

@@ -47,6 +47,7 @@
 #include "common/time.h"
 #include "informer/decode.h"
 #include "informer/definition.h"
+#include "informer/hatable.h"
 #include "informer/ingest.h"
 #include "informer/ledger.h"
 #include "informer/state.h"
@@ -750,7 +751,6 @@ void kb_inf__list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = r->listed || kb_inf_scope_cached(r) ? kb_strmap_new(1024) : NULL;
     r->list_open = true;
-    atomic_store(&r->unwatched, true);
     r->list_rv[0] = '\0';
     if (!r->listed) /* an unfinished first list starts over: its objects are counted again */
         atomic_fetch_sub(&r->inf->st_sync_objects, r->list_items);
@@ -860,9 +860,31 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
     return berr;
 }
 
+/* A window (lo, hi] listed, not watched, after an HA takeover: if an object
+ * the old leader delivered can have been created and deleted in it unseen
+ * (kb_hatable_blind), it joins what kb_informer_blind reports. */
+static void kb_inf_expose(kb_informer_t *inf, uint64_t lo, uint64_t hi) {
+    uint64_t from;
+    if (!atomic_load(&inf->ha_took) ||
+        !kb_hatable_blind(lo, hi, atomic_load(&inf->ha_trusted), atomic_load(&inf->ha_took_rv), &from))
+        return;
+    uint64_t n = atomic_load(&inf->exposed_n), elo = atomic_load(&inf->exposed_lo);
+    atomic_store(&inf->exposed_lo, n == 0 || from < elo ? from : elo);
+    if (hi > atomic_load(&inf->exposed_hi))
+        atomic_store(&inf->exposed_hi, hi);
+    atomic_fetch_add(&inf->exposed_n, 1);
+    KB_WARN("informer", "informer=%s blind takeover: resourceVersions (%llu, %llu] were listed here, not watched, "
+            "above the watermark taken over (%llu): an object created and deleted there that the old leader "
+            "delivered gets no DELETED (no replica knows it; docs/cluster.md, section 9)", inf->conf->name,
+            (unsigned long long)from, (unsigned long long)hi, (unsigned long long)atomic_load(&inf->ha_trusted));
+}
+
 /* A list at now_rv of a scope that was watched up to prev (0: never): what
  * changed in (prev, now_rv] was not watched here, only listed — an object
- * created and deleted in it was never known (kb_informer_blind). */
+ * created and deleted in it was never known. The newest such window is kept
+ * (a takeover compares it with the mark it takes over), and after a takeover
+ * each one is weighed as it completes (kb_inf_expose). Caller holds
+ * ingest_mtx. */
 static void kb_inf_note_blind(kb_informer_t *inf, uint64_t prev, uint64_t now_rv) {
     uint64_t lo = atomic_load(&inf->blind_lo), hi = atomic_load(&inf->blind_hi);
     if (now_rv <= prev)
@@ -874,27 +896,27 @@ static void kb_inf_note_blind(kb_informer_t *inf, uint64_t prev, uint64_t now_rv
         lo = prev < lo ? prev : lo;
         hi = now_rv > hi ? now_rv : hi;
     }
-    atomic_store(&inf->blind_lo, lo); /* lo first: a reader may pair a newer lo with an older hi, never the reverse */
+    atomic_store(&inf->blind_lo, lo);
     atomic_store(&inf->blind_hi, hi);
+    kb_inf_expose(inf, prev, now_rv);
 }
 
-bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
-    *hi = atomic_load(&inf->blind_hi);
-    *lo = atomic_load(&inf->blind_lo);
-    for (size_t i = 0; i < inf->n_refl; i++) {
-        kb_reflector_t *r = &inf->refl[i];
-        if (!atomic_load(&r->unwatched))
-            continue;
-        char rv[KB_RV_MAX];
-        pthread_mutex_lock(&r->rv_mtx);
-        snprintf(rv, sizeof(rv), "%s", r->rv);
-        pthread_mutex_unlock(&r->rv_mtx);
-        uint64_t from = kb_rv_parse(rv, strlen(rv)); /* a list under way: not watched from there on */
-        if (*hi == 0 || from < *lo)
-            *lo = from;
-        *hi = UINT64_MAX;
-    }
-    return *hi > 0;
+void kb_informer_ha_took(kb_informer_t *inf, uint64_t trusted, uint64_t took_rv, bool now) {
+    atomic_store(&inf->ha_trusted, trusted);
+    atomic_store(&inf->ha_took_rv, took_rv);
+    atomic_store(&inf->exposed_n, 0);
+    atomic_store(&inf->exposed_lo, 0);
+    atomic_store(&inf->exposed_hi, 0);
+    atomic_store(&inf->ha_took, true);
+    if (now)
+        kb_inf_expose(inf, atomic_load(&inf->blind_lo), atomic_load(&inf->blind_hi));
+}
+
+uint64_t kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
+    uint64_t n = atomic_load(&inf->exposed_n);
+    *lo = atomic_load(&inf->exposed_lo);
+    *hi = atomic_load(&inf->exposed_hi);
+    return n;
 }
 
 /* The list is complete (its RV in r->list_rv): stage the deletes of what it
@@ -908,7 +930,6 @@ static void kb_inf_list_close(kb_reflector_t *r) {
      * with where state_dir was when this process started. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
     kb_inf_note_blind(inf, prev, now_rv);
-    atomic_store(&r->unwatched, false);
     if (!prev)
         prev = inf->prior_rv;
     if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {

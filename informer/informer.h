@@ -126,15 +126,21 @@ void kb_informer_done(kb_informer_t *inf, uint64_t seq);
 /* The informer's ledger (informer/ledger.h): sinks acknowledge into it.
  * Valid for the informer's life. Thread: any. */
 struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
-/* The newest window (lo, hi] of RVs this process did not watch, only listed
- * (a first list, or a relist after 410): an object created and deleted in it
- * was never known here. After a start from state_dir it is (0, the resume
- * point) — which lists came before cannot be told. While a list is due or
- * under way, hi is UINT64_MAX (it is not watching). An HA takeover whose
- * trusted mark is below hi may owe a DELETED nobody can send (bridge/ha.c).
- * False: none. Thread: any; locks: a reflector's rv_mtx (never the ingest
- * lock, which a full queue's push holds). */
-bool kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi);
+/* HA: this replica took over at took_rv (the RV of its Lease write), trusting
+ * the old leader's mark up to trusted. From now on every window of RVs it
+ * lists without watching (a first list (0, its RV]; a relist after 410, from
+ * where the watch was) that reaches into what the old leader may have
+ * delivered without publishing it — above trusted, an object created at or
+ * below took_rv — is logged (WARN) and counted: such an object's DELETED is
+ * never sent (kb_hatable_blind). now: also weigh the newest window listed
+ * before (at the takeover itself; for what came before this process started
+ * from state_dir, (0, its resume point]); false when a restarted leader
+ * re-arms it (its last process weighed those). Thread: the HA thread. */
+void kb_informer_ha_took(kb_informer_t *inf, uint64_t trusted, uint64_t took_rv, bool now);
+/* Since kb_informer_ha_took: how many such windows, and their hull (*lo, *hi]
+ * (from above the trusted mark). Thread: any; no lock (the ingest lock may be
+ * held across a full queue's push). */
+uint64_t kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi);
 
 /* The exactly-once cut for the transaction about to commit, as JSON appended
  * to json (kb_ledger_txn_cut). Thread: any. Locks: the ledger's. */

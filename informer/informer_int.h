@@ -91,8 +91,6 @@ typedef struct kb_reflector {
     bool has_cls;          /* the last request failed with an answer from the server */
     int ra_in_row;         /* Retry-After waits honoured since the server last answered in full */
     _Atomic bool relist_asked; /* the audit found too much drift: relist at the next frame or watch */
-    _Atomic bool unwatched; /* a list is due or under way: what changes until it completes is not watched
-                             * here (kb_informer_blind); cleared when it completes */
     bool def_stale;        /* state_dir was written under another definition: list first, and until a
                             * list of this scope commits (set before start; then ingest_mtx) */
 } kb_reflector_t;
@@ -158,6 +156,12 @@ struct kb_informer {
      * read without it: the ingest lock may be held across a full queue's
      * push, and an HA takeover (whose workers empty that queue) reads it. */
     _Atomic uint64_t blind_lo, blind_hi;
+    /* After an HA takeover (kb_informer_ha_took): the mark trusted then, and
+     * the windows noted since that reach into what the old leader may have
+     * delivered without publishing it (kb_hatable_blind): their hull and
+     * how many. Written under ingest_mtx or by the HA thread; read anywhere. */
+    _Atomic bool ha_took;
+    _Atomic uint64_t ha_trusted, ha_took_rv, exposed_lo, exposed_hi, exposed_n;
 
     /* The checkpointer: writes the ledger's watermark every 200 ms. */
     pthread_t ckpt_thread;

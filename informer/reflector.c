@@ -399,8 +399,6 @@ void *kb_inf__reflector_main(void *arg) {
     while (!atomic_load(&inf->stop)) {
         int retry_after = -1;
         long status = 0;
-        if (need_list) /* until the list completes (kb_inf_list_close) nothing is watched */
-            atomic_store(&r->unwatched, true);
         if (need_list)
             atomic_store(&r->relist_asked, false); /* this list is the one the audit asks for */
         bool streamed = need_list && !page_once && !r->paged_only && inf->conf->list_mode != KB_LIST_PAGED;

@@ -55,7 +55,7 @@ def test():
     sim_put_cms(sim, range(5, 8), "after-takeover")
     sim_check_converged(sim, [a, b, c])
     log = c.logtext()
-    check("informer=cms blind takeover: resourceVersions (0, " in log, "no blind takeover logged:\n" + log[-2500:])
+    check("informer=cms blind takeover: resourceVersions (" in log, "no blind takeover logged:\n" + log[-2500:])
     check(blind_count(c) == 1, "replica-c's blind takeovers")
     check(c.stop(signal.SIGTERM) == 0, "the new leader's exit status on SIGTERM:\n" + c.logtext()[-2000:])
 

@@ -304,6 +304,7 @@ static bool ops_held(const sim_t *s);
 static bool ops_removed(const sim_t *s, int i);
 static bool ops_abandoned(const sim_t *s);
 static void sb_publish(sim_t *s);
+static void sb_blind_poll(sim_t *s);
 static bool sb_loses(sim_t *s);
 
 static void refl_reset(refl_t *f) {
@@ -959,9 +960,11 @@ typedef struct sim_standby {
     unsigned skipped, restarts, forged, refused, owed_paid, lost;
     unsigned ghosts;            /* the known gap: see sb_ghost */
     _Atomic uint64_t shared_rv; /* kb_informer_ha_shared: UINT64_MAX as a standby, the server's RV at the takeover */
-    bool blind;                 /* the takeover was blind: kb_informer_blind reached above the trusted mark … */
-    uint64_t blind_lo, blind_hi; /* … in (lo, hi], lo raised to the mark */
+    bool blind;                 /* the takeover was blind: kb_informer_blind reported a window … */
+    uint64_t blind_lo, blind_hi; /* … their hull (lo, hi], from above the trusted mark */
     unsigned blind_takeovers;
+    uint64_t took_rv;           /* the server's RV at the takeover (the Lease write's) */
+    int armed_life;             /* the new leader's lifetime whose informer knows of the takeover */
     bool skipped_uid[4096];     /* uids whose DELETED the standby skipped */
 } sim_standby_t;
 
@@ -1027,8 +1030,38 @@ static void sb_configure(sim_t *s, uint64_t seed) {
         sb->refl[i].ns = s->refl[i].ns;
 }
 
+/* The new leader's blind windows (kb_informer_blind), as bridge/ha.c reads
+ * them at each renew: each reaches into what the old leader may have
+ * delivered unpublished (logged and counted there); their hull is what
+ * sb_never_known lets through. Only the informer that took over knows it: a
+ * restart forgets it, as the bridge's process does. */
+static void sb_blind_poll(sim_t *s) {
+    sim_standby_t *sb = s->sb;
+    uint64_t lo, hi;
+    if (!sb || !sb->took || !s->inf)
+        return;
+    if (sb->armed_life != s->life) { /* restarted: the Lease re-arms it (bridge/ha.c, kb_ha_rearm) */
+        sb->armed_life = s->life;
+        kb_informer_ha_shared(s->inf, &sb->shared_rv);
+        kb_informer_ha_took(s->inf, sb->mark.trusted, sb->took_rv, false);
+    }
+    if (!kb_informer_blind(s->inf, &lo, &hi))
+        return;
+    if (!sb->blind || lo < sb->blind_lo)
+        sb->blind_lo = lo;
+    if (!sb->blind || hi > sb->blind_hi)
+        sb->blind_hi = hi;
+    if (!sb->blind) {
+        sb->blind_takeovers++;
+        TRACE("  blind takeover: (%llu, %llu] listed, not watched, above the mark\n", (unsigned long long)lo,
+              (unsigned long long)hi);
+    }
+    sb->blind = true;
+}
+
 /* The leader's watch loses the change at hand (a lossy leader, before the takeover)? */
 static bool sb_loses(sim_t *s) {
+    sb_blind_poll(s); /* also after the takeover: the new leader's ha thread renews meanwhile */
     if (!s->sb || !s->sb->lossy || s->sb->took || s->sb->swapped || !chance(&s->sb->r, 4))
         return false;
     s->sb->lost++;
@@ -1039,6 +1072,7 @@ static bool sb_loses(sim_t *s) {
  * then someone else writes the Lease: a mark no change has reached). */
 static void sb_publish(sim_t *s) {
     sim_standby_t *sb = s->sb;
+    sb_blind_poll(s); /* a new leader's checkpoint: its last renew before a stop reads it too */
     if (!sb || sb->took)
         return;
     if (chance(&sb->r, 10)) {
@@ -1137,15 +1171,10 @@ static void sb_takeover(sim_t *s) {
     kb_ledger_t *l = kb_informer_ledger(s->inf);
     if (kb_hamark_takeover(&sb->mark, kb_ledger_tracked_rv(l)))
         sb->refused++;
-    uint64_t lo, hi;
-    if (kb_informer_blind(s->inf, &lo, &hi) && hi > sb->mark.trusted) {
-        sb->blind = true; /* bridge/ha.c logs it (WARN) and counts it */
-        sb->blind_lo = lo > sb->mark.trusted ? lo : sb->mark.trusted;
-        sb->blind_hi = hi;
-        sb->blind_takeovers++;
-        TRACE("  blind takeover: (%llu, %llu] listed, not watched, above the mark\n", (unsigned long long)sb->blind_lo,
-              (unsigned long long)sb->blind_hi);
-    }
+    sb->took_rv = s->srv.rv;
+    sb->armed_life = s->life;
+    kb_informer_ha_took(s->inf, sb->mark.trusted, sb->took_rv, true); /* bridge/ha.c: kb_ha_took */
+    sb_blind_poll(s);
     size_t n;
     kb_ledger_sink_t *sk = kb_ledger_sinks(l, &n);
     for (size_t j = 0; j < n; j++)
@@ -1228,7 +1257,8 @@ static bool sb_superseded(const sim_t *s, const msink_t *k, size_t i) {
  * and counted there), a uid deleted inside that window, whose DELETED the
  * standby did not skip (that one is owed) and the new leader did not send;
  * counted. */
-static bool sb_never_known(const sim_t *s, const msink_t *k, unsigned uid) {
+static bool sb_never_known(sim_t *s, const msink_t *k, unsigned uid) {
+    sb_blind_poll(s);
     const sim_standby_t *sb = s->sb;
     if (!sb || !sb->took || !sb->blind || sb->skipped_uid[uid % 4096])
         return false;
@@ -1805,6 +1835,8 @@ static bool run_history(uint64_t seed, unsigned steps) {
             ops_step(s);
             continue;
         }
+        if (s->sb)
+            sb_blind_poll(s); /* the new leader's renews read what its informer reported */
         if (s->sb && !s->sb->took && chance(&s->sb->r, 30)) {
             sb_step(s);
             continue;
