@@ -30,8 +30,10 @@
  * What a standby queues may be at a sink already (the leader's): its
  * informers mark it as a possible repeat (kb_ha_shared_rv). The one loss left
  * — an object created and deleted while the new leader's watch was down, above
- * the mark it takes over — is logged at the takeover and counted
- * (kb_ha_status_t.blind_takeovers; docs/cluster.md, section 9).
+ * the mark it takes over — is logged by the informer as each such window
+ * completes, and the takeover counted (kb_ha_status_t.blind_takeovers;
+ * docs/cluster.md, section 9); the Lease keeps the takeover (annotation
+ * kbridge.io/takeover) so a restarted leader goes on weighing.
  *
  * Ownership: the bridge owns the kb_ha_t (kb_bridge_new creates it when
  * ha.enabled). The api client and the marks callback are borrowed and outlive it.

@@ -90,14 +90,14 @@
  * arrives), a mark trusted above what the standby saw (164: a stale state
  * stays), a relist's DELETED at the object's last RV instead of the list's
  * (899: the rule skips it below what the old leader delivered), a standby's
- * queued ADDED not marked as possibly delivered (93: with "latest" it merges
+ * queued ADDED not marked as possibly delivered (129: with "latest" it merges
  * away with the relist's DELETED, the object stays live), marked only while
  * standing by and not up to the takeover's RV (637: the same, through a
- * standby's lagging watch). One gap is let through, counted, exactly when the
- * takeover is blind (sb_never_known; docs/cluster.md section 9); not taking a
- * relist's window for blind is found at 2199 (past the CI seeds: unit-ingest
- * test_blind_window has it), not taking a restart's whole past for blind at
- * 1981.
+ * standby's lagging watch). One gap is let through, counted, exactly inside a
+ * window the new leader reported as blind (sb_never_known; docs/cluster.md
+ * section 9): reporting none is found at 1981 (a deleted object stays live);
+ * a restarted new leader not re-armed from the Lease at 10290 (past the CI
+ * seeds; soaks found it at 108164 and 201125).
  *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
