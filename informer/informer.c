@@ -881,23 +881,19 @@ static void kb_inf_expose(kb_informer_t *inf, uint64_t lo, uint64_t hi) {
 
 /* A list at now_rv of a scope that was watched up to prev (0: never): what
  * changed in (prev, now_rv] was not watched here, only listed — an object
- * created and deleted in it was never known. The newest such window is kept
- * (a takeover compares it with the mark it takes over), and after a takeover
- * each one is weighed as it completes (kb_inf_expose). Caller holds
- * ingest_mtx. */
+ * created and deleted in it was never known. Their hull is kept (a takeover
+ * compares it with the mark it takes over), and after a takeover each one is
+ * weighed as it completes (kb_inf_expose). Caller holds ingest_mtx. */
 static void kb_inf_note_blind(kb_informer_t *inf, uint64_t prev, uint64_t now_rv) {
     uint64_t lo = atomic_load(&inf->blind_lo), hi = atomic_load(&inf->blind_hi);
     if (now_rv <= prev)
         return;
-    if (prev >= hi) { /* after the last one: the newest */
-        lo = prev;
-        hi = now_rv;
-    } else { /* overlaps it (two scopes): both, as one window */
-        lo = prev < lo ? prev : lo;
-        hi = now_rv > hi ? now_rv : hi;
-    }
-    atomic_store(&inf->blind_lo, lo);
-    atomic_store(&inf->blind_hi, hi);
+    /* The hull of every window since the start: at a takeover, whether one
+     * reaches above the mark is exactly whether the hull does (the newest
+     * alone is not enough: an older one of another scope may reach further
+     * down); the range reported is the hull's part above the mark. */
+    atomic_store(&inf->blind_lo, hi == 0 || prev < lo ? prev : lo);
+    atomic_store(&inf->blind_hi, now_rv > hi ? now_rv : hi);
     kb_inf_expose(inf, prev, now_rv);
 }
 

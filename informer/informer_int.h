@@ -151,8 +151,8 @@ struct kb_informer {
                                     * (kb_ledger_known_rv); 0 once a restore was noticed (a new epoch) */
     const _Atomic uint64_t *ha_shared; /* set before start (NULL: no HA): changes at or below this RV may
                                     * have been delivered by another replica (kb_informer_ha_shared) */
-    /* The newest window (lo, hi] of RVs this process did not watch, only
-     * listed (kb_informer_blind); 0, 0: none. Written under ingest_mtx,
+    /* The hull (lo, hi] of the windows of RVs this process did not watch,
+     * only listed (kb_informer_blind); 0, 0: none. Written under ingest_mtx,
      * read without it: the ingest lock may be held across a full queue's
      * push, and an HA takeover (whose workers empty that queue) reads it. */
     _Atomic uint64_t blind_lo, blind_hi;
