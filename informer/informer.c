@@ -751,6 +751,10 @@ void kb_inf__list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = r->listed || kb_inf_scope_cached(r) ? kb_strmap_new(1024) : NULL;
     r->list_open = true;
+    if (!r->list_from_set) { /* a list started over keeps where the watch stopped */
+        r->list_from = kb_rv_parse(r->rv, strlen(r->rv));
+        r->list_from_set = true;
+    }
     r->list_rv[0] = '\0';
     if (!r->listed) /* an unfinished first list starts over: its objects are counted again */
         atomic_fetch_sub(&r->inf->st_sync_objects, r->list_items);
@@ -888,10 +892,11 @@ static void kb_inf_note_blind(kb_informer_t *inf, uint64_t prev, uint64_t now_rv
     uint64_t lo = atomic_load(&inf->blind_lo), hi = atomic_load(&inf->blind_hi);
     if (now_rv <= prev)
         return;
-    /* The hull of every window since the start: at a takeover, whether one
-     * reaches above the mark is exactly whether the hull does (the newest
-     * alone is not enough: an older one of another scope may reach further
-     * down); the range reported is the hull's part above the mark. */
+    /* The hull of every window this process listed: at a takeover (or when
+     * a restarted leader re-arms), whether one reaches above the mark is
+     * exactly whether the hull does (the newest alone is not enough: an
+     * older one of another scope may reach further down); the range reported
+     * is the hull's part above the mark. */
     atomic_store(&inf->blind_lo, hi == 0 || prev < lo ? prev : lo);
     atomic_store(&inf->blind_hi, now_rv > hi ? now_rv : hi);
     kb_inf_expose(inf, prev, now_rv);
@@ -904,7 +909,9 @@ void kb_informer_ha_took(kb_informer_t *inf, uint64_t trusted, uint64_t took_rv,
     atomic_store(&inf->exposed_lo, 0);
     atomic_store(&inf->exposed_hi, 0);
     atomic_store(&inf->ha_took, true);
-    if (now)
+    if (now && atomic_load(&inf->blind_start))
+        kb_inf_expose(inf, 0, atomic_load(&inf->blind_start));
+    if (atomic_load(&inf->blind_hi))
         kb_inf_expose(inf, atomic_load(&inf->blind_lo), atomic_load(&inf->blind_hi));
 }
 
@@ -925,7 +932,8 @@ static void kb_inf_list_close(kb_reflector_t *r) {
      * A scope with no resume point (a changed definition lists first) compares
      * with where state_dir was when this process started. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
-    kb_inf_note_blind(inf, prev, now_rv);
+    kb_inf_note_blind(inf, r->list_from < prev ? r->list_from : prev, now_rv);
+    r->list_from_set = false;
     if (!prev)
         prev = inf->prior_rv;
     if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {
@@ -1467,7 +1475,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     }
     kb_inf_set_resume_points(inf);
     inf->prior_rv = kb_ledger_known_rv(inf->ledger);
-    atomic_store(&inf->blind_hi, inf->prior_rv); /* which lists came before this start is not known: all of it */
+    atomic_store(&inf->blind_start, inf->prior_rv); /* which lists came before this start is not known: all of it */
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);
     KB_INFOF("informer",

@@ -132,10 +132,11 @@ struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
  * where the watch was) that reaches into what the old leader may have
  * delivered without publishing it — above trusted, an object created at or
  * below took_rv — is logged (WARN) and counted: such an object's DELETED is
- * never sent (kb_hatable_blind). now: also weigh the windows listed before,
- * as their hull (at the takeover itself; for what came before this process
- * started from state_dir, (0, its resume point]); false when a restarted leader
- * re-arms it (its last process weighed those). Thread: the HA thread. */
+ * never sent (kb_hatable_blind). The windows this process listed before are
+ * weighed now, as their hull; now: also what came before this process started
+ * from state_dir, (0, its resume point] (at the takeover itself); false when
+ * a restarted leader re-arms it (its last process weighed those). Thread: the
+ * HA thread. */
 void kb_informer_ha_took(kb_informer_t *inf, uint64_t trusted, uint64_t took_rv, bool now);
 /* Since kb_informer_ha_took: how many such windows, and their hull (*lo, *hi]
  * (from above the trusted mark). Thread: any; no lock (the ingest lock may be

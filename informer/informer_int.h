@@ -76,6 +76,9 @@ typedef struct kb_reflector {
     kb_strmap_t *seen;     /* during a list: keys listed; NULL when nothing of the scope was cached before
                               the first list (nothing to diff: kb_inf__list_begin) */
     bool list_open;        /* between kb_inf__list_begin and kb_inf__list_done */
+    bool list_from_set;    /* list_from holds for the list in progress (cleared when one completes) */
+    uint64_t list_from;    /* during a list: the resume point when it began (0: none), what it did not watch
+                              from (a streamed list moves rv with its items: kb_inf_note_blind) */
     char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
     size_t list_items, list_pages; /* during a list */
     int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
@@ -156,6 +159,8 @@ struct kb_informer {
      * read without it: the ingest lock may be held across a full queue's
      * push, and an HA takeover (whose workers empty that queue) reads it. */
     _Atomic uint64_t blind_lo, blind_hi;
+    _Atomic uint64_t blind_start;  /* state_dir's resume point at start: (0, it] was perhaps listed unwatched
+                                    * by an earlier process (which lists came before cannot be told) */
     /* After an HA takeover (kb_informer_ha_took): the mark trusted then, and
      * the windows noted since that reach into what the old leader may have
      * delivered without publishing it (kb_hatable_blind): their hull and
