@@ -305,7 +305,7 @@ static bool ops_removed(const sim_t *s, int i);
 static bool ops_abandoned(const sim_t *s);
 static void sb_publish(sim_t *s);
 static void sb_blind_poll(sim_t *s);
-static bool sb_loses(sim_t *s);
+static bool sb_loses(sim_t *s, const mev_t *e);
 
 static void refl_reset(refl_t *f) {
     free(f->snap);
@@ -963,6 +963,8 @@ typedef struct sim_standby {
     bool blind;                 /* the takeover was blind: kb_informer_blind reported a window … */
     uint64_t blind_lo, blind_hi; /* … their hull (lo, hi], from above the trusted mark */
     unsigned blind_takeovers;
+    bool lost_delete[4096];     /* uids whose DELETED the leader's watch lost */
+    unsigned lost_unknown;      /* … of which the new leader never knew the object: the audit's job (sb_never_known) */
     uint64_t took_rv;           /* the server's RV at the takeover (the Lease write's) */
     int armed_life;             /* the new leader's lifetime whose informer knows of the takeover */
     bool skipped_uid[4096];     /* uids whose DELETED the standby skipped */
@@ -1060,11 +1062,13 @@ static void sb_blind_poll(sim_t *s) {
 }
 
 /* The leader's watch loses the change at hand (a lossy leader, before the takeover)? */
-static bool sb_loses(sim_t *s) {
+static bool sb_loses(sim_t *s, const mev_t *e) {
     sb_blind_poll(s); /* also after the takeover: the new leader's ha thread renews meanwhile */
     if (!s->sb || !s->sb->lossy || s->sb->took || s->sb->swapped || !chance(&s->sb->r, 4))
         return false;
     s->sb->lost++;
+    if (e->type == KB_EV_DELETED)
+        s->sb->lost_delete[e->uid % 4096] = true;
     return true;
 }
 
@@ -1256,17 +1260,21 @@ static bool sb_superseded(const sim_t *s, const msink_t *k, size_t i) {
  * consumer keeps it. Let through only for a takeover that was blind (logged
  * and counted there), a uid deleted inside that window, whose DELETED the
  * standby did not skip (that one is owed) and the new leader did not send;
- * counted. */
+ * counted. Also let through: a DELETED the old leader's *watch* lost (its
+ * drift audit repairs that, if it runs before the leader dies) of an object
+ * the new leader never knew either — two faults, no replica has it; counted
+ * apart (lost_unknown). */
 static bool sb_never_known(sim_t *s, const msink_t *k, unsigned uid) {
     sb_blind_poll(s);
     const sim_standby_t *sb = s->sb;
-    if (!sb || !sb->took || !sb->blind || sb->skipped_uid[uid % 4096])
+    if (!sb || !sb->took || sb->skipped_uid[uid % 4096])
         return false;
     uint64_t gone = 0;
     for (size_t j = 0; j < s->srv.n_hist; j++)
         if (s->srv.hist[j].uid == uid && s->srv.hist[j].type == KB_EV_DELETED)
             gone = s->srv.hist[j].rv;
-    if (gone <= sb->blind_lo || gone > sb->blind_hi)
+    bool lost = sb->lost_delete[uid % 4096]; /* and the old leader's audit did not run before it died */
+    if (!lost && (!sb->blind || gone <= sb->blind_lo || gone > sb->blind_hi))
         return false;
     for (size_t j = 0; j < k->log.n; j++)
         if (k->log.v[j].life >= sb->took_life && k->log.v[j].uid == uid && k->log.v[j].type == KB_EV_DELETED)
@@ -1277,6 +1285,8 @@ static bool sb_never_known(sim_t *s, const msink_t *k, unsigned uid) {
 static bool sb_ghost(sim_t *s, const msink_t *k, const cview_t *v, bool stale_live) {
     if (!stale_live || !sb_never_known(s, k, v->uid))
         return false;
+    if (s->sb->lost_delete[v->uid % 4096])
+        s->sb->lost_unknown++;
     s->sb->ghosts++;
     return true;
 }
@@ -1480,7 +1490,7 @@ static void watch_step(sim_t *s, refl_t *f, int idx, bool quiet) {
         unsigned n = 1 + rnd(&s->r, 4);
         for (; n && f->cursor < s->srv.n_hist; f->cursor++) {
             mev_t *e = &s->srv.hist[f->cursor];
-            if (!in_scope(f, e->ns) || sb_loses(s))
+            if (!in_scope(f, e->ns) || sb_loses(s, e))
                 continue;
             static const char *const tn[] = {"ADDED", "MODIFIED", "DELETED"};
             kb_buf_appendf(&f->pending, "{\"type\":\"%s\",\"object\":", tn[e->type]);
@@ -1903,7 +1913,7 @@ static bool run_history(uint64_t seed, unsigned steps) {
         free(s->sinks[i].v);
         free(s->sinks[i].log.v);
     }
-    char opsline[256] = "";
+    char opsline[512] = "";
     if (s->ops)
         snprintf(opsline, sizeof(opsline), "; operator: %u sink rebuilds (%u messages handed over), %u stops at a "
                  "deadline (%u messages left), %u dead letters, %u sink removals, %u informer removals", s->ops->rebuilds,
@@ -1912,9 +1922,11 @@ static bool run_history(uint64_t seed, unsigned steps) {
     if (s->sb)
         snprintf(opsline, sizeof(opsline), "; standby (%s): %u skipped, %u standby restarts, %u forged marks (%u "
                  "refused at the takeover), %u owed messages paid, %u events lost by the leader's watch, "
-                 "%u blind takeovers, %u objects the new leader never knew (known gap)",
+                 "%u blind takeovers, %u objects the new leader never knew (known gap; %u of them also lost by the old "
+                 "leader's watch)",
                  s->sb->lossy ? "lossy leader" : "restarting", s->sb->skipped, s->sb->restarts, s->sb->forged,
-                 s->sb->refused, s->sb->owed_paid, s->sb->lost, s->sb->blind_takeovers, s->sb->ghosts);
+                 s->sb->refused, s->sb->owed_paid, s->sb->lost, s->sb->blind_takeovers, s->sb->ghosts,
+                 s->sb->lost_unknown);
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
                "%u crashes, %u restarts, %u redefinitions, %u restores, %u messages%s)\n",
