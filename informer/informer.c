@@ -287,6 +287,15 @@ static bool kb_inf_shared(const kb_informer_t *inf, const kb_event_t *ev) {
     return upto && (ev->rv_num <= upto || !ev->rv_num);
 }
 
+/* After an HA takeover, does this list reach below the takeover (it did not
+ * watch from before it)? Then what it finds may be an object the old leader
+ * delivered in an older state — its ADDED here is its first word from this
+ * replica, and must not vanish with a DELETED under "latest" compaction. */
+static bool kb_inf_list_shared(const kb_reflector_t *r) {
+    const kb_informer_t *inf = r->inf;
+    return atomic_load(&inf->ha_took) && r->list_from < atomic_load(&inf->ha_took_rv);
+}
+
 /* Stage ev (consumes it): journal it and make it the cache's state of its key,
  * remembering the previous entry in case the batch cannot be committed.
  * refl/rv_after: the resume point this event completes (-1/"" if none);
@@ -586,7 +595,10 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         old = NULL;
     }
     in.type = server_type == KB_WATCH_DELETED ? KB_EV_DELETED : old ? KB_EV_MODIFIED : KB_EV_ADDED;
-    kb_inf_stage(inf, kb_event_new(&in), refl, rv_after, 0);
+    kb_event_t *ev = kb_event_new(&in);
+    if (src == KB_SRC_LIST && kb_inf_list_shared(r))
+        ev->redelivery = true; /* not yet shared */
+    kb_inf_stage(inf, ev, refl, rv_after, 0);
 done:
     kb_event_unref(old);
 out:

@@ -306,6 +306,7 @@ static bool ops_abandoned(const sim_t *s);
 static void sb_publish(sim_t *s);
 static void sb_blind_poll(sim_t *s);
 static bool sb_loses(sim_t *s, const mev_t *e);
+static void sb_attach(sim_t *s, kb_informer_t *inf);
 
 static void refl_reset(refl_t *f) {
     free(f->snap);
@@ -340,6 +341,7 @@ static kb_informer_t *sim_informer_new(sim_t *s, kb_config_t *cfg) {
     /* As the bridge does before the informer pushes anything, with the sim's clock. */
     for (size_t sh = 0; sh < kb_informer_shards(inf); sh++)
         kb_deltafifo_set_coalesce(kb_informer_fifo(inf, sh), s->window, sim_clock, s);
+    sb_attach(s, inf);
     return inf;
 }
 
@@ -1059,6 +1061,13 @@ static void sb_blind_poll(sim_t *s) {
               (unsigned long long)hi);
     }
     sb->blind = true;
+}
+
+/* A new leader's informer, started again after the takeover: like the
+ * bridge's pipelines (kb_pipeline_new), it reads the role's RV from its start. */
+static void sb_attach(sim_t *s, kb_informer_t *inf) {
+    if (s->sb && s->sb->took)
+        kb_informer_ha_shared(inf, &s->sb->shared_rv);
 }
 
 /* The leader's watch loses the change at hand (a lossy leader, before the takeover)? */
