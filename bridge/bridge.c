@@ -747,6 +747,8 @@ static kb_pipeline_t *kb_pipeline_new(kb_bridge_t *b, const kb_config_t *cfg, co
     kb_informer_t *inf = kb_informer_new(cfg, conf, b->api, errstr, errstr_size);
     if (!inf)
         return NULL;
+    if (b->ha) /* a standby's changes may be at a sink already (the leader's): informer.h */
+        kb_informer_ha_shared(inf, kb_ha_shared_rv(b->ha));
     kb_pipeline_t *p = kb_calloc(1, sizeof(*p));
     p->bridge = b;
     p->inf = inf;
@@ -1186,6 +1188,39 @@ static size_t kb_bridge_ha_seen(void *opaque, kb_ha_mark_t *out, size_t max) {
     return kb_bridge_ha_rvs(opaque, kb_ledger_tracked_rv, out, max);
 }
 
+/* Just took over: each informer weighs what it lists unwatched from now on
+ * against the mark it trusts (kb_informer_ha_took; 0 where none was published). Thread: ha. */
+static void kb_bridge_ha_took(void *opaque, const kb_ha_mark_t *trusted, size_t n, uint64_t took_rv, bool now) {
+    kb_bridge_t *b = opaque;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->n_pipes; i++) {
+        const char *name = kb_informer_conf(b->pipes[i]->inf)->name;
+        uint64_t rv = 0;
+        for (size_t j = 0; j < n; j++)
+            if (!strcmp(trusted[j].informer, name))
+                rv = trusted[j].rv;
+        kb_informer_ha_took(b->pipes[i]->inf, rv, took_rv, now);
+    }
+    pthread_rwlock_unlock(&b->lock);
+}
+
+/* Per informer, its blind windows since the takeover (kb_informer_blind). Thread: ha. */
+static size_t kb_bridge_ha_blind(void *opaque, kb_ha_window_t *out, size_t max) {
+    kb_bridge_t *b = opaque;
+    size_t n = 0;
+    pthread_rwlock_rdlock(&b->lock);
+    for (size_t i = 0; i < b->n_pipes && n < max; i++) {
+        kb_pipeline_t *p = b->pipes[i];
+        out[n].n = kb_informer_blind(p->inf, &out[n].lo, &out[n].hi);
+        if (!out[n].n)
+            continue;
+        snprintf(out[n].informer, sizeof(out[n].informer), "%s", kb_informer_conf(p->inf)->name);
+        n++;
+    }
+    pthread_rwlock_unlock(&b->lock);
+    return n;
+}
+
 kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_size) {
     if (kb_bridge_validate(cfg, errstr, errstr_size) != KB_OK)
         return NULL;
@@ -1206,6 +1241,11 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
             goto fail;
     }
     kb_bsinks_link_dead_letters(b->sinks, cfg);
+    if (cfg->ha_enabled) /* before the pipelines: their informers read its role (kb_ha_shared_rv) */
+        b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
+                                                        .seen = kb_bridge_ha_seen, .took = kb_bridge_ha_took,
+                                                        .blind = kb_bridge_ha_blind,
+                                                        .redeliver = kb_bridge_ha_redeliver, .opaque = b});
     b->pipes = kb_calloc(cfg->n_informers ? cfg->n_informers : 1, sizeof(*b->pipes));
     for (size_t i = 0; i < cfg->n_informers; i++) {
         kb_pipeline_t *p = kb_pipeline_new(b, cfg, &cfg->informers[i], errstr, errstr_size);
@@ -1222,10 +1262,6 @@ kb_bridge_t *kb_bridge_new(const kb_config_t *cfg, char *errstr, size_t errstr_s
         atomic_store(&p->eos, kb_router_eos(p->router, b->sinks));
         kb_eos_read_back(b, p);
     }
-    if (cfg->ha_enabled)
-        b->ha = kb_ha_new(cfg, b->api, &(kb_ha_hooks_t){.marks = kb_bridge_ha_marks, .prepare = kb_bridge_ha_prepare,
-                                                        .seen = kb_bridge_ha_seen,
-                                                        .redeliver = kb_bridge_ha_redeliver, .opaque = b});
     return b;
 fail:
     kb_bridge_destroy(b);

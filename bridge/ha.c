@@ -31,9 +31,10 @@
  *   - a change whose RV is not above the published one: the leader has it
  *     acknowledged (or a newer state of the key) — acknowledged to nothing
  *     here (KB_HA_SKIP: the ledger moves, the journal is pruned as usual);
- *   - a DELETED made up by a relist carries the object's last RV, not the
- *     deletion's: it counts as known once the published RV reaches the
- *     newest resume point this replica had tracked when it saw it (the list's);
+ *   - a DELETED made up by a relist carries the list's RV (the object's
+ *     last RV under a changed definition): it counts as known once the
+ *     published RV reaches the newest resume point this replica had tracked
+ *     when it saw it (at least the list's);
  *   - anything else: the worker waits (for a newer publication, for
  *     leadership, or for shutdown). So the standby is never further behind
  *     than one renew period plus the leader's own acknowledgement lag, and
@@ -47,6 +48,12 @@
  * skips only up to the trusted part; a mark still above after a whole lease
  * period, or at all when taking over, is refused: a WARN naming the informer
  * and both RVs, kbridge_ha_marks_refused_total, and it is ignored.
+ * What a standby queues may be at a sink already — the leader delivers the
+ * same changes — so its informers queue it marked as a redelivery
+ * (kb_ha_shared_rv, informer.h's kb_informer_ha_shared): with "latest"
+ * compaction an ADDED never vanishes with its DELETED there; after a
+ * takeover, up to the RV of the Lease write that took it (every change the
+ * old leader delivered was made before that write, in the same etcd).
  * On takeover the waiting workers deliver from where they wait: every change
  * after the last published watermark. Repeats are what the leader
  * acknowledged after its last publication (up to renew_seconds of changes) —
@@ -106,6 +113,7 @@
 
 #define KB_HA_MARGIN_NS (1 * KB_NS_PER_SEC)
 #define KB_HA_ANNOTATION "kbridge.io/watermarks"
+#define KB_HA_TOOK "kbridge.io/takeover" /* {"rv":"…","trusted":{"informer":"rv",…}}: kb_ha_took */
 #define KB_HA_MAX_BODY (1u << 20)
 
 /* One informer's published watermark as this replica holds it. */
@@ -134,6 +142,9 @@ struct kb_ha {
     kb_ha_pub_t pub[KB_HA_MAX_MARKS]; /* the leader's last published marks */
     size_t n_pub;
     uint64_t marks_refused;     /* published marks refused as above anything seen here */
+    uint64_t blind_takeovers;   /* takeovers an informer's blind window reached above the trusted mark */
+    bool blind_counted;         /* this takeover is counted in blind_takeovers */
+    _Atomic uint64_t shared_rv; /* kb_ha_shared_rv */
     char holder[128];
     uint64_t transitions;
 
@@ -141,6 +152,8 @@ struct kb_ha {
     char seen_rv[64];           /* the Lease's resourceVersion last seen … */
     int64_t seen_ns;            /* … and when first seen (monotonic) */
     char acquire[40];           /* acquireTime of our own leadership */
+    bool took_over;             /* leading since a takeover (this process's, or the one KB_HA_TOOK records) */
+    char took_json[4096];       /* the KB_HA_TOOK annotation this leader writes ("" none): a restart re-arms it */
 };
 
 typedef struct kb_lease {
@@ -148,6 +161,7 @@ typedef struct kb_lease {
     int duration;
     long transitions;
     char marks[4096];           /* the annotation's JSON, "" if none */
+    char took[4096];            /* the KB_HA_TOOK annotation, "" if none */
 } kb_lease_t;
 
 static void kb_ha_expand_name(kb_ha_t *ha, const kb_config_t *cfg) {
@@ -195,6 +209,7 @@ kb_ha_t *kb_ha_new(const kb_config_t *cfg, kb_apiclient_t *api, const kb_ha_hook
     ha->lease_s = cfg->ha_lease_seconds;
     ha->renew_s = cfg->ha_renew_seconds;
     ha->shard = cfg->sharding_index;
+    atomic_store(&ha->shared_rv, UINT64_MAX); /* a standby until the Lease is ours */
     snprintf(ha->identity, sizeof(ha->identity), "%s", cfg->ha_identity);
     kb_ha_expand_name(ha, cfg);
     kb_ha_namespace(ha, cfg);
@@ -236,6 +251,8 @@ static bool kb_lease_parse(const char *body, kb_lease_t *l) {
     const char *acquire = json_string_value(json_object_get(spec, "acquireTime"));
     json_t *ann = json_object_get(json_object_get(o, "metadata"), "annotations");
     const char *marks = json_string_value(json_object_get(ann, KB_HA_ANNOTATION));
+    const char *took = json_string_value(json_object_get(ann, KB_HA_TOOK));
+    snprintf(l->took, sizeof(l->took), "%s", took ? took : "");
     snprintf(l->rv, sizeof(l->rv), "%s", rv ? rv : "");
     snprintf(l->holder, sizeof(l->holder), "%s", holder ? holder : "");
     snprintf(l->acquire, sizeof(l->acquire), "%s", acquire ? acquire : "");
@@ -268,6 +285,8 @@ static char *kb_ha_lease_json(kb_ha_t *ha, const char *rv, const char *holder, c
     kb_format_rfc3339_us(kb_now_real_ns(), now, sizeof(now));
     json_t *meta = json_pack("{s:s, s:s, s:{s:s}}", "name", ha->name, "namespace", ha->ns, "annotations",
                              KB_HA_ANNOTATION, marks ? marks : "{}");
+    if (ha->took_json[0])
+        json_object_set_new(json_object_get(meta, "annotations"), KB_HA_TOOK, json_string(ha->took_json));
     if (rv)
         json_object_set_new(meta, "resourceVersion", json_string(rv));
     json_t *spec = json_pack("{s:s, s:i, s:s, s:s, s:I}", "holderIdentity", holder, "leaseDurationSeconds",
@@ -424,13 +443,103 @@ static void kb_ha_prepare(kb_ha_t *ha) {
 
 static void kb_ha_pay(kb_ha_t *ha, int64_t t0);
 
+/* Taking over: each informer learns the mark it trusts from the old leader
+ * (kb_informer_ha_took), and from then on weighs every window of RVs it
+ * lists without watching — the newest before the takeover, each after it —
+ * against what the old leader may have delivered without publishing it. An
+ * object created and deleted in such a window that the old leader delivered
+ * gets no DELETED: no server state remains and no replica knew it. Nothing
+ * here can close that; the informer logs each such window as it completes,
+ * and the takeover is counted once (at the renew after it), exactly when it
+ * can have happened (docs/cluster.md, section 9). Thread: ha, no lock held
+ * while calling out. */
+static void kb_ha_took(kb_ha_t *ha, uint64_t took_rv, const kb_ha_mark_t *m, size_t n, bool now) {
+    json_t *trusted = json_object();
+    for (size_t i = 0; i < n; i++) {
+        char rv[24];
+        snprintf(rv, sizeof(rv), "%llu", (unsigned long long)m[i].rv);
+        json_object_set_new(trusted, m[i].informer, json_string(rv));
+    }
+    char rv[24];
+    snprintf(rv, sizeof(rv), "%llu", (unsigned long long)took_rv);
+    json_t *o = json_pack("{s:s, s:o}", "rv", rv, "trusted", trusted);
+    char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    snprintf(ha->took_json, sizeof(ha->took_json), "%s", text && strlen(text) < sizeof(ha->took_json) ? text : "");
+    free(text);
+    pthread_mutex_lock(&ha->mtx);
+    ha->took_over = true;
+    ha->blind_counted = false;
+    pthread_mutex_unlock(&ha->mtx);
+    if (ha->hooks.took)
+        ha->hooks.took(ha->hooks.opaque, m, n, took_rv, now);
+}
+
+/* Taking over now: the marks as trusted, at our write's RV. */
+static void kb_ha_take(kb_ha_t *ha, uint64_t took_rv) {
+    kb_ha_mark_t m[KB_HA_MAX_MARKS];
+    size_t n = 0;
+    pthread_mutex_lock(&ha->mtx);
+    for (size_t i = 0; i < ha->n_pub && n < KB_HA_MAX_MARKS; i++, n++) {
+        snprintf(m[n].informer, sizeof(m[n].informer), "%s", ha->pub[i].informer);
+        m[n].rv = ha->pub[i].m.trusted;
+    }
+    pthread_mutex_unlock(&ha->mtx);
+    kb_ha_took(ha, took_rv, m, n, true);
+}
+
+/* Leading again after a restart: the takeover the Lease records (KB_HA_TOOK,
+ * written by our previous process) is re-armed, so what this process lists
+ * unwatched is weighed against it too. */
+static void kb_ha_rearm(kb_ha_t *ha, const char *took) {
+    json_t *o = json_loads(took, 0, NULL);
+    const char *rv = json_string_value(json_object_get(o, "rv"));
+    json_t *trusted = json_object_get(o, "trusted");
+    kb_ha_mark_t m[KB_HA_MAX_MARKS];
+    size_t n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(trusted, key, v) {
+        if (n == KB_HA_MAX_MARKS || !json_string_value(v))
+            break;
+        snprintf(m[n].informer, sizeof(m[n].informer), "%s", key);
+        m[n].rv = kb_rv_parse(json_string_value(v), strlen(json_string_value(v)));
+        n++;
+    }
+    uint64_t took_rv = rv ? kb_rv_parse(rv, strlen(rv)) : 0;
+    json_decref(o);
+    if (took_rv)
+        kb_ha_took(ha, took_rv, m, n, false);
+}
+
+/* Counts the takeover once an informer reports a blind window (it logs each
+ * one itself, as it completes: kb_informer_ha_took). Thread: ha. */
+static void kb_ha_blind_check(kb_ha_t *ha) {
+    kb_ha_window_t w[KB_HA_MAX_MARKS];
+    size_t n = ha->hooks.blind ? ha->hooks.blind(ha->hooks.opaque, w, KB_HA_MAX_MARKS) : 0;
+    pthread_mutex_lock(&ha->mtx);
+    if (n && !ha->blind_counted)
+        ha->blind_takeovers++;
+    ha->blind_counted = ha->blind_counted || n;
+    pthread_mutex_unlock(&ha->mtx);
+}
+
 /* A write that started at t0 succeeded: deliver until its deadline. taken: the
- * marks taken over from the previous leader (NULL: renewed our own). */
-static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
+ * marks taken over from the previous leader (NULL: renewed our own); rearm:
+ * the takeover our own Lease records, as read before the write (NULL: none). */
+static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken, const char *rearm) {
     if (!atomic_load(&ha->leader)) {
         kb_ha_vet(ha, true);
         kb_ha_prepare(ha);
+        uint64_t rv = kb_rv_parse(ha->seen_rv, strlen(ha->seen_rv)); /* our write's: kb_ha_write */
+        atomic_store(&ha->shared_rv, rv ? rv : UINT64_MAX);
+        if (taken)
+            kb_ha_take(ha, rv ? rv : UINT64_MAX);
+        else if (rearm && rearm[0])
+            kb_ha_rearm(ha, rearm);
     }
+    if (ha->took_over)
+        kb_ha_blind_check(ha);
     atomic_store(&ha->deadline_ns, t0 + ha->lease_s * KB_NS_PER_SEC - KB_HA_MARGIN_NS);
     if (!atomic_exchange(&ha->leader, true)) {
         pthread_mutex_lock(&ha->mtx);
@@ -445,6 +554,9 @@ static void kb_ha_lead(kb_ha_t *ha, int64_t t0, const char *taken) {
 
 static void kb_ha_follow(kb_ha_t *ha, const kb_lease_t *l) {
     if (atomic_exchange(&ha->leader, false)) {
+        atomic_store(&ha->shared_rv, UINT64_MAX);
+        ha->took_over = false;
+        ha->took_json[0] = '\0';
         pthread_mutex_lock(&ha->mtx);
         ha->transitions++;
         pthread_mutex_unlock(&ha->mtx);
@@ -464,18 +576,21 @@ static int64_t kb_ha_round(kb_ha_t *ha) {
         ha->acquire[0] = '\0';
         char *marks = kb_ha_marks_json(ha);
         if (kb_ha_write(ha, NULL, ha->identity, 0, ha->lease_s, marks))
-            kb_ha_lead(ha, t0, NULL);
+            kb_ha_lead(ha, t0, NULL, NULL);
         free(marks);
         return next;
     }
     if (st != 200)
         return t0 + KB_NS_PER_SEC; /* the deadline fences us meanwhile */
     if (!strcmp(l.holder, ha->identity)) {
+        bool rearm = !atomic_load(&ha->leader) && l.took[0] && !ha->took_json[0];
         if (!atomic_load(&ha->leader))
             snprintf(ha->acquire, sizeof(ha->acquire), "%s", l.acquire);
+        if (rearm) /* our previous process took over: keep the record (kb_ha_rearm) */
+            snprintf(ha->took_json, sizeof(ha->took_json), "%s", l.took);
         char *marks = kb_ha_marks_json(ha);
         if (kb_ha_write(ha, l.rv, ha->identity, l.transitions, ha->lease_s, marks))
-            kb_ha_lead(ha, t0, NULL);
+            kb_ha_lead(ha, t0, NULL, rearm ? l.took : NULL);
         free(marks);
         return next;
     }
@@ -491,7 +606,7 @@ static int64_t kb_ha_round(kb_ha_t *ha) {
      * old leader's published watermarks until ours replace them. */
     ha->acquire[0] = '\0';
     if (kb_ha_write(ha, l.rv, ha->identity, l.transitions + 1, ha->lease_s, l.marks[0] ? l.marks : "{}"))
-        kb_ha_lead(ha, t0, l.marks);
+        kb_ha_lead(ha, t0, l.marks, NULL);
     return t0 + 200 * KB_NS_PER_MS; /* publish our own marks soon */
 }
 
@@ -662,9 +777,14 @@ void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st) {
     snprintf(st->holder, sizeof(st->holder), "%s", ha->holder);
     st->transitions = ha->transitions;
     st->marks_refused = ha->marks_refused;
+    st->blind_takeovers = ha->blind_takeovers;
     pthread_mutex_unlock(&ha->mtx);
     snprintf(st->identity, sizeof(st->identity), "%s", ha->identity);
     snprintf(st->lease, sizeof(st->lease), "%s/%s", ha->ns, ha->name);
+}
+
+const _Atomic uint64_t *kb_ha_shared_rv(kb_ha_t *ha) {
+    return &ha->shared_rv;
 }
 
 int kb_ha_shard(const kb_ha_t *ha) {

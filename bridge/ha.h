@@ -27,6 +27,14 @@
  * above that for a lease period, or at a takeover, is refused (logged,
  * counted in kb_ha_status_t.marks_refused, ignored).
  *
+ * What a standby queues may be at a sink already (the leader's): its
+ * informers mark it as a possible repeat (kb_ha_shared_rv). The one loss left
+ * — an object created and deleted while the new leader's watch was down, above
+ * the mark it takes over — is logged by the informer as each such window
+ * completes, and the takeover counted (kb_ha_status_t.blind_takeovers;
+ * docs/cluster.md, section 9); the Lease keeps the takeover (annotation
+ * kbridge.io/takeover) so a restarted leader goes on weighing.
+ *
  * Ownership: the bridge owns the kb_ha_t (kb_bridge_new creates it when
  * ha.enabled). The api client and the marks callback are borrowed and outlive it.
  * Threads: one "kb:ha" thread talks to the API server; kb_admit/kb_ha_status
@@ -55,6 +63,14 @@ typedef struct kb_ha_mark {
  * the ha thread with no ha lock held. */
 typedef size_t (*kb_ha_marks_fn)(void *opaque, kb_ha_mark_t *out, size_t max);
 
+/* Since this replica took over: an informer's windows of RVs it listed but did
+ * not watch that reach into what the old leader may have delivered unpublished
+ * (kb_informer_blind): how many, and their hull (lo, hi]. */
+typedef struct kb_ha_window {
+    char informer[128];
+    uint64_t n, lo, hi;
+} kb_ha_window_t;
+
 /* This replica is about to lead (called before it delivers anything as the
  * leader): make the sinks ready — a transactional sink fences the previous
  * leader's producer — and give, per informer, the resourceVersion up to which
@@ -69,6 +85,11 @@ typedef struct kb_ha_hooks {
     kb_ha_marks_fn marks;     /* the leader's own watermarks, to publish */
     kb_ha_prepare_fn prepare; /* about to lead (NULL: nothing to prepare) */
     kb_ha_marks_fn seen;      /* per informer, the newest RV this replica has seen itself (kb_ledger_tracked_rv) */
+    /* took over at took_rv: per informer, the old leader's mark as trusted (kb_informer_ha_took; now
+     * false: re-armed after a restart, from the Lease; NULL: none) */
+    void (*took)(void *opaque, const kb_ha_mark_t *trusted, size_t n, uint64_t took_rv, bool now);
+    /* per informer, its blind windows since the takeover (kb_ha_window_t); returns how many (NULL: none) */
+    size_t (*blind)(void *opaque, kb_ha_window_t *out, size_t max);
     /* Just took the lead: hand the sinks again, outside the ledger, the state
      * this replica holds for key — deleted (a reference, borrowed) when the
      * change skipped was its deletion, else NULL (the cached state). True if
@@ -100,6 +121,13 @@ typedef enum {
 kb_ha_admit_t kb_ha_admit(kb_ha_t *ha, const char *informer, const kb_event_t *ev, uint64_t tracked_rv,
                           const _Atomic bool *abandon);
 
+/* Changes at or below this RV may have been delivered by the other replica:
+ * UINT64_MAX while this one stands by, the Lease's RV of its takeover once it
+ * leads (every change the old leader delivered was made before: one etcd
+ * holds both). Read by the informers at each change (kb_informer_ha_shared);
+ * valid for ha's life. Thread: any (atomic). */
+const _Atomic uint64_t *kb_ha_shared_rv(kb_ha_t *ha);
+
 /* This replica leads and its lease has not run out: it may hand messages to sinks. Thread: any (atomics). */
 bool kb_ha_leads(kb_ha_t *ha);
 
@@ -110,6 +138,7 @@ typedef struct kb_ha_status {
     char lease[400];           /* "namespace/name" */
     uint64_t transitions;      /* this process's leadership changes */
     uint64_t marks_refused;    /* published watermarks refused: above anything this replica saw */
+    uint64_t blind_takeovers;  /* takeovers with an informer's blind window above the mark taken over */
 } kb_ha_status_t;
 void kb_ha_status(kb_ha_t *ha, kb_ha_status_t *st);
 int kb_ha_shard(const kb_ha_t *ha);

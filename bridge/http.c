@@ -1169,9 +1169,10 @@ static void kb_http_ha_json(kb_bridge_t *b, kb_buf_t *o) {
     }
     kb_ha_status_t st;
     kb_ha_status(ha, &st);
-    kb_buf_appendf(o, ",\"ha\":{\"enabled\":true,\"shard\":%d,\"leader\":%s,\"transitions\":%llu,\"marks_refused\":%llu",
-                   kb_ha_shard(ha), st.leader ? "true" : "false", (unsigned long long)st.transitions,
-                   (unsigned long long)st.marks_refused);
+    kb_buf_appendf(o, ",\"ha\":{\"enabled\":true,\"shard\":%d,\"leader\":%s,\"transitions\":%llu,\"marks_refused\":%llu,"
+                   "\"blind_takeovers\":%llu", kb_ha_shard(ha), st.leader ? "true" : "false",
+                   (unsigned long long)st.transitions, (unsigned long long)st.marks_refused,
+                   (unsigned long long)st.blind_takeovers);
     kb_http_json_field(o, "identity", st.identity);
     kb_http_json_field(o, "holder", st.holder);
     kb_http_json_field(o, "lease", st.lease);

@@ -1491,9 +1491,10 @@ static bool kb_kapi_peer_gone(int fd) {
  * (s->gone set): a change at or below the version it started from has no
  * place after it — the client has it, or it is out of order. */
 static bool kb_kapi_after_from(kb_kapi_stream_t *s, const kb_event_t *ev) {
-    if (ev->rv_num > s->from_n || ev->rv_num <= s->skip_le)
+    uint64_t rv = kb_history_order_rv(ev);
+    if (rv > s->from_n || rv <= s->skip_le)
         return true;
-    kb_kapi_expire(s, ev->rv_num);
+    kb_kapi_expire(s, rv);
     return false;
 }
 
@@ -1582,7 +1583,7 @@ static bool kb_kapi_watch_live(kb_kapi_stream_t *s) {
             return kb_kapi_end(s, KB_KAPI_END_SLOW); /* the client resumes from its last resourceVersion */
         }
         if (got > 0) {
-            bool send = e.ev->rv_num > s->skip_le;
+            bool send = kb_history_order_rv(e.ev) > s->skip_le;
             if (send && !kb_kapi_after_from(s, e.ev)) {
                 kb_history_entry_fini(&e);
                 return true; /* what is buffered, then the ERROR */

@@ -497,6 +497,11 @@ static void kb_m_ha(kb_buf_t *o, kb_bridge_t *b) {
               "Watermarks read from the Lease that were refused: above anything this replica has seen.");
     kb_buf_appendf(o, "kbridge_ha_marks_refused_total{shard=\"%d\"} %llu\n", kb_ha_shard(ha),
                    (unsigned long long)st.marks_refused);
+    kb_m_head(o, "kbridge_ha_blind_takeovers_total", "counter",
+              "Takeovers where an informer's relist had not watched resourceVersions above the watermark taken "
+              "over: an object created and deleted there that the old leader delivered gets no DELETED.");
+    kb_buf_appendf(o, "kbridge_ha_blind_takeovers_total{shard=\"%d\"} %llu\n", kb_ha_shard(ha),
+                   (unsigned long long)st.blind_takeovers);
 }
 
 /* Called under kb_bridge_rdlock (bridge/http.c holds it for every answer). */

@@ -314,7 +314,7 @@ static kb_err_t kb_audit_repair(kb_reflector_t *r, const kb_audit_run_t *a, uint
         const kb_audit_fix_t *f = &a->fixes[i];
         bool staged;
         kb_err_t err = f->kind == KB_AUDIT_MISSING
-                           ? kb_inf__audit_delete(r, f->key, strlen(f->key), f->cached_rv, &staged)
+                           ? kb_inf__audit_delete(r, f->key, strlen(f->key), f->cached_rv, a->list_rv, &staged)
                            : kb_audit_read_back(r, f, &staged);
         if (err != KB_OK)
             return err;

@@ -47,6 +47,13 @@ void kb_hamark_commit(kb_hamark_t *m, uint64_t rv) {
         m->rv = rv;
 }
 
+bool kb_hatable_blind(uint64_t lo, uint64_t hi, uint64_t trusted, uint64_t shared, uint64_t *from) {
+    if (hi <= trusted || lo >= shared)
+        return false;
+    *from = lo > trusted ? lo : trusted;
+    return true;
+}
+
 bool kb_hamark_skips(kb_hamark_t *m, uint64_t need, uint64_t seen, bool leads) {
     uint64_t known = leads ? m->committed : kb_hamark_trust(m, seen);
     return need && known && need <= known;

@@ -8,8 +8,10 @@
  * so that the simulation (tests/sim) steps it as the bridge does:
  *
  *   - which RV a change must be covered by to count as known to the leader
- *     (kb_hatable_need: a relist's DELETED carries the object's last RV, not
- *     the deletion's — it is known once the mark reaches the list's RV);
+ *     (kb_hatable_need: a DELETED inferred by a relist carries the list's RV,
+ *     by a changed definition the object's last RV, not the deletion's —
+ *     either is known once the mark reaches this replica's resume point when
+ *     it was staged, at least the list's RV);
  *   - how far a published mark is trusted (kb_hamark_trust): only up to what
  *     this replica has seen itself — a leader cannot have acknowledged a
  *     change that was never made, so a higher mark is either a moment ahead
@@ -67,6 +69,14 @@ bool kb_hamark_takeover(kb_hamark_t *m, uint64_t seen);
 void kb_hamark_commit(kb_hamark_t *m, uint64_t rv);
 /* Is a change that needs `need` skipped? leads: this replica delivers. */
 bool kb_hamark_skips(kb_hamark_t *m, uint64_t need, uint64_t seen, bool leads);
+
+/* A window (lo, hi] a new leader listed without watching, against the mark it
+ * trusted at the takeover and the takeover's RV (shared: every change the old
+ * leader delivered is at or below it): true when an object the old leader
+ * delivered (created at or below shared) can have been deleted in it above
+ * trusted (not published as acknowledged) — no replica knows it, and its
+ * DELETED is never sent. *from: the window's part above trusted. */
+bool kb_hatable_blind(uint64_t lo, uint64_t hi, uint64_t trusted, uint64_t shared, uint64_t *from);
 
 /* ---- what a new leader owes ------------------------------------------------- */
 

@@ -51,6 +51,7 @@
 #include "common/hash.h"
 #include "common/strmap.h"
 #include "common/time.h"
+#include "informer/decode.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -69,6 +70,7 @@ typedef struct kb_hslot {
     kb_event_t *ev;
     kb_history_labels_t *prev; /* NULL: the key did not exist before */
     kb_history_labels_t *now;  /* ev's own labels and fields */
+    uint64_t rv;               /* kb_history_order_rv(ev) */
 } kb_hslot_t;
 
 /* A kind of index term in use: watchers filed under a value of it. */
@@ -203,6 +205,14 @@ static bool kb_history_is_change(const kb_event_t *ev) {
     return ev->type == KB_EV_ADDED || ev->type == KB_EV_MODIFIED || ev->type == KB_EV_DELETED;
 }
 
+uint64_t kb_history_order_rv(const kb_event_t *ev) {
+    kb_span_t rv;
+    if (!ev->final_state_unknown || !ev->obj_len || !kb_decode_object_rv(ev->obj, ev->obj_len, &rv))
+        return ev->rv_num;
+    uint64_t own = kb_rv_parse(ev->obj + rv.off, rv.len);
+    return own && own < ev->rv_num ? own : ev->rv_num;
+}
+
 /* Append one accepted change; now (consumed, NULL: made here) is ev's blob
  * (kb_hl_of), which the informer's subscriber makes before it takes mtx: a
  * field record reads the whole object, and every watcher waits on mtx.
@@ -214,8 +224,8 @@ static void kb_history_push(kb_history_t *h, kb_event_t *ev, kb_history_labels_t
     }
     if (h->next - h->first == h->cap) {
         kb_hslot_t *old = &h->ring[h->first % h->cap];
-        if (old->ev->rv_num > h->floor_rv)
-            h->floor_rv = old->ev->rv_num;
+        if (old->rv > h->floor_rv)
+            h->floor_rv = old->rv;
         h->evicted_seq = old->ev->seq;
         kb_event_unref(old->ev);
         kb_hl_unref(old->prev);
@@ -226,14 +236,17 @@ static void kb_history_push(kb_history_t *h, kb_event_t *ev, kb_history_labels_t
      * informer's relist (a diff against its cache, or a delete it missed):
      * where it falls in resourceVersion order is unknown, so no watch may
      * resume from before it — such watches get 410 and list again. */
-    if ((ev->rv_num <= h->rv_num || ev->final_state_unknown) && h->floor_rv <= h->rv_num)
+    uint64_t rv = kb_history_order_rv(ev);
+    if ((rv <= h->rv_num || ev->final_state_unknown) && h->floor_rv <= h->rv_num)
         h->floor_rv = h->rv_num + 1;
     kb_hslot_t *s = &h->ring[h->next % h->cap];
     s->ev = kb_event_ref(ev);
+    s->rv = rv;
     s->now = now ? now : kb_hl_of(h, ev);
     s->prev = kb_history_swap_labels(h, ev, kb_hl_ref(s->now));
     h->next++;
-    kb_history_note_rv(h, ev->rv, ev->rv_num);
+    if (rv == ev->rv_num)
+        kb_history_note_rv(h, ev->rv, ev->rv_num);
     kb_history_dispatch(h, h->next - 1);
 }
 
@@ -340,7 +353,7 @@ kb_history_pos_t kb_history_after_rv(kb_history_t *h, uint64_t rv, uint64_t *pos
         /* The first change above rv (after the last relist the ring is in
          * resourceVersion order, and what comes before it is below floor_rv). */
         uint64_t p = h->first;
-        while (p < h->next && h->ring[p % h->cap].ev->rv_num <= rv)
+        while (p < h->next && h->ring[p % h->cap].rv <= rv)
             p++;
         *pos = p;
     }

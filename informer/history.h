@@ -79,6 +79,14 @@ typedef struct kb_history_entry {
 } kb_history_entry_t;
 void kb_history_entry_fini(kb_history_entry_t *e);
 
+/* The resourceVersion a watch of the Kubernetes API orders ev by: ev->rv_num,
+ * but for a DELETED a relist or audit inferred (finalStateUnknown) the RV in
+ * its object. Why: that DELETED's envelope may carry the list's RV, above the
+ * object's (informer.c, kb_inf_gone_event), but a client-go watcher follows
+ * metadata.resourceVersion of what it is sent: ordered by the envelope's RV,
+ * its resourceVersion would go back. Thread: any. */
+uint64_t kb_history_order_rv(const kb_event_t *ev);
+
 /* Where a reader starts. KB_HISTORY_GONE: rv is older than the window. */
 typedef enum { KB_HISTORY_OK, KB_HISTORY_GONE } kb_history_pos_t;
 /* The position of the first change after rv (a change with rv_num <= rv is

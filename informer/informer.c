@@ -47,6 +47,7 @@
 #include "common/time.h"
 #include "informer/decode.h"
 #include "informer/definition.h"
+#include "informer/hatable.h"
 #include "informer/ingest.h"
 #include "informer/ledger.h"
 #include "informer/state.h"
@@ -272,6 +273,31 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
     o->rv_after[n] = '\0';
 }
 
+void kb_informer_ha_shared(kb_informer_t *inf, const _Atomic uint64_t *shared_rv) {
+    inf->ha_shared = shared_rv;
+}
+
+/* May another replica (the HA leader while we stand by, the old leader after
+ * a takeover) have delivered ev already? Then a consumer may hold its ADDED,
+ * and compaction must not let it vanish with its DELETED: with "latest" an
+ * ADDED still queued here that meets the DELETED a relist infers would
+ * otherwise be taken for never delivered (docs/cluster.md, section 9). */
+static bool kb_inf_shared(const kb_informer_t *inf, const kb_event_t *ev) {
+    if (!inf->ha_shared || ev->type == KB_EV_DELETED)
+        return false;
+    uint64_t upto = atomic_load(inf->ha_shared);
+    return upto && (ev->rv_num <= upto || !ev->rv_num);
+}
+
+/* After an HA takeover, does this list reach below the takeover (it did not
+ * watch from before it)? Then what it finds may be an object the old leader
+ * delivered in an older state — its ADDED here is its first word from this
+ * replica, and must not vanish with a DELETED under "latest" compaction. */
+static bool kb_inf_list_shared(const kb_reflector_t *r) {
+    const kb_informer_t *inf = r->inf;
+    return atomic_load(&inf->ha_took) && r->list_from < atomic_load(&inf->ha_took_rv);
+}
+
 /* Stage ev (consumes it): journal it and make it the cache's state of its key,
  * remembering the previous entry in case the batch cannot be committed.
  * refl/rv_after: the resume point this event completes (-1/"" if none);
@@ -280,6 +306,8 @@ static void kb_inf_push_staged(kb_informer_t *inf, kb_event_t *ev, uint64_t seq,
 static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const char *rv_after, uint64_t grave_max) {
     kb_inf_batch_txn(inf);
     ev->seq = kb_ledger_next_seq(inf->ledger);
+    if (kb_inf_shared(inf, ev))
+        ev->redelivery = true; /* not yet shared: see kb_informer_ha_shared */
     if (inf->state) { /* the journal's resume-point tag: nothing to build without one */
         kb_buf_t tag = KB_BUF_INIT;
         kb_ledger_tag(inf->ledger, refl, rv_after, &tag);
@@ -319,10 +347,39 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
     kb_inf_push_staged(inf, ev, ev->seq, refl, rv_after);
 }
 
+/* The inferred delete of a cache entry: its last known object, and as the
+ * envelope's RV the list's (gone_at, the RV of the list or audit that found
+ * it absent) where that is higher. Why: the object is absent at the list's
+ * RV, so it was deleted at or before it — and every state anyone delivered
+ * of it, another replica included (an HA takeover), is at or below it; with
+ * the object's last RV the consumer rule would skip the DELETED after a newer
+ * state someone else delivered. gone_at NULL keeps the last RV: a changed
+ * definition (the rule's "ADDED at the RV of the DELETED finalStateUnknown"
+ * takes the object in again), a name re-created (its new incarnation's ADDED
+ * follows, perhaps below the list's RV). */
+static kb_event_t *kb_inf_gone_event(kb_informer_t *inf, kb_event_t *cached, const char *gone_at) {
+    uint64_t at = gone_at ? kb_rv_parse(gone_at, strlen(gone_at)) : 0;
+    if (at <= cached->rv_num)
+        return kb_inf_retype_full(inf, cached, KB_EV_DELETED, true);
+    kb_event_t *full = kb_informer_full(inf, cached);
+    kb_event_init_t in = {.type = KB_EV_DELETED, .final_state_unknown = true, .res = full->res,
+                          .ns = full->ns, .ns_len = full->ns_len, .name = full->name, .name_len = full->name_len,
+                          .uid = full->uid, .uid_len = full->uid_len, .rv = gone_at, .rv_len = strlen(gone_at),
+                          .obj = full->obj, .obj_len = full->obj_len, .labels_off = full->labels_off,
+                          .labels_len = full->labels_len, .observed_ns = full->observed_ns,
+                          .read_mono_ns = full->read_mono_ns};
+    kb_event_t *ev = kb_event_new(&in);
+    ev->seq = full->seq;
+    ev->redelivery = full->redelivery;
+    kb_event_unref(full);
+    return ev;
+}
+
 /* Stage the inferred delete of a cache entry (finalStateUnknown, its last
- * known object), its grave at grave_max at most (0: its own RV). */
-static void kb_inf_stage_gone(kb_informer_t *inf, kb_event_t *cached, uint64_t grave_max) {
-    kb_inf_stage(inf, kb_inf_retype_full(inf, cached, KB_EV_DELETED, true), -1, "", grave_max);
+ * known object, at gone_at: kb_inf_gone_event), its grave at grave_max at
+ * most (0: at the DELETED's RV). */
+static void kb_inf_stage_gone(kb_informer_t *inf, kb_event_t *cached, uint64_t grave_max, const char *gone_at) {
+    kb_inf_stage(inf, kb_inf_gone_event(inf, cached, gone_at), -1, "", grave_max);
 }
 
 /* Stage a resume-point marker (a bookmark, a finished list). */
@@ -536,12 +593,15 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch (or the
          * watch deletes an incarnation we never saw): the one we had is gone. */
-        kb_inf_stage_gone(inf, old, 0);
+        kb_inf_stage_gone(inf, old, 0, NULL);
         kb_event_unref(old);
         old = NULL;
     }
     in.type = server_type == KB_WATCH_DELETED ? KB_EV_DELETED : old ? KB_EV_MODIFIED : KB_EV_ADDED;
-    kb_inf_stage(inf, kb_event_new(&in), refl, rv_after, 0);
+    kb_event_t *ev = kb_event_new(&in);
+    if (src == KB_SRC_LIST && kb_inf_list_shared(r))
+        ev->redelivery = true; /* not yet shared */
+    kb_inf_stage(inf, ev, refl, rv_after, 0);
 done:
     kb_event_unref(old);
 out:
@@ -566,7 +626,7 @@ static void kb_inf_delete_unseen(kb_reflector_t *r, uint64_t list_rv) {
         kb_event_t *ev = cached.ev[i];
         if (kb_strmap_get(r->seen, ev->key, ev->key_len, ev->key_hash))
             continue;
-        kb_inf_stage_gone(inf, ev, list_rv);
+        kb_inf_stage_gone(inf, ev, list_rv, r->def_stale ? NULL : r->list_rv);
         n++;
     }
     kb_event_list_fini(&cached);
@@ -599,7 +659,7 @@ static void kb_inf_delete_unscoped(kb_informer_t *inf, uint64_t list_rv) {
         kb_event_t *ev = cached.ev[i];
         if (kb_inf_in_scope(inf, ev->ns, ev->ns_len))
             continue;
-        kb_inf_stage_gone(inf, ev, list_rv);
+        kb_inf_stage_gone(inf, ev, list_rv, NULL);
         n++;
     }
     kb_event_list_fini(&cached);
@@ -660,7 +720,8 @@ kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, co
     return err;
 }
 
-kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done) {
+kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, const char *audit_rv,
+                              bool *done) {
     kb_informer_t *inf = r->inf;
     *done = false;
     if (!kb_refl_wait_room(r))
@@ -671,7 +732,7 @@ kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len
     kb_err_t err = KB_OK;
     if (old && old->rv_len == strlen(rv) && !memcmp(old->rv, rv, old->rv_len)) {
         kb_inf_batch_begin(inf);
-        kb_inf_stage_gone(inf, old, 0);
+        kb_inf_stage_gone(inf, old, 0, r->def_stale ? NULL : audit_rv);
         err = kb_inf_batch_end(inf);
         *done = err == KB_OK;
     }
@@ -705,6 +766,10 @@ void kb_inf__list_begin(kb_reflector_t *r) {
     kb_strmap_destroy(r->seen);
     r->seen = r->listed || kb_inf_scope_cached(r) ? kb_strmap_new(1024) : NULL;
     r->list_open = true;
+    if (!r->list_from_set) { /* a list started over keeps where the watch stopped */
+        r->list_from = kb_rv_parse(r->rv, strlen(r->rv));
+        r->list_from_set = true;
+    }
     r->list_rv[0] = '\0';
     if (!r->listed) /* an unfinished first list starts over: its objects are counted again */
         atomic_fetch_sub(&r->inf->st_sync_objects, r->list_items);
@@ -814,6 +879,64 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
     return berr;
 }
 
+/* A window (lo, hi] listed, not watched, after an HA takeover: if an object
+ * the old leader delivered can have been created and deleted in it unseen
+ * (kb_hatable_blind), it joins what kb_informer_blind reports. */
+static void kb_inf_expose(kb_informer_t *inf, uint64_t lo, uint64_t hi) {
+    uint64_t from;
+    if (!atomic_load(&inf->ha_took) ||
+        !kb_hatable_blind(lo, hi, atomic_load(&inf->ha_trusted), atomic_load(&inf->ha_took_rv), &from))
+        return;
+    uint64_t n = atomic_load(&inf->exposed_n), elo = atomic_load(&inf->exposed_lo);
+    atomic_store(&inf->exposed_lo, n == 0 || from < elo ? from : elo);
+    if (hi > atomic_load(&inf->exposed_hi))
+        atomic_store(&inf->exposed_hi, hi);
+    atomic_fetch_add(&inf->exposed_n, 1);
+    KB_WARN("informer", "informer=%s blind takeover: resourceVersions (%llu, %llu] were listed here, not watched, "
+            "above the watermark taken over (%llu): an object created and deleted there that the old leader "
+            "delivered gets no DELETED (no replica knows it; docs/cluster.md, section 9)", inf->conf->name,
+            (unsigned long long)from, (unsigned long long)hi, (unsigned long long)atomic_load(&inf->ha_trusted));
+}
+
+/* A list at now_rv of a scope that was watched up to prev (0: never): what
+ * changed in (prev, now_rv] was not watched here, only listed — an object
+ * created and deleted in it was never known. Their hull is kept (a takeover
+ * compares it with the mark it takes over), and after a takeover each one is
+ * weighed as it completes (kb_inf_expose). Caller holds ingest_mtx. */
+static void kb_inf_note_blind(kb_informer_t *inf, uint64_t prev, uint64_t now_rv) {
+    uint64_t lo = atomic_load(&inf->blind_lo), hi = atomic_load(&inf->blind_hi);
+    if (now_rv <= prev)
+        return;
+    /* The hull of every window this process listed: at a takeover (or when
+     * a restarted leader re-arms), whether one reaches above the mark is
+     * exactly whether the hull does (the newest alone is not enough: an
+     * older one of another scope may reach further down); the range reported
+     * is the hull's part above the mark. */
+    atomic_store(&inf->blind_lo, hi == 0 || prev < lo ? prev : lo);
+    atomic_store(&inf->blind_hi, now_rv > hi ? now_rv : hi);
+    kb_inf_expose(inf, prev, now_rv);
+}
+
+void kb_informer_ha_took(kb_informer_t *inf, uint64_t trusted, uint64_t took_rv, bool now) {
+    atomic_store(&inf->ha_trusted, trusted);
+    atomic_store(&inf->ha_took_rv, took_rv);
+    atomic_store(&inf->exposed_n, 0);
+    atomic_store(&inf->exposed_lo, 0);
+    atomic_store(&inf->exposed_hi, 0);
+    atomic_store(&inf->ha_took, true);
+    if (now && atomic_load(&inf->blind_start))
+        kb_inf_expose(inf, 0, atomic_load(&inf->blind_start));
+    if (atomic_load(&inf->blind_hi))
+        kb_inf_expose(inf, atomic_load(&inf->blind_lo), atomic_load(&inf->blind_hi));
+}
+
+uint64_t kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
+    uint64_t n = atomic_load(&inf->exposed_n);
+    *lo = atomic_load(&inf->exposed_lo);
+    *hi = atomic_load(&inf->exposed_hi);
+    return n;
+}
+
 /* The list is complete (its RV in r->list_rv): stage the deletes of what it
  * did not contain (deleted while we did not watch) and the resume point at
  * the list's RV. Caller holds ingest_mtx in a batch. */
@@ -824,6 +947,8 @@ static void kb_inf_list_close(kb_reflector_t *r) {
      * A scope with no resume point (a changed definition lists first) compares
      * with where state_dir was when this process started. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
+    kb_inf_note_blind(inf, r->list_from < prev ? r->list_from : prev, now_rv);
+    r->list_from_set = false;
     if (!prev)
         prev = inf->prior_rv;
     if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {
@@ -1365,6 +1490,7 @@ static kb_err_t kb_inf_open_state(kb_informer_t *inf, char *errstr, size_t errst
     }
     kb_inf_set_resume_points(inf);
     inf->prior_rv = kb_ledger_known_rv(inf->ledger);
+    atomic_store(&inf->blind_start, inf->prior_rv); /* which lists came before this start is not known: all of it */
     kb_ledger_stats_t ls;
     kb_ledger_stats(inf->ledger, &ls);
     KB_INFOF("informer",

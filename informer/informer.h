@@ -126,6 +126,22 @@ void kb_informer_done(kb_informer_t *inf, uint64_t seq);
 /* The informer's ledger (informer/ledger.h): sinks acknowledge into it.
  * Valid for the informer's life. Thread: any. */
 struct kb_ledger *kb_informer_ledger(kb_informer_t *inf);
+/* HA: this replica took over at took_rv (the RV of its Lease write), trusting
+ * the old leader's mark up to trusted. From now on every window of RVs it
+ * lists without watching (a first list (0, its RV]; a relist after 410, from
+ * where the watch was) that reaches into what the old leader may have
+ * delivered without publishing it — above trusted, an object created at or
+ * below took_rv — is logged (WARN) and counted: such an object's DELETED is
+ * never sent (kb_hatable_blind). The windows this process listed before are
+ * weighed now, as their hull; now: also what came before this process started
+ * from state_dir, (0, its resume point] (at the takeover itself); false when
+ * a restarted leader re-arms it (its last process weighed those). Thread: the
+ * HA thread. */
+void kb_informer_ha_took(kb_informer_t *inf, uint64_t trusted, uint64_t took_rv, bool now);
+/* Since kb_informer_ha_took: how many such windows, and their hull (*lo, *hi]
+ * (from above the trusted mark). Thread: any; no lock (the ingest lock may be
+ * held across a full queue's push). */
+uint64_t kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi);
 
 /* The exactly-once cut for the transaction about to commit, as JSON appended
  * to json (kb_ledger_txn_cut). Thread: any. Locks: the ledger's. */
@@ -135,6 +151,15 @@ void kb_informer_txn_cut(kb_informer_t *inf, kb_buf_t *json);
  * watch resumes at its RVs. KB_ERR_INVAL (errstr) if it does not parse or is
  * ahead of state_dir. Thread: main, before kb_informer_start. */
 kb_err_t kb_informer_apply_cut(kb_informer_t *inf, const char *json, size_t len, char *errstr, size_t errstr_size);
+/* HA: a change staged here at or below *shared_rv (read at each change; the
+ * replica's role sets it: UINT64_MAX while it stands by, the Lease's RV at
+ * its takeover once it leads) may have been delivered by another replica — a
+ * leader delivers what a standby holds. Such a change is queued marked as a
+ * redelivery, as the journal's tail after a restart is, so compaction never
+ * merges an ADDED a consumer may have away with its DELETED. shared_rv
+ * (borrowed, outlives inf; NULL: none) is set once, before kb_informer_start.
+ * Thread: main. */
+void kb_informer_ha_shared(kb_informer_t *inf, const _Atomic uint64_t *shared_rv);
 /* Queue the journal's unacknowledged tail again (kb_informer_start does it;
  * exposed for the deterministic simulation, which runs no threads). */
 void kb_informer_requeue_tail(kb_informer_t *inf);

@@ -76,6 +76,9 @@ typedef struct kb_reflector {
     kb_strmap_t *seen;     /* during a list: keys listed; NULL when nothing of the scope was cached before
                               the first list (nothing to diff: kb_inf__list_begin) */
     bool list_open;        /* between kb_inf__list_begin and kb_inf__list_done */
+    bool list_from_set;    /* list_from holds for the list in progress (cleared when one completes) */
+    uint64_t list_from;    /* during a list: the resume point when it began (0: none), what it did not watch
+                              from (a streamed list moves rv with its items: kb_inf_note_blind) */
     char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
     size_t list_items, list_pages; /* during a list */
     int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
@@ -149,6 +152,21 @@ struct kb_informer {
     uint64_t prior_rv;             /* ingest_mtx: what a list of a scope with no resume point compares with
                                     * to notice a restore: state_dir's newest resume point at start
                                     * (kb_ledger_known_rv); 0 once a restore was noticed (a new epoch) */
+    const _Atomic uint64_t *ha_shared; /* set before start (NULL: no HA): changes at or below this RV may
+                                    * have been delivered by another replica (kb_informer_ha_shared) */
+    /* The hull (lo, hi] of the windows of RVs this process did not watch,
+     * only listed (kb_informer_blind); 0, 0: none. Written under ingest_mtx,
+     * read without it: the ingest lock may be held across a full queue's
+     * push, and an HA takeover (whose workers empty that queue) reads it. */
+    _Atomic uint64_t blind_lo, blind_hi;
+    _Atomic uint64_t blind_start;  /* state_dir's resume point at start: (0, it] was perhaps listed unwatched
+                                    * by an earlier process (which lists came before cannot be told) */
+    /* After an HA takeover (kb_informer_ha_took): the mark trusted then, and
+     * the windows noted since that reach into what the old leader may have
+     * delivered without publishing it (kb_hatable_blind): their hull and
+     * how many. Written under ingest_mtx or by the HA thread; read anywhere. */
+    _Atomic bool ha_took;
+    _Atomic uint64_t ha_trusted, ha_took_rv, exposed_lo, exposed_hi, exposed_n;
 
     /* The checkpointer: writes the ledger's watermark every 200 ms. */
     pthread_t ckpt_thread;
@@ -199,13 +217,15 @@ bool kb_inf__watch_bytes(void *opaque, const char *data, size_t len);
 
 /* For the drift audit (informer/audit.c). Thread: the audit's; locks: take ingest_mtx.
  * audit_ingest: an object read back by GET, through the watch's gate (no resume point moves).
- * audit_delete: key's cached entry, if still at rv, leaves as DELETED finalStateUnknown.
+ * audit_delete: key's cached entry, if still at rv, leaves as DELETED finalStateUnknown
+ *   at the audit list's RV (audit_rv; informer.c, kb_inf_gone_event).
  * staged, done: whether a change was delivered (false: the cache had moved on). */
 /* stale_grave: the grave of key (key_len bytes) the audit found contradicted by
  * its list — forgotten first if it is still there (0: none). */
 kb_err_t kb_inf__audit_ingest(kb_reflector_t *r, const char *obj, size_t len, const char *key, size_t key_len,
                               uint64_t stale_grave, bool *staged);
-kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, bool *done);
+kb_err_t kb_inf__audit_delete(kb_reflector_t *r, const char *key, size_t key_len, const char *rv, const char *audit_rv,
+                              bool *done);
 /* Whether this replica owns the object (sharding.*, kb_shard_owns): key_hash is
  * FNV-1a of its key, uid/ns its metadata. An object received that is not ours
  * while the server was asked to shard shows it ignored shardSelector: counted,

@@ -94,13 +94,23 @@
  * leader publishes at its checkpoints and owes each key it skipped, then
  * takes over when the leader crashes — the decisions of informer/hatable.h,
  * the module bridge/ha.c calls. Each HA fix of issue 24, reverted once there,
- * is found within the CI seeds: the leader publishing what it saw instead of
- * what its sinks acknowledged (195: a key's change never arrives), a relist's
- * DELETED counted known by the object's last RV (486: a deleted object stays
- * live), owed keys not delivered again (469: a change the leader's watch lost
- * never arrives), a mark trusted above what the standby saw (164: a stale
- * state stays). Two gaps it found are let through, counted (sb_delete_below,
- * sb_never_known; docs/cluster.md section 9).
+ * is found (first failing seed, and what it says): the leader publishing what
+ * it saw instead of what its sinks acknowledged (195: a key's change never
+ * arrives), an inferred DELETED at an object's last RV (a name re-created
+ * unwatched) counted known by that RV (2307, past the CI seeds now that a
+ * relist's own DELETEDs carry the list's RV: a deleted object stays live),
+ * owed keys not delivered again (469: a change the leader's watch lost never
+ * arrives), a mark trusted above what the standby saw (164: a stale state
+ * stays), a relist's DELETED at the object's last RV instead of the list's
+ * (899: the rule skips it below what the old leader delivered), a standby's
+ * queued ADDED not marked as possibly delivered (129: with "latest" it merges
+ * away with the relist's DELETED, the object stays live), marked only while
+ * standing by and not up to the takeover's RV (637: the same, through a
+ * standby's lagging watch). One gap is let through, counted, exactly inside a
+ * window the new leader reported as blind (sb_never_known; docs/cluster.md
+ * section 9): reporting none is found at 1981 (a deleted object stays live);
+ * a restarted new leader not re-armed from the Lease at 10290 (past the CI
+ * seeds; soaks found it at 108164 and 201125).
  *
  * Usage: kb_sim [--seeds N] [--first S] [--seed S] [--seconds T] [-v]
  * Exit 0 when every history passed; 1 with the failing seed printed.
@@ -119,6 +129,7 @@
 #include "sinks/sink.h" /* kb_sink_refused: what the bridge counts as a destination's verdict */
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -311,7 +322,9 @@ static bool ops_held(const sim_t *s);
 static bool ops_removed(const sim_t *s, int i);
 static bool ops_abandoned(const sim_t *s);
 static void sb_publish(sim_t *s);
-static bool sb_loses(sim_t *s);
+static void sb_blind_poll(sim_t *s);
+static bool sb_loses(sim_t *s, const mev_t *e);
+static void sb_attach(sim_t *s, kb_informer_t *inf);
 
 static void refl_reset(refl_t *f) {
     free(f->snap);
@@ -346,6 +359,7 @@ static kb_informer_t *sim_informer_new(sim_t *s, kb_config_t *cfg) {
     /* As the bridge does before the informer pushes anything, with the sim's clock. */
     for (size_t sh = 0; sh < kb_informer_shards(inf); sh++)
         kb_deltafifo_set_coalesce(kb_informer_fifo(inf, sh), s->window, sim_clock, s);
+    sb_attach(s, inf);
     return inf;
 }
 
@@ -985,8 +999,15 @@ typedef struct sim_standby {
     bool swapped;               /* the standby is in s's place for one of its steps */
     int took_life;              /* the lifetime the new leader began */
     unsigned skipped, restarts, forged, refused, owed_paid, lost;
-    unsigned deletes_below;     /* the known gaps: see sb_delete_below … */
-    unsigned ghosts;            /* … and sb_ghost */
+    unsigned ghosts;            /* the known gap: see sb_ghost */
+    _Atomic uint64_t shared_rv; /* kb_informer_ha_shared: UINT64_MAX as a standby, the server's RV at the takeover */
+    bool blind;                 /* the takeover was blind: kb_informer_blind reported a window … */
+    uint64_t blind_lo, blind_hi; /* … their hull (lo, hi], from above the trusted mark */
+    unsigned blind_takeovers;
+    bool lost_delete[4096];     /* uids whose DELETED the leader's watch lost */
+    unsigned lost_unknown;      /* … of which the new leader never knew the object: the audit's job (sb_never_known) */
+    uint64_t took_rv;           /* the server's RV at the takeover (the Lease write's) */
+    int armed_life;             /* the new leader's lifetime whose informer knows of the takeover */
     bool skipped_uid[4096];     /* uids whose DELETED the standby skipped */
 } sim_standby_t;
 
@@ -1011,6 +1032,7 @@ static void sb_open(sim_t *s) {
     sb->inf = sim_informer_new(s, sb->cfg);
     if (!sb->inf)
         return;
+    kb_informer_ha_shared(sb->inf, &sb->shared_rv);
     static const char *const names[MAX_SINKS] = {"s0", "s1"};
     for (int i = 0; i < s->n_sinks; i++)
         if (kb_ledger_add_sink(kb_informer_ledger(sb->inf), names[i]) != s->sinks[i].lidx)
@@ -1031,6 +1053,7 @@ static void sb_configure(sim_t *s, uint64_t seed) {
     sim_standby_t *sb = s->sb = calloc(1, sizeof(*sb));
     sb->r = r;
     sb->lossy = chance(&sb->r, 50);
+    atomic_store(&sb->shared_rv, UINT64_MAX);
     for (int i = 0; i < SB_SHARDS; i++)
         kb_deltas_init(&sb->wait[i]);
     char dir[sizeof(s->dir)], text[sizeof(s->cfgtext)];
@@ -1050,11 +1073,50 @@ static void sb_configure(sim_t *s, uint64_t seed) {
         sb->refl[i].ns = s->refl[i].ns;
 }
 
+/* The new leader's blind windows (kb_informer_blind), as bridge/ha.c reads
+ * them at each renew: each reaches into what the old leader may have
+ * delivered unpublished (logged and counted there); their hull is what
+ * sb_never_known lets through. Only the informer that took over knows it: a
+ * restart forgets it, as the bridge's process does. */
+static void sb_blind_poll(sim_t *s) {
+    sim_standby_t *sb = s->sb;
+    uint64_t lo, hi;
+    if (!sb || !sb->took || !s->inf)
+        return;
+    if (sb->armed_life != s->life) { /* restarted: the Lease re-arms it (bridge/ha.c, kb_ha_rearm) */
+        sb->armed_life = s->life;
+        kb_informer_ha_shared(s->inf, &sb->shared_rv);
+        kb_informer_ha_took(s->inf, sb->mark.trusted, sb->took_rv, false);
+    }
+    if (!kb_informer_blind(s->inf, &lo, &hi))
+        return;
+    if (!sb->blind || lo < sb->blind_lo)
+        sb->blind_lo = lo;
+    if (!sb->blind || hi > sb->blind_hi)
+        sb->blind_hi = hi;
+    if (!sb->blind) {
+        sb->blind_takeovers++;
+        TRACE("  blind takeover: (%llu, %llu] listed, not watched, above the mark\n", (unsigned long long)lo,
+              (unsigned long long)hi);
+    }
+    sb->blind = true;
+}
+
+/* A new leader's informer, started again after the takeover: like the
+ * bridge's pipelines (kb_pipeline_new), it reads the role's RV from its start. */
+static void sb_attach(sim_t *s, kb_informer_t *inf) {
+    if (s->sb && s->sb->took)
+        kb_informer_ha_shared(inf, &s->sb->shared_rv);
+}
+
 /* The leader's watch loses the change at hand (a lossy leader, before the takeover)? */
-static bool sb_loses(sim_t *s) {
+static bool sb_loses(sim_t *s, const mev_t *e) {
+    sb_blind_poll(s); /* also after the takeover: the new leader's ha thread renews meanwhile */
     if (!s->sb || !s->sb->lossy || s->sb->took || s->sb->swapped || !chance(&s->sb->r, 4))
         return false;
     s->sb->lost++;
+    if (e->type == KB_EV_DELETED)
+        s->sb->lost_delete[e->uid % 4096] = true;
     return true;
 }
 
@@ -1062,6 +1124,7 @@ static bool sb_loses(sim_t *s) {
  * then someone else writes the Lease: a mark no change has reached). */
 static void sb_publish(sim_t *s) {
     sim_standby_t *sb = s->sb;
+    sb_blind_poll(s); /* a new leader's checkpoint: its last renew before a stop reads it too */
     if (!sb || sb->took)
         return;
     if (chance(&sb->r, 10)) {
@@ -1154,11 +1217,16 @@ static void sb_takeover(sim_t *s) {
     kb_config_free(s->cfg);
     s->cfg = NULL;
     sb_swap(s); /* s->inf: the new leader */
+    atomic_store(&sb->shared_rv, s->srv.rv); /* bridge/ha.c: the Lease's RV once it is ours */
     sb->took = true;
     sb->took_life = s->life;
     kb_ledger_t *l = kb_informer_ledger(s->inf);
     if (kb_hamark_takeover(&sb->mark, kb_ledger_tracked_rv(l)))
         sb->refused++;
+    sb->took_rv = s->srv.rv;
+    sb->armed_life = s->life;
+    kb_informer_ha_took(s->inf, sb->mark.trusted, sb->took_rv, true); /* bridge/ha.c: kb_ha_took */
+    sb_blind_poll(s);
     size_t n;
     kb_ledger_sink_t *sk = kb_ledger_sinks(l, &n);
     for (size_t j = 0; j < n; j++)
@@ -1233,38 +1301,31 @@ static bool sb_superseded(const sim_t *s, const msink_t *k, size_t i) {
     return false;
 }
 
-/* Known gap (issue 24, open): the new leader learns by a relist that an
- * object is gone and sends a DELETED (finalStateUnknown) at the last RV *it*
- * saw — below the state the old leader delivered, so the rule skips it and
- * the consumer keeps the object. Only that exact case is let through (the new
- * leader sent a DELETED of the uid the consumer holds, lower than what it
- * holds), counted and printed; everything else still fails. */
-static bool sb_delete_below(sim_t *s, const msink_t *k, int ns, int name, bool stale_live, const cview_t *v) {
-    if (!stale_live || !s->sb || !s->sb->took)
+/* The known gap (issue 24; docs/cluster.md section 9): an object the old
+ * leader delivered, created and deleted while the standby only listed (its
+ * relist's blind window, kb_informer_blind), deleted above the mark the new
+ * leader trusted: no replica knows it, the new leader sends no DELETED and the
+ * consumer keeps it. Let through only for a takeover that was blind (logged
+ * and counted there), a uid deleted inside that window, whose DELETED the
+ * standby did not skip (that one is owed) and the new leader did not send;
+ * counted. Also let through: a DELETED the old leader's *watch* lost (its
+ * drift audit repairs that, if it runs before the leader dies) of an object
+ * the new leader never knew either — two faults, no replica has it; counted
+ * apart (lost_unknown). */
+static bool sb_never_known(sim_t *s, const msink_t *k, unsigned uid) {
+    sb_blind_poll(s);
+    const sim_standby_t *sb = s->sb;
+    if (!sb || !sb->took || sb->skipped_uid[uid % 4096])
         return false;
-    for (size_t j = 0; j < k->log.n; j++) {
-        const cmsg_t *m = &k->log.v[j];
-        if (m->life >= s->sb->took_life && m->ns == ns && m->name == name && m->type == KB_EV_DELETED && m->fsu &&
-            m->uid == v->uid && m->rv < v->rv) {
-            s->sb->deletes_below++;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Known gaps (issue 24, open): an object the old leader delivered whose
- * deletion the new leader never sends — it was created and deleted while the
- * standby's watch was broken (its relist no longer has it), or, with
- * compaction "latest", its ADDED still queued at the new leader merged with
- * the relist's DELETED (the new leader takes it for never delivered). The
- * consumer keeps it. Let through only when the standby skipped no DELETED of
- * that uid (that one is owed) and the new leader sent none; counted. */
-static bool sb_never_known(const sim_t *s, const msink_t *k, unsigned uid) {
-    if (!s->sb || !s->sb->took || s->sb->skipped_uid[uid % 4096])
+    uint64_t gone = 0;
+    for (size_t j = 0; j < s->srv.n_hist; j++)
+        if (s->srv.hist[j].uid == uid && s->srv.hist[j].type == KB_EV_DELETED)
+            gone = s->srv.hist[j].rv;
+    bool lost = sb->lost_delete[uid % 4096]; /* and the old leader's audit did not run before it died */
+    if (!lost && (!sb->blind || gone <= sb->blind_lo || gone > sb->blind_hi))
         return false;
     for (size_t j = 0; j < k->log.n; j++)
-        if (k->log.v[j].life >= s->sb->took_life && k->log.v[j].uid == uid && k->log.v[j].type == KB_EV_DELETED)
+        if (k->log.v[j].life >= sb->took_life && k->log.v[j].uid == uid && k->log.v[j].type == KB_EV_DELETED)
             return false;
     return true;
 }
@@ -1272,6 +1333,8 @@ static bool sb_never_known(const sim_t *s, const msink_t *k, unsigned uid) {
 static bool sb_ghost(sim_t *s, const msink_t *k, const cview_t *v, bool stale_live) {
     if (!stale_live || !sb_never_known(s, k, v->uid))
         return false;
+    if (s->sb->lost_delete[v->uid % 4096])
+        s->sb->lost_unknown++;
     s->sb->ghosts++;
     return true;
 }
@@ -1475,7 +1538,7 @@ static void watch_step(sim_t *s, refl_t *f, int idx, bool quiet) {
         unsigned n = 1 + rnd(&s->r, 4);
         for (; n && f->cursor < s->srv.n_hist; f->cursor++) {
             mev_t *e = &s->srv.hist[f->cursor];
-            if (!in_scope(f, e->ns) || sb_loses(s))
+            if (!in_scope(f, e->ns) || sb_loses(s, e))
                 continue;
             static const char *const tn[] = {"ADDED", "MODIFIED", "DELETED"};
             kb_buf_appendf(&f->pending, "{\"type\":\"%s\",\"object\":", tn[e->type]);
@@ -1630,7 +1693,7 @@ static void check_sink(sim_t *s, int si) {
             cview_t *v = &view[ns][n];
             bool live = v->seen && v->alive, want = o->alive && def_covers(s, ns);
             if ((want != live || (want && (v->uid != o->uid || v->rv != o->rv))) &&
-                !sb_delete_below(s, k, ns, n, live && !want, v) && !sb_ghost(s, k, v, live && !want))
+                !sb_ghost(s, k, v, live && !want))
                 fail("sink %d: %s/n%d is %s uid %u @%llu on the server%s but %s uid %u @%llu for the consumer", si,
                      ns_names[ns], n, o->alive ? "live" : "gone", o->uid, (unsigned long long)o->rv,
                      o->alive && !want ? " (outside the definition)" : "", live ? "live" : "gone", v->uid,
@@ -2015,6 +2078,8 @@ static bool run_history(uint64_t seed, unsigned steps) {
             ops_step(s);
             continue;
         }
+        if (s->sb)
+            sb_blind_poll(s); /* the new leader's renews read what its informer reported */
         if (s->ops && s->ops->gone) {
             ops_gone_step(s);
             continue;
@@ -2101,11 +2166,12 @@ static bool run_history(uint64_t seed, unsigned steps) {
                  s->ops->hup_removed, s->ops->hup_added, s->ops->added_redefined);
     if (s->sb)
         snprintf(opsline, sizeof(opsline), "; standby (%s): %u skipped, %u standby restarts, %u forged marks (%u "
-                 "refused at the takeover), %u owed messages paid, %u events lost by the leader's watch, %u deletes "
-                 "below the old leader's state and %u objects the new leader never knew (known gaps)",
+                 "refused at the takeover), %u owed messages paid, %u events lost by the leader's watch, "
+                 "%u blind takeovers, %u objects the new leader never knew (known gap; %u of them also lost by the old "
+                 "leader's watch)",
                  s->sb->lossy ? "lossy leader" : "restarting", s->sb->skipped, s->sb->restarts, s->sb->forged,
-                 s->sb->refused, s->sb->owed_paid, s->sb->lost, s->sb->deletes_below,
-                 s->sb->ghosts);
+                 s->sb->refused, s->sb->owed_paid, s->sb->lost, s->sb->blind_takeovers, s->sb->ghosts,
+                 s->sb->lost_unknown);
     if (verbose || failed)
         printf("seed %llu: %s%s%s  (%s, %d reflector(s), %d sink(s), %u server changes, %u lists, %u 410s, "
                "%u crashes, %u restarts, %u redefinitions, %u restores, %u messages%s)\n",

@@ -4,7 +4,9 @@
  * its values before and after it are filed under — a change on node A queues
  * nothing for (and so never wakes) a watcher of node B —, a pod moving from
  * node A to node B is a DELETED to A's watcher and an ADDED to B's, and a
- * watcher that does not read is lost alone, without holding up the others. */
+ * watcher that does not read is lost alone, without holding up the others;
+ * a relist's DELETED is ordered by its object's resourceVersion, not the
+ * list's RV its envelope carries (a client-go watcher's RV never goes back). */
 #include "common/buf.h"
 #include "common/fieldsel.h"
 #include "common/selector.h"
@@ -281,9 +283,30 @@ static void test_notify_after_empty(void **state) {
     teardown(&fx);
 }
 
+/* kb_history_order_rv: a DELETED a relist inferred at the list's RV (20) is
+ * ordered by its object's own resourceVersion (4); any other event by its RV. */
+static void test_order_rv_of_an_inferred_delete(void **state) {
+    (void)state;
+    kb_resource_t *res = kb_resource_new("t", "pods", "", "v1", "pods");
+    static const char obj[] = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\",\"resourceVersion\":\"4\"}}";
+    kb_event_init_t in = {.type = KB_EV_DELETED, .final_state_unknown = true, .res = res, .ns = "d", .ns_len = 1,
+                          .name = "p", .name_len = 1, .uid = "u", .uid_len = 1, .rv = "20", .rv_len = 2,
+                          .obj = obj, .obj_len = sizeof(obj) - 1};
+    kb_event_t *ev = kb_event_new(&in);
+    assert_int_equal(ev->rv_num, 20);
+    assert_int_equal(kb_history_order_rv(ev), 4);
+    kb_event_unref(ev);
+    in.final_state_unknown = false; /* a watched DELETED: its own RV */
+    ev = kb_event_new(&in);
+    assert_int_equal(kb_history_order_rv(ev), 20);
+    kb_event_unref(ev);
+    kb_resource_unref(res);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatch_by_node),
+        cmocka_unit_test(test_order_rv_of_an_inferred_delete),
         cmocka_unit_test(test_register_from_past),
         cmocka_unit_test(test_slow_watcher_alone),
         cmocka_unit_test(test_notify_after_empty),

@@ -1,13 +1,18 @@
 /* tests/unit/informer/test_ingest.c — the reflector's list and watch steps
  * (informer/ingest.h) on an informer that runs no thread: resourceVersions
  * longer than 63 bytes are kept whole (they were truncated), ones longer than
- * kbridge supports are refused loudly instead of cut. */
+ * kbridge supports are refused loudly instead of cut; a relist's inferred
+ * DELETED carries the list's RV (issue 24: after an HA takeover it was below
+ * what the old leader delivered); the window a relist did not watch is known
+ * (kb_informer_blind); and what an HA standby queues is never merged away
+ * (kb_informer_ha_shared). */
 #include "common/buf.h"
 #include "config/config.h"
 #include "informer/informer.h"
 #include "informer/ingest.h"
 
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,14 +39,50 @@ static void page(kb_buf_t *b, const char *list_rv, const char *item_rv) {
     page_of(b, list_rv, "p", item_rv);
 }
 
-/* The informer of cfgtext, running no thread (*cfg: its config, to free after it). */
-static kb_informer_t *new_informer(kb_config_t **cfg) {
+/* The informer of text, running no thread (*cfg: its config, to free after it). */
+static kb_informer_t *new_informer_of(const char *text, kb_config_t **cfg) {
     char err[512];
-    *cfg = kb_config_load_string(cfgtext, "t.cfg", err, sizeof(err));
+    *cfg = kb_config_load_string(text, "t.cfg", err, sizeof(err));
     assert_non_null(*cfg);
     kb_informer_t *inf = kb_informer_new(*cfg, &(*cfg)->informers[0], NULL, err, sizeof(err));
     assert_non_null(inf);
     return inf;
+}
+
+static kb_informer_t *new_informer(kb_config_t **cfg) {
+    return new_informer_of(cfgtext, cfg);
+}
+
+/* A list at list_rv: a complete one of one page. */
+static void list(kb_informer_t *inf, const kb_buf_t *b) {
+    kb_buf_t cont = KB_BUF_INIT;
+    kb_ingest_list_begin(inf, 0);
+    assert_int_equal(kb_ingest_list_page(inf, 0, b->data, b->len, &cont), KB_OK);
+    assert_int_equal(kb_ingest_list_end(inf, 0), KB_OK);
+    kb_buf_fini(&cont);
+}
+
+/* Pop what shard 0 holds into d (empty when nothing). */
+static void pop_all(kb_informer_t *inf, kb_event_list_t *d) {
+    kb_event_list_init(d);
+    kb_deltas_t one;
+    for (;;) {
+        kb_deltas_init(&one);
+        if (kb_deltafifo_pop(kb_informer_fifo(inf, 0), &one, 0) != KB_OK) {
+            kb_deltas_fini(&one);
+            return;
+        }
+        for (size_t i = 0; i < one.n; i++)
+            kb_event_list_push(d, kb_event_ref(one.ev[i]));
+        kb_deltas_fini(&one);
+    }
+}
+
+static const kb_event_t *find(const kb_event_list_t *d, kb_event_type_t type, const char *key) {
+    for (size_t i = 0; i < d->n; i++)
+        if (d->ev[i]->type == type && !strcmp(d->ev[i]->key, key))
+            return d->ev[i];
+    return NULL;
 }
 
 static void test_long_resource_versions(void **state) {
@@ -134,8 +175,138 @@ static void test_first_list_diffs_only_what_was_cached(void **state) {
     kb_config_free(cfg);
 }
 
+/* A relist that finds an object gone: the DELETED (finalStateUnknown) carries
+ * the list's RV — the object was absent there, so every state of it anyone
+ * delivered is at or below it — and the last known object, its own
+ * resourceVersion unchanged. A name re-created meanwhile keeps the old
+ * incarnation's RV on its DELETED: the new one's ADDED, below the list's RV,
+ * must still order after it. */
+static void test_relist_delete_at_the_list_rv(void **state) {
+    (void)state;
+    kb_config_t *cfg;
+    kb_informer_t *inf = new_informer(&cfg);
+    kb_buf_t b = KB_BUF_INIT;
+    kb_event_list_t d;
+    kb_buf_appendf(&b, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"5\"},"
+                       "\"items\":[{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\",\"uid\":\"u-p\","
+                       "\"resourceVersion\":\"4\"}},{\"metadata\":{\"name\":\"q\",\"namespace\":\"d\","
+                       "\"uid\":\"u-q\",\"resourceVersion\":\"3\"}}]}");
+    list(inf, &b);
+    pop_all(inf, &d);
+    assert_int_equal(d.n, 2);
+    kb_event_list_fini(&d);
+    kb_buf_reset(&b); /* at 20: p gone, q re-created at 15 */
+    kb_buf_appendf(&b, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"20\"},"
+                       "\"items\":[{\"metadata\":{\"name\":\"q\",\"namespace\":\"d\",\"uid\":\"u-q2\","
+                       "\"resourceVersion\":\"15\"}}]}");
+    list(inf, &b);
+    pop_all(inf, &d);
+    const kb_event_t *gone = find(&d, KB_EV_DELETED, "d/p");
+    assert_non_null(gone);
+    assert_true(gone->final_state_unknown);
+    assert_string_equal(gone->rv, "20");
+    assert_int_equal(gone->rv_num, 20);
+    assert_non_null(strstr(gone->obj, "\"resourceVersion\":\"4\""));
+    const kb_event_t *old = find(&d, KB_EV_DELETED, "d/q");
+    assert_non_null(old);
+    assert_string_equal(old->rv, "3");
+    assert_non_null(find(&d, KB_EV_ADDED, "d/q"));
+    kb_event_list_fini(&d);
+    kb_buf_fini(&b);
+    kb_informer_destroy(inf);
+    kb_config_free(cfg);
+}
+
+/* Watch one MODIFIED of d/p at rv. */
+static void watch_to(kb_informer_t *inf, kb_buf_t *b, const char *rv) {
+    char at[KB_RV_MAX];
+    kb_ingest_watch_begin(inf, 0, at, sizeof(at));
+    kb_buf_reset(b);
+    kb_buf_appendf(b, "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
+                      "\"uid\":\"u-p\",\"resourceVersion\":\"%s\"}}}\n", rv);
+    assert_int_equal(kb_ingest_watch_bytes(inf, 0, b->data, b->len), KB_OK);
+}
+
+/* After an HA takeover (trusted mark 6, at RV 20) the windows a list did not
+ * watch are weighed: the first list's (0, 5] is below the mark (the old
+ * leader published all of it); a relist's (8, 12] reaches above the mark and
+ * starts below the takeover (an object the old leader delivered can have
+ * been created and deleted there unseen): counted; one after the takeover
+ * (25, 30] cannot hold what the old leader delivered: not counted. */
+static void test_blind_window(void **state) {
+    (void)state;
+    kb_config_t *cfg;
+    kb_informer_t *inf = new_informer(&cfg);
+    kb_buf_t b = KB_BUF_INIT;
+    uint64_t lo, hi;
+    page(&b, "5", "4");
+    list(inf, &b);
+    watch_to(inf, &b, "8");
+    kb_informer_ha_took(inf, 6, 20, true);
+    assert_int_equal(kb_informer_blind(inf, &lo, &hi), 0);
+    page(&b, "12", "8"); /* the watch got 410: a relist at 12 */
+    list(inf, &b);
+    assert_int_equal(kb_informer_blind(inf, &lo, &hi), 1);
+    assert_int_equal(lo, 8);
+    assert_int_equal(hi, 12);
+    watch_to(inf, &b, "25");
+    page(&b, "30", "25");
+    list(inf, &b);
+    assert_int_equal(kb_informer_blind(inf, &lo, &hi), 1);
+    kb_buf_fini(&b);
+    kb_informer_destroy(inf);
+    kb_config_free(cfg);
+}
+
+/* With compaction "latest", a queued ADDED that meets the relist's DELETED
+ * vanishes with it — never delivered. On an HA standby (and after a takeover,
+ * up to the takeover's RV) the leader may have delivered it: the DELETED
+ * stays. */
+static void test_ha_shared_keeps_the_delete(void **state) {
+    (void)state;
+    static const char latest[] =
+        "cluster = { name = \"t\"; server = \"http://127.0.0.1:9\"; };\n"
+        "informers = ( { name = \"pods\"; version = \"v1\"; resource = \"pods\"; shards = 1; "
+        "compaction = \"latest\"; } );\n"
+        "sinks = ( { name = \"out\"; type = \"file\"; path = \"/dev/null\"; } );\n"
+        "routes = ( { informer = \"pods\"; sink = \"out\"; } );\n";
+    for (int shared = 0; shared < 3; shared++) {
+        kb_config_t *cfg;
+        kb_informer_t *inf = new_informer_of(latest, &cfg);
+        _Atomic uint64_t upto = shared == 1 ? UINT64_MAX : 3; /* 2: a takeover at 3, below the ADDED's 4 */
+        if (shared)
+            kb_informer_ha_shared(inf, &upto);
+        kb_buf_t b = KB_BUF_INIT;
+        page_of(&b, "5", "q", "3");
+        list(inf, &b);
+        kb_event_list_t d;
+        pop_all(inf, &d);
+        kb_event_list_fini(&d);
+        page_of(&b, "6", "p", "4"); /* p@4 queued; q gone at 6 */
+        list(inf, &b);
+        page_of(&b, "9", "q2", "8"); /* p gone at 9, while its ADDED is still queued */
+        list(inf, &b);
+        pop_all(inf, &d);
+        const kb_event_t *del = find(&d, KB_EV_DELETED, "d/p");
+        if (shared == 1) {
+            assert_non_null(del);
+            assert_string_equal(del->rv, "9");
+        } else {
+            assert_null(del);
+        }
+        assert_null(find(&d, KB_EV_ADDED, "d/p"));
+        kb_event_list_fini(&d);
+        kb_buf_fini(&b);
+        kb_informer_destroy(inf);
+        kb_config_free(cfg);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_long_resource_versions),
-                                       cmocka_unit_test(test_first_list_diffs_only_what_was_cached)};
+                                       cmocka_unit_test(test_first_list_diffs_only_what_was_cached),
+                                       cmocka_unit_test(test_relist_delete_at_the_list_rv),
+                                       cmocka_unit_test(test_blind_window),
+                                       cmocka_unit_test(test_ha_shared_keeps_the_delete)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
