@@ -10,10 +10,11 @@
  * workers and the sink took the other core.
  *
  * Hand-off. The producer appends to `q` under mtx; the thread takes the whole
- * queue at once (swapping arrays) and packs it without the lock, so a batch
- * of a list costs one lock round and at most one wake-up (kb_packer_wake at
- * the batch's end), not one per object. A full queue wakes the thread and
- * waits on room_cv.
+ * queue at once (swapping arrays) and packs it without the lock. It is woken
+ * at a batch's end (kb_packer_wake), not per object, and once woken it
+ * lingers up to KB_PK_LINGER_MS for KB_PK_BATCH entries, so the batches of a
+ * list cost a wake-up every few hundred objects. A full queue wakes the
+ * thread and waits on room_cv.
  *
  * Order. Entries are packed in the order they were cached. A swap happens
  * only while the entry is still the event that was queued, so an entry
@@ -33,6 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A woken thread waits up to KB_PK_LINGER_MS for the queue to reach
+ * KB_PK_BATCH entries before it packs: a list's batches come a few
+ * milliseconds apart, and one wake-up per batch was a context switch per
+ * few objects on two cores. */
+#define KB_PK_BATCH 256
+#define KB_PK_LINGER_MS 2
+
 typedef struct kb_pk_queue {
     kb_event_t **ev;  /* references held, oldest first */
     size_t n, cap;
@@ -48,7 +56,8 @@ struct kb_packer {
     pthread_cond_t room_cv;  /* the producer waits for room */
     kb_pk_queue_t q;       /* queued, not yet taken by the thread */
     size_t bytes;          /* kb_event_size sum of q and of the batch being packed */
-    bool idle;             /* the thread waits on work_cv */
+    bool idle;             /* the thread waits on work_cv for a first entry */
+    bool lingering;        /* the thread waits on work_cv for KB_PK_BATCH entries (or KB_PK_LINGER_MS) */
     bool stopping;
     bool running;          /* started and not stopped */
     pthread_t thread;
@@ -103,6 +112,12 @@ static void *kb_pk_main(void *arg) {
         }
         if (!pk->q.n)
             break; /* stopping, and everything is packed */
+        if (pk->q.n < KB_PK_BATCH && !pk->stopping) {
+            struct timespec until = kb_deadline_mono(KB_PK_LINGER_MS);
+            pk->lingering = true;
+            pthread_cond_timedwait(&pk->work_cv, &pk->mtx, &until);
+            pk->lingering = false;
+        }
         kb_pk_queue_t t = pk->q; /* take the whole queue; hand back the emptied array */
         pk->q = mine;
         mine = t;
@@ -136,7 +151,7 @@ void kb_packer_stop(kb_packer_t *pk) {
         return;
     pthread_mutex_lock(&pk->mtx);
     pk->stopping = true;
-    pthread_cond_signal(&pk->work_cv);
+    pthread_cond_signal(&pk->work_cv); /* idle or lingering: either way it packs the rest and ends */
     pthread_mutex_unlock(&pk->mtx);
     pthread_join(pk->thread, NULL);
     pk->running = false;
@@ -150,7 +165,7 @@ void kb_packer_put(kb_packer_t *pk, kb_event_t *ev) {
     size_t size = kb_event_size(ev);
     pthread_mutex_lock(&pk->mtx);
     while (pk->bytes > pk->max_bytes && !pk->stopping) {
-        if (pk->idle)
+        if (pk->idle || pk->lingering)
             pthread_cond_signal(&pk->work_cv); /* it packs what it holds, then makes room */
         pthread_cond_wait(&pk->room_cv, &pk->mtx);
     }
@@ -161,7 +176,7 @@ void kb_packer_put(kb_packer_t *pk, kb_event_t *ev) {
 
 void kb_packer_wake(kb_packer_t *pk) {
     pthread_mutex_lock(&pk->mtx);
-    if (pk->idle && pk->q.n)
+    if ((pk->idle && pk->q.n) || (pk->lingering && pk->q.n >= KB_PK_BATCH))
         pthread_cond_signal(&pk->work_cv);
     pthread_mutex_unlock(&pk->mtx);
 }

@@ -48,7 +48,8 @@ bool kb_packer_running(const kb_packer_t *pk);
  * batch. Blocks while the queue is over its bound (waking the thread first).
  * Thread: one producer at a time (the informer's ingest lock). */
 void kb_packer_put(kb_packer_t *pk, kb_event_t *ev);
-/* Wake the thread for what was queued since it last looked. */
+/* Wake the thread for what was queued since it last looked. A woken thread
+ * waits a few milliseconds for more before it packs (packer.c). */
 void kb_packer_wake(kb_packer_t *pk);
 
 /* Events packed and swapped into the cache, and those whose entry had
