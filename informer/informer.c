@@ -740,6 +740,18 @@ static void kb_inf_list_progress(kb_reflector_t *r, size_t items, size_t bytes) 
             r->initial ? "initial event(s) (streamed list)" : "page(s)", (unsigned long long)r->list_bytes, secs);
 }
 
+/* Every reflector has its first list: compress on the ingest step from now
+ * on (packer.h). The packer's thread pays where one list's objects arrive
+ * back to back; for the changes after it, handing each one over cost more
+ * CPU than compressing it where it was decoded (docs/performance.md). Under
+ * ingest_mtx, so nothing is staged while the packer packs its rest. */
+static void kb_inf_first_lists_done(kb_informer_t *inf) {
+    pthread_mutex_lock(&inf->ingest_mtx);
+    if (kb_informer_synced(inf) && kb_packer_running(inf->packer))
+        kb_packer_stop(inf->packer);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+}
+
 void kb_inf__list_synced(kb_reflector_t *r) {
     if (r->listed) {
         atomic_fetch_add(&r->inf->st_relists, 1);
@@ -747,6 +759,7 @@ void kb_inf__list_synced(kb_reflector_t *r) {
     }
     r->listed = true;
     atomic_fetch_add(&r->inf->synced_refl, 1);
+    kb_inf_first_lists_done(r->inf);
 }
 
 void kb_inf__stream_begin(kb_reflector_t *r) {

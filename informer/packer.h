@@ -10,6 +10,12 @@
  * overwritten by an older one's frame, and what the cache says (identity,
  * RV, filing) is the same before and after the swap.
  *
+ * The informer runs its packer during its first lists only: there the
+ * objects of a list arrive back to back and the reflector thread is the
+ * serial part of the sync. Once every reflector has listed, it stops the
+ * packer (which packs what it holds first) and compresses inline again: for
+ * the watch's changes, the hand-off cost more CPU per change than it saved.
+ *
  * Ownership: the informer owns its packer; the zcache and the indexer are
  * borrowed and must outlive it. While the packer's thread runs it is the
  * only caller of kb_zcache_pack (the zcache's one-thread rule); before
