@@ -50,6 +50,7 @@
 #include "informer/hatable.h"
 #include "informer/ingest.h"
 #include "informer/ledger.h"
+#include "informer/packer.h"
 #include "informer/state.h"
 #include "informer/zcache.h"
 
@@ -338,6 +339,9 @@ static void kb_inf_stage(kb_informer_t *inf, kb_event_t *ev, int refl, const cha
             kb_event_t *thin = kb_event_thin(ev); /* the object itself lives in state_dir */
             kb_indexer_put(inf->idx, thin, labels, ev->labels_len, &u->old);
             kb_event_unref(thin);
+        } else if (kb_packer_running(inf->packer)) {
+            kb_indexer_put(inf->idx, ev, labels, ev->labels_len, old); /* packed on the packer's thread */
+            kb_packer_put(inf->packer, ev);
         } else {
             kb_event_t *entry = inf->zc ? kb_zcache_pack(inf->zc, ev) : kb_event_ref(ev); /* zcache.h */
             kb_indexer_put(inf->idx, entry, labels, ev->labels_len, old);
@@ -475,6 +479,8 @@ static kb_err_t kb_inf_batch_end(kb_informer_t *inf) {
         }
         for (size_t i = 0; i < inf->n_shards && inf->n_out; i++)
             kb_deltafifo_wake(inf->fifos[i]);
+        if (inf->n_out && kb_packer_running(inf->packer))
+            kb_packer_wake(inf->packer);
     }
     for (size_t i = 0; i < inf->n_undo; i++)
         kb_indexer_old_release(&inf->undo[i].old);
@@ -802,6 +808,18 @@ static void kb_inf_list_progress(kb_reflector_t *r, size_t items, size_t bytes) 
             r->initial ? "initial event(s) (streamed list)" : "page(s)", (unsigned long long)r->list_bytes, secs);
 }
 
+/* Every reflector has its first list: compress on the ingest step from now
+ * on (packer.h). The packer's thread pays where one list's objects arrive
+ * back to back; for the changes after it, handing each one over cost more
+ * CPU than compressing it where it was decoded (docs/performance.md). Under
+ * ingest_mtx, so nothing is staged while the packer packs its rest. */
+static void kb_inf_first_lists_done(kb_informer_t *inf) {
+    pthread_mutex_lock(&inf->ingest_mtx);
+    if (kb_informer_synced(inf) && kb_packer_running(inf->packer))
+        kb_packer_stop(inf->packer);
+    pthread_mutex_unlock(&inf->ingest_mtx);
+}
+
 void kb_inf__list_synced(kb_reflector_t *r) {
     if (r->listed) {
         atomic_fetch_add(&r->inf->st_relists, 1);
@@ -809,6 +827,7 @@ void kb_inf__list_synced(kb_reflector_t *r) {
     }
     r->listed = true;
     atomic_fetch_add(&r->inf->synced_refl, 1);
+    kb_inf_first_lists_done(r->inf);
 }
 
 void kb_inf__stream_begin(kb_reflector_t *r) {
@@ -1591,8 +1610,10 @@ kb_informer_t *kb_informer_new(const kb_config_t *cfg, const kb_config_informer_
         }
     } else {
         inf->ledger = kb_inf_ledger_new(inf);
-        if (conf->cache_compression != KB_CACHE_COMPRESSION_OFF)
+        if (conf->cache_compression != KB_CACHE_COMPRESSION_OFF) {
             inf->zc = kb_zcache_new(NULL, conf->name, inf->idx);
+            inf->packer = kb_packer_new(inf->zc, inf->idx, conf->name, KB_PACKER_MAX_BYTES);
+        }
     }
     return inf;
 }
@@ -1620,6 +1641,8 @@ kb_err_t kb_informer_start(kb_informer_t *inf) {
             KB_FATAL("cannot start the checkpoint thread");
         inf->ckpt_running = true;
     }
+    if (inf->packer)
+        kb_packer_start(inf->packer);
     for (size_t i = 0; i < inf->n_refl; i++) {
         if (pthread_create(&inf->refl[i].thread, NULL, kb_inf__reflector_main, &inf->refl[i]) != 0)
             KB_FATAL("cannot start a reflector thread");
@@ -1652,6 +1675,7 @@ void kb_informer_stop(kb_informer_t *inf) {
         pthread_join(inf->resync_thread, NULL);
     inf->resync_running = false;
     kb_audit_stop(inf);
+    kb_packer_stop(inf->packer); /* nothing stages any more: pack what is queued */
 }
 
 void kb_informer_destroy(kb_informer_t *inf) {
@@ -1674,6 +1698,7 @@ void kb_informer_destroy(kb_informer_t *inf) {
     for (size_t i = 0; i < inf->n_shards; i++)
         kb_deltafifo_destroy(inf->fifos[i]);
     free(inf->fifos);
+    kb_packer_destroy(inf->packer);
     kb_zcache_destroy(inf->zc);
     kb_indexer_destroy(inf->idx);
     kb_transform_free(inf->tf);

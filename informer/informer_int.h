@@ -24,6 +24,7 @@
 
 #define KB_LIST_MAX_BODY (512u << 20) /* one list page */
 #define KB_WATCH_MAX_FRAME (64u << 20)
+#define KB_PACKER_MAX_BYTES (4u << 20) /* full objects cached and waiting to be compressed (packer.h) */
 /* Changes tracked and not acknowledged by every sink, at most: beyond, the
  * reflectors stop reading until the sinks catch up (with state_dir, the bytes
  * of the journal's unacknowledged tail are bounded by journal.max_bytes too). */
@@ -106,6 +107,7 @@ struct kb_informer {
     kb_transform_t *tf;
     kb_indexer_t *idx;
     struct kb_zcache *zc;          /* compresses the cache's objects (zcache.h); NULL with state_dir or off */
+    struct kb_packer *packer;      /* compresses them off the reflector thread while started (packer.h); with zc */
     kb_deltafifo_t **fifos;
     size_t n_shards;
     kb_reflector_t *refl;

@@ -638,6 +638,17 @@ static void test_list_pages(void **state) {
     assert_int_equal(page.n_items, 0);
     assert_int_equal(page.cont.len, 0);
     kb_list_page_fini(&page);
+    /* The first items counts (a later one is only validated); whitespace around items. */
+    const char *p5 = "{\"items\":[ {\"a\":1} ,\n{\"b\":[1,{}]} ],\"items\":[{},{},{}]}";
+    assert_int_equal(kb_decode_list(p5, strlen(p5), &page, err, sizeof(err)), KB_OK);
+    assert_int_equal(page.n_items, 2);
+    assert_memory_equal(p5 + page.items[0].off, "{\"a\":1}", page.items[0].len);
+    assert_memory_equal(p5 + page.items[1].off, "{\"b\":[1,{}]}", page.items[1].len);
+    kb_list_page_fini(&page);
+    const char *p6 = "{\"items\":null,\"items\":[{}]}";
+    assert_int_equal(kb_decode_list(p6, strlen(p6), &page, err, sizeof(err)), KB_OK);
+    assert_int_equal(page.n_items, 0);
+    kb_list_page_fini(&page);
     const char *p4 = "{\"kind\":\"PodList\",\"metadata\":{},\"items\":null}";
     assert_int_equal(kb_decode_list(p4, strlen(p4), &page, err, sizeof(err)), KB_OK);
     assert_int_equal(page.n_items, 0);
@@ -655,6 +666,12 @@ static void test_list_bad(void **state) {
         "{\"items\":[{}]",
         "{\"items\":[{}]}{",
         "x",
+        "{\"items\":[{},]}",
+        "{\"items\":[{} {}]}",
+        "{\"items\":[{\"a\":}]}",
+        "{\"items\":[{}",
+        "{\"items\":[",
+        "{\"items\":[{},\"x\"]}",
     };
     assert_all_parse_errors(parse_list, bad, sizeof(bad) / sizeof(bad[0]));
 }
