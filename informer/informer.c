@@ -30,10 +30,12 @@
  * The gate (kb_ledger_stale): a watch change not newer than what the key last
  * had, live or deleted, whatever its uid, is a replay and is dropped; opaque
  * RVs are only compared for equality. A list whose RV is below the resume
- * point means the server's history went back (etcd restored): a new epoch.
- * The relist forgets the old graves and the deletes it infers leave graves at
- * its RV at most, so a name created again in the new history below its old
- * RV is delivered (ledger.c, "Epochs").
+ * point (or below an object of the scope seen before) means the server's
+ * history went back (etcd restored): a new epoch. The relist forgets the old
+ * graves and the deletes it infers leave graves at its RV at most, so a name
+ * created again in the new history below its old RV is delivered (ledger.c,
+ * "Epochs"). The new history reuses RVs, so a list that may be of one
+ * compares objects at the cached uid and RV by content (kb_inf_list_same).
  */
 #include "informer/informer_int.h"
 #include "informer/audit.h"
@@ -499,6 +501,40 @@ static int kb_refl_index(const kb_reflector_t *r) {
     return (int)(r - r->inf->refl);
 }
 
+/* A list at list_rv is of a new history: below where the scope resumes
+ * from, where state_dir was when this process started, or an object of the
+ * scope seen before (a list is taken after all of that; a restart resumes a
+ * scope from its checkpoint, and a streamed list cut short moved no resume
+ * point, so the scope's objects can be newer than its resume point), or from
+ * another API server. */
+static uint64_t kb_inf_list_floor(const kb_reflector_t *r) {
+    uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv));
+    if (prev < r->inf->prior_rv)
+        prev = r->inf->prior_rv;
+    return prev > r->seen_rv ? prev : r->seen_rv;
+}
+
+static bool kb_inf_list_back(const kb_reflector_t *r, const char *list_rv) {
+    uint64_t prev = r->list_floor, now_rv = kb_rv_parse(list_rv, strlen(list_rv));
+    return (prev && now_rv && now_rv < prev) || r->inf->def_new_server;
+}
+
+/* Is the listed object (obj, len; the cached one old has its uid and RV)
+ * the one the consumer has? Within one history an RV names one state of an
+ * object. A new history (etcd restored from a backup) numbers its changes
+ * again from the backup's RV, so the same uid at the same RV can be another
+ * state of it: a list that may be of a new history compares the objects.
+ * A paged list knows at its first page (list_back); a streamed one only at
+ * its end, so every streamed list compares. */
+static bool kb_inf_list_same(kb_reflector_t *r, kb_src_t src, kb_event_t *old, const char *obj, size_t len) {
+    if (src != KB_SRC_LIST || (!r->list_back && !r->initial))
+        return true;
+    kb_event_t *full = kb_informer_full(r->inf, old);
+    bool same = full->obj_len == len && !memcmp(full->obj, obj, len);
+    kb_event_unref(full);
+    return same;
+}
+
 /* Decode one object and stage what it means for the cache.
  * server_type: for watch events, the frame type; for list items, ADDED.
  * A bad object is counted and skipped unless quiet_bad (the caller will
@@ -538,6 +574,10 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         kb_resource_set_kind(inf->res, out->data + m.kind.off, m.kind.len);
     if (src == KB_SRC_WATCH) /* every accepted frame moves the resume point, whatever it leads to */
         kb_refl_set_rv(r, out->data + m.rv.off, m.rv.len);
+    if (src != KB_SRC_AUDIT) { /* the audit lists on its own: its RVs may be past a list in progress */
+        uint64_t rv_num = kb_rv_parse(out->data + m.rv.off, m.rv.len);
+        r->seen_rv = rv_num > r->seen_rv ? rv_num : r->seen_rv;
+    }
     /* A watch event completes a resume point; list items do not (the list does, when it ends). */
     int refl = src == KB_SRC_WATCH ? kb_refl_index(r) : -1;
     char rv_after[KB_RV_MAX]; /* m.rv.len < KB_RV_MAX (above); no printf per change */
@@ -592,9 +632,10 @@ static kb_ingest_t kb_inf_ingest(kb_reflector_t *r, kb_src_t src, kb_watch_type_
         goto done;
     }
     /* Unchanged since we last said anything about it — unless a changed
-     * definition reshaped the objects (drop/redact/keep fields). */
+     * definition reshaped the objects (drop/redact/keep fields), or the list
+     * may be of a new history (kb_inf_list_same). */
     bool reshape = src == KB_SRC_LIST && r->def_stale && inf->def_reshape;
-    if (src != KB_SRC_WATCH && same_uid && same_rv && !reshape)
+    if (src != KB_SRC_WATCH && same_uid && same_rv && !reshape && kb_inf_list_same(r, src, old, out->data, out->len))
         goto done;
     if (old && !same_uid) {
         /* The name was deleted and re-created while we did not watch (or the
@@ -777,6 +818,10 @@ void kb_inf__list_begin(kb_reflector_t *r) {
         r->list_from_set = true;
     }
     r->list_rv[0] = '\0';
+    r->list_back = false;
+    pthread_mutex_lock(&r->inf->ingest_mtx); /* prior_rv; seen_rv moves under it too */
+    r->list_floor = kb_inf_list_floor(r);
+    pthread_mutex_unlock(&r->inf->ingest_mtx);
     if (!r->listed) /* an unfinished first list starts over: its objects are counted again */
         atomic_fetch_sub(&r->inf->st_sync_objects, r->list_items);
     r->list_items = r->list_pages = 0;
@@ -879,6 +924,7 @@ kb_err_t kb_inf__list_page(kb_reflector_t *r, const char *src, const char *data,
     if (r->list_pages == 0) {
         memcpy(r->list_rv, data + page.rv.off, page.rv.len);
         r->list_rv[page.rv.len] = '\0';
+        r->list_back = kb_inf_list_back(r, r->list_rv);
     }
     int64_t now = kb_now_mono_ns();
     pthread_mutex_lock(&inf->ingest_mtx);
@@ -962,16 +1008,16 @@ uint64_t kb_informer_blind(kb_informer_t *inf, uint64_t *lo, uint64_t *hi) {
 static void kb_inf_list_close(kb_reflector_t *r) {
     kb_informer_t *inf = r->inf;
     const char *list_rv = r->list_rv;
-    /* A list below where we were: the server's history went back (etcd restored).
-     * A scope with no resume point (a changed definition lists first) compares
-     * with where state_dir was when this process started. */
+    /* A list below where we were: the server's history went back (etcd
+     * restored): kb_inf_list_back. */
     uint64_t prev = kb_rv_parse(r->rv, strlen(r->rv)), now_rv = kb_rv_parse(list_rv, strlen(list_rv));
     kb_inf_note_blind(inf, r->list_from < prev ? r->list_from : prev, now_rv);
     r->list_from_set = false;
-    if (!prev)
-        prev = inf->prior_rv;
-    if ((prev && now_rv && now_rv < prev) || inf->def_new_server) {
+    r->list_back = false;
+    prev = r->list_floor;
+    if (kb_inf_list_back(r, list_rv)) {
         inf->prior_rv = 0;
+        r->seen_rv = now_rv; /* the new epoch */
         atomic_fetch_add(&inf->st_rv_regressions, 1);
         /* Forget the deletes we remember: their RVs belong to the old history. */
         kb_ledger_forget_graves(inf->ledger);
@@ -1344,6 +1390,12 @@ static void kb_inf_load_index_cb(void *opaque, uint64_t seq, kb_event_t *ev, con
     kb_informer_t *inf = opaque;
     KB_UNUSED(seq);
     KB_UNUSED(rv_after);
+    for (size_t i = 0; i < inf->n_refl; i++) { /* its scope's newest object (kb_inf_list_back) */
+        kb_reflector_t *r = &inf->refl[i];
+        bool ours = !r->ns || (strlen(r->ns) == ev->ns_len && !memcmp(r->ns, ev->ns, ev->ns_len));
+        if (ours && ev->rv_num > r->seen_rv)
+            r->seen_rv = ev->rv_num;
+    }
     kb_event_t *thin = ev->obj_len ? kb_event_thin(ev) : kb_event_ref(ev);
     kb_indexer_put(inf->idx, thin, ev->labels_len ? ev->obj + ev->labels_off : NULL, ev->labels_len, NULL);
     kb_event_unref(thin);

@@ -81,6 +81,12 @@ typedef struct kb_reflector {
     uint64_t list_from;    /* during a list: the resume point when it began (0: none), what it did not watch
                               from (a streamed list moves rv with its items: kb_inf_note_blind) */
     char list_rv[KB_RV_MAX]; /* during a list: the RV of its first page */
+    bool list_back;        /* during a paged list: its RV is below the resume point (a new history, known
+                              at its first page: kb_inf_list_back) */
+    uint64_t seen_rv;      /* the newest RV of an object of this scope listed or watched in this epoch
+                              (or cached in state_dir at start) */
+    uint64_t list_floor;   /* during a list: the RV below which it is of a new history (kb_inf_list_back;
+                              taken as it begins: a page of live state may hold objects above its RV) */
     size_t list_items, list_pages; /* during a list */
     int page_limit;        /* limit= of list pages: page_size, halved while pages exceed the body bound */
     /* A streamed list (a watch with sendInitialEvents): frames before the

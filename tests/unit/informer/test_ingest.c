@@ -4,8 +4,11 @@
  * kbridge supports are refused loudly instead of cut; a relist's inferred
  * DELETED carries the list's RV (issue 24: after an HA takeover it was below
  * what the old leader delivered); the window a relist did not watch is known
- * (kb_informer_blind); and what an HA standby queues is never merged away
- * (kb_informer_ha_shared). */
+ * (kb_informer_blind); what an HA standby queues is never merged away
+ * (kb_informer_ha_shared); and after an etcd restore, an object the new
+ * history has at the uid and RV of the old one's state, with other content,
+ * is sent (paged and streamed lists), also when the restore is below an
+ * object seen rather than below the resume point. */
 #include "common/buf.h"
 #include "config/config.h"
 #include "informer/informer.h"
@@ -227,6 +230,107 @@ static void watch_to(kb_informer_t *inf, kb_buf_t *b, const char *rv) {
     assert_int_equal(kb_ingest_watch_bytes(inf, 0, b->data, b->len), KB_OK);
 }
 
+/* Watch frames: d/p MODIFIED at 10 with spec.v "old", then d/q ADDED at 12
+ * (the resume point). */
+static void watch_old_history(kb_informer_t *inf, kb_buf_t *b) {
+    char at[KB_RV_MAX];
+    kb_ingest_watch_begin(inf, 0, at, sizeof(at));
+    kb_buf_reset(b);
+    kb_buf_appendf(b, "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
+                      "\"uid\":\"u-p\",\"resourceVersion\":\"10\"},\"spec\":{\"v\":\"old\"}}}\n"
+                      "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"q\",\"namespace\":\"d\","
+                      "\"uid\":\"u-q\",\"resourceVersion\":\"12\"}}}\n");
+    assert_int_equal(kb_ingest_watch_bytes(inf, 0, b->data, b->len), KB_OK);
+}
+
+static const char restored_p[] = "{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\",\"uid\":\"u-p\","
+                                 "\"resourceVersion\":\"10\"},\"spec\":{\"v\":\"new\"}}";
+
+/* etcd restored from a backup at 5: the new history modified p at 10 too
+ * (same uid, the RV the old history gave its own change of p), and lists at
+ * 11, below the resume point 12. Same uid and RV, other content: the
+ * consumer must get the new history's p (it had the old one's, for good). */
+static void test_restore_reusing_an_rv_sends_the_new_object(void **state) {
+    (void)state;
+    for (int streamed = 0; streamed < 2; streamed++) {
+        kb_config_t *cfg;
+        kb_informer_t *inf = new_informer(&cfg);
+        kb_buf_t b = KB_BUF_INIT;
+        kb_event_list_t d;
+        page(&b, "5", "4");
+        list(inf, &b);
+        watch_old_history(inf, &b);
+        pop_all(inf, &d);
+        kb_event_list_fini(&d);
+        kb_buf_reset(&b);
+        if (streamed) {
+            kb_ingest_stream_begin(inf, 0);
+            kb_buf_appendf(&b, "{\"type\":\"ADDED\",\"object\":%s}\n{\"type\":\"BOOKMARK\",\"object\":{\"kind\":"
+                               "\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"11\","
+                               "\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n", restored_p);
+            assert_int_equal(kb_ingest_watch_bytes(inf, 0, b.data, b.len), KB_OK);
+            assert_true(kb_ingest_stream_listed(inf, 0));
+            assert_true(kb_ingest_stream_end(inf, 0));
+        } else {
+            kb_buf_appendf(&b, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
+                               "\"11\"},\"items\":[%s]}", restored_p);
+            list(inf, &b);
+        }
+        pop_all(inf, &d);
+        assert_non_null(find(&d, KB_EV_DELETED, "d/q"));
+        const kb_event_t *p = find(&d, KB_EV_MODIFIED, "d/p");
+        if (!p)
+            fail_msg("%s list: d/p at 10 in the restored history was not sent (the consumer keeps the old "
+                     "history's object)", streamed ? "streamed" : "paged");
+        assert_string_equal(p->rv, "10");
+        assert_non_null(strstr(p->obj, "\"new\""));
+        kb_event_list_fini(&d);
+        kb_buf_fini(&b);
+        kb_informer_destroy(inf);
+        kb_config_free(cfg);
+    }
+}
+
+/* A streamed list cut short before its end moves no resume point (5 here),
+ * but its objects (p at 10, q at 12) are the old history's: a paged list at
+ * 11 after the restore is of a new history, though above the resume point,
+ * and its p at 10 with other content is sent. */
+static void test_restore_below_an_object_seen_is_noticed(void **state) {
+    (void)state;
+    kb_config_t *cfg;
+    kb_informer_t *inf = new_informer(&cfg);
+    kb_buf_t b = KB_BUF_INIT;
+    kb_event_list_t d;
+    page(&b, "5", "4");
+    list(inf, &b);
+    kb_ingest_stream_begin(inf, 0);
+    kb_buf_reset(&b);
+    kb_buf_appendf(&b, "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"p\",\"namespace\":\"d\","
+                       "\"uid\":\"u-p\",\"resourceVersion\":\"10\"},\"spec\":{\"v\":\"old\"}}}\n"
+                       "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"q\",\"namespace\":\"d\","
+                       "\"uid\":\"u-q\",\"resourceVersion\":\"12\"}}}\n");
+    assert_int_equal(kb_ingest_watch_bytes(inf, 0, b.data, b.len), KB_OK);
+    assert_false(kb_ingest_stream_end(inf, 0));
+    pop_all(inf, &d);
+    kb_event_list_fini(&d);
+    kb_buf_reset(&b);
+    kb_buf_appendf(&b, "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"11\"},"
+                       "\"items\":[%s]}", restored_p);
+    list(inf, &b);
+    kb_informer_stats_t st;
+    kb_informer_stats(inf, &st);
+    assert_int_equal(st.rv_regressions, 1);
+    pop_all(inf, &d);
+    const kb_event_t *p = find(&d, KB_EV_MODIFIED, "d/p");
+    if (!p)
+        fail_msg("d/p at 10 in the restored history was not sent (the consumer keeps the old history's object)");
+    assert_non_null(strstr(p->obj, "\"new\""));
+    kb_event_list_fini(&d);
+    kb_buf_fini(&b);
+    kb_informer_destroy(inf);
+    kb_config_free(cfg);
+}
+
 /* After an HA takeover (trusted mark 6, at RV 20) the windows a list did not
  * watch are weighed: the first list's (0, 5] is below the mark (the old
  * leader published all of it); a relist's (8, 12] reaches above the mark and
@@ -307,6 +411,8 @@ int main(void) {
                                        cmocka_unit_test(test_first_list_diffs_only_what_was_cached),
                                        cmocka_unit_test(test_relist_delete_at_the_list_rv),
                                        cmocka_unit_test(test_blind_window),
-                                       cmocka_unit_test(test_ha_shared_keeps_the_delete)};
+                                       cmocka_unit_test(test_ha_shared_keeps_the_delete),
+                                       cmocka_unit_test(test_restore_reusing_an_rv_sends_the_new_object),
+                                       cmocka_unit_test(test_restore_below_an_object_seen_is_noticed)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
