@@ -422,9 +422,12 @@ def check_echo_cleaned(path, message):
 
 
 def read_jsonl(path):
-    """Every JSON line of a file so far ([] when it does not exist yet)."""
+    """Every whole JSON line of a file so far ([] when it does not exist yet). A last line without its
+    newline is a write still under way (the file sink writes a batch of lines at once; a reader can
+    see part of it) and is left for the next read."""
     try:
-        return [json.loads(l) for l in open(path) if l.strip()]
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.endswith("\n") and l.strip()]
     except FileNotFoundError:
         return []
 
